@@ -1,0 +1,3 @@
+"""pyroce: a software RoCEv2 RDMA stack in Python."""
+
+__version__ = "0.1.0"

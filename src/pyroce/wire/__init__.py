@@ -1,0 +1,51 @@
+"""pyroce.wire: RoCEv2 packets, byte-exact, with no knowledge of QPs or sockets.
+
+Rule: this package imports nothing else from pyroce and does no I/O but pcap files.
+"""
+
+from pyroce.wire.aeth import (
+    CREDITS_UNLIMITED,
+    RNR_TIMER_US,
+    AethKind,
+    NakCode,
+    ack_syndrome,
+    describe_syndrome,
+    nak_syndrome,
+    rnr_nak_syndrome,
+    rnr_timer_from_us,
+    rnr_timer_to_us,
+    syndrome_kind,
+    syndrome_value,
+)
+from pyroce.wire.bth import BTH, DEFAULT_PKEY, QP1
+from pyroce.wire.errors import (
+    BadPadCount,
+    BadTransportVersion,
+    BuildError,
+    LengthMismatch,
+    MalformedPacket,
+    NotRoce,
+    PcapError,
+    TruncatedPacket,
+    UnknownOpcode,
+    WireError,
+)
+from pyroce.wire.framing import (
+    ROCE_UDP_PORT,
+    Frame,
+    IPv4Header,
+    IPv6Header,
+    UdpHeader,
+    build_datagram,
+    build_frame,
+    parse_frame,
+)
+from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Deth, Feth, Reth
+from pyroce.wire.icrc import compute_icrc, verify_icrc
+from pyroce.wire.mtu import Mtu, mtu_for_netdev, mtu_from_bytes, mtu_to_bytes
+from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag, OpInfo, PayloadRule, Transport, opcode_name
+from pyroce.wire.packet import Packet, build_packet_into, packet_length, parse_packet
+from pyroce.wire.pcap import PcapReader, PcapRecord, PcapWriter, read_pcap
+from pyroce.wire.psn import PSN_MASK, psn_add, psn_compare, psn_diff, psn_in_window
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,81 @@
+"""Base Transport Header (IBA 9.2, 12 bytes): codec and value.
+
+PadCnt is not part of the value: it follows from the payload length
+(``(-len) & 3``), so ``pyroce.wire.packet`` reads and writes it. TVer must be 0; reserved bits
+are ignored on receive and sent as zero, as rxe does.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from pyroce.wire.errors import BadTransportVersion, BuildError
+
+DEFAULT_PKEY = 0xFFFF
+MAX_QPN = 0xFFFFFF
+QP1 = 1  # the GSI QP that carries CM MADs
+
+_BTH = struct.Struct(">BBHII")
+
+_SE = 0x80
+_MIG = 0x40
+_TVER_MASK = 0x0F
+_FECN = 0x80000000
+_BECN = 0x40000000
+_ACKREQ = 0x80000000
+_LOW24 = 0xFFFFFF
+
+
+class BTH(NamedTuple):
+    """BTH fields, with pyverbs/IBA names."""
+
+    opcode: int
+    dqpn: int
+    psn: int
+    ackreq: bool = False
+    se: bool = False  # solicited event
+    mig: bool = False  # MigReq
+    pkey: int = DEFAULT_PKEY
+    fecn: bool = False
+    becn: bool = False
+
+
+def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BTH, int]:
+    """Parse the BTH at ``offset``; returns the value and its PadCnt.
+
+    Raises ``BadTransportVersion`` when TVer is not 0. The caller checks the length."""
+    opcode, flags, pkey, word1, word2 = _BTH.unpack_from(buf, offset)
+    if flags & _TVER_MASK:
+        raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
+    bth = BTH(
+        opcode,
+        word1 & _LOW24,
+        word2 & _LOW24,
+        bool(word2 & _ACKREQ),
+        bool(flags & _SE),
+        bool(flags & _MIG),
+        pkey,
+        bool(word1 & _FECN),
+        bool(word1 & _BECN),
+    )
+    return bth, (flags >> 4) & 3
+
+
+def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> None:
+    """Write ``bth`` with PadCnt ``pad`` at ``offset``."""
+    opcode, dqpn, psn, ackreq, se, mig, pkey, fecn, becn = bth
+    if dqpn > _LOW24 or psn > _LOW24 or dqpn < 0 or psn < 0:
+        raise BuildError(f"BTH dqpn 0x{dqpn:x} or psn 0x{psn:x} does not fit 24 bits")
+    try:
+        _BTH.pack_into(
+            buf,
+            offset,
+            opcode,
+            (_SE if se else 0) | (_MIG if mig else 0) | (pad << 4),
+            pkey,
+            (_FECN if fecn else 0) | (_BECN if becn else 0) | dqpn,
+            (_ACKREQ if ackreq else 0) | psn,
+        )
+    except struct.error as exc:
+        raise BuildError(f"BTH field out of range: {exc}") from None

@@ -1,0 +1,50 @@
+"""Errors of the wire layer.
+
+Contract: parsing raises only ``MalformedPacket`` subclasses, whatever the bytes; each
+subclass names one problem and its message says what was wrong, so a receiver can count
+drops by reason (``type(err).__name__``) and a person can read why.
+"""
+
+from __future__ import annotations
+
+
+class WireError(ValueError):
+    """Base class of every error raised by ``pyroce.wire``."""
+
+
+class MalformedPacket(WireError):
+    """Bytes received from the network that are not a valid RoCEv2 packet."""
+
+
+class TruncatedPacket(MalformedPacket):
+    """Fewer bytes than the headers, padding and ICRC require."""
+
+
+class UnknownOpcode(MalformedPacket):
+    """An opcode that is reserved or belongs to a transport pyroce does not speak."""
+
+
+class BadTransportVersion(MalformedPacket):
+    """BTH TVer is not 0 (IBA 9.2.6: the packet is silently dropped)."""
+
+
+class BadPadCount(MalformedPacket):
+    """PadCnt larger than the payload, or non-zero where the opcode carries no payload."""
+
+
+class LengthMismatch(MalformedPacket):
+    """Lengths that disagree: IP or UDP length vs. datagram size, or a payload the opcode
+    does not allow."""
+
+
+class NotRoce(MalformedPacket):
+    """A frame that is not IPv4/IPv6 + UDP to port 4791 (only raised by frame parsing)."""
+
+
+class BuildError(WireError):
+    """A packet value that cannot be built: missing or extra headers for its opcode, or a
+    field out of range. This is a caller's mistake, not a network event."""
+
+
+class PcapError(WireError):
+    """A file that is not a pcap capture, or one cut short."""

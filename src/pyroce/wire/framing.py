@@ -1,0 +1,237 @@
+"""IPv4/IPv6 + UDP framing around RoCEv2 packets, for the ICRC and for raw links.
+
+A UDP socket link only needs ``build_datagram`` (the UDP payload with its ICRC, computed over
+the IP header the kernel will send: rocev2.md's IPv4 trap). Raw links and pcap files need
+whole frames: ``parse_frame`` and ``build_frame`` handle Ethernet (with VLAN tags), Linux
+cooked and raw-IP link types. Lengths and the IPv4 header checksum are always computed on
+build, never taken from the value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from typing import NamedTuple
+
+from pyroce.wire.errors import BuildError, LengthMismatch, NotRoce, TruncatedPacket
+from pyroce.wire.icrc import ICRC_LEN, IPV4_UDP_LEN, IPV6_UDP_LEN, compute_icrc
+from pyroce.wire.packet import Buffer, Packet, build_packet_into, packet_length, parse_packet
+
+ROCE_UDP_PORT = 4791
+IPPROTO_UDP = 17
+IPV4_DF = 0x4000
+DEFAULT_TTL = 64
+
+# pcap link types (tcpdump.org/linktypes.html)
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+_ETHERTYPE_VLAN = (0x8100, 0x88A8)
+_ETH_LEN = 14
+_VLAN_LEN = 4
+_SLL_LEN = 16
+
+_IPV4 = struct.Struct(">BBHHHBBH4s4s")
+_IPV6 = struct.Struct(">IHBB16s16s")
+_UDP = struct.Struct(">HHHH")
+_IPV4_LEN = 20
+_IPV6_LEN = 40
+_UDP_LEN = 8
+
+
+class IPv4Header(NamedTuple):
+    """IPv4 header fields; total length and checksum are computed on build. Defaults are
+    what rxe and an unconnected Linux UDP socket with PMTU discovery send (ID 0, DF, TTL 64)."""
+
+    src: bytes
+    dst: bytes
+    tos: int = 0
+    ident: int = 0
+    flags_frag: int = IPV4_DF
+    ttl: int = DEFAULT_TTL
+    proto: int = IPPROTO_UDP
+
+
+class IPv6Header(NamedTuple):
+    """IPv6 header fields; payload length is computed on build."""
+
+    src: bytes
+    dst: bytes
+    traffic_class: int = 0
+    flow_label: int = 0
+    hop_limit: int = DEFAULT_TTL
+    next_header: int = IPPROTO_UDP
+
+
+class UdpHeader(NamedTuple):
+    """UDP header fields; length is computed on build. RoCEv2 senders put checksum 0."""
+
+    sport: int
+    dport: int = ROCE_UDP_PORT
+    checksum: int = 0
+
+
+IpHeader = IPv4Header | IPv6Header
+
+
+class Frame(NamedTuple):
+    """A whole captured or raw-link frame holding one RoCEv2 packet."""
+
+    l2: bytes  # link-layer header as received (b"" for raw IP)
+    ip: IpHeader
+    udp: UdpHeader
+    packet: Packet
+    icrc: int  # as received
+    icrc_ok: bool  # whether ``icrc`` is right for the rest of the frame
+    trailer: bytes = b""  # bytes after the IP datagram (Ethernet padding)
+
+
+def ipv4_checksum(header: Buffer) -> int:
+    """RFC 791 header checksum of ``header`` with its checksum field taken as given."""
+    words = struct.unpack(f">{len(header) // 2}H", header)
+    total = sum(words)
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: UdpHeader, udp_payload_len: int) -> int:
+    """Write the IP and UDP headers for a ``udp_payload_len``-byte payload; returns their size."""
+    udp_len = _UDP_LEN + udp_payload_len
+    try:
+        if isinstance(ip, IPv4Header):
+            _IPV4.pack_into(
+                buf, offset, 0x45, ip.tos, _IPV4_LEN + udp_len, ip.ident, ip.flags_frag, ip.ttl, ip.proto, 0, ip.src, ip.dst
+            )
+            checksum = ipv4_checksum(buf[offset : offset + _IPV4_LEN])
+            struct.pack_into(">H", buf, offset + 10, checksum)
+            ip_len = _IPV4_LEN
+        else:
+            word0 = (6 << 28) | (ip.traffic_class << 20) | ip.flow_label
+            _IPV6.pack_into(buf, offset, word0, udp_len, ip.next_header, ip.hop_limit, ip.src, ip.dst)
+            ip_len = _IPV6_LEN
+        _UDP.pack_into(buf, offset + ip_len, udp.sport, udp.dport, udp_len, udp.checksum)
+    except struct.error as exc:
+        raise BuildError(f"IP/UDP header field out of range: {exc}") from None
+    return ip_len + _UDP_LEN
+
+
+def build_datagram(pkt: Packet, ip: IpHeader, udp: UdpHeader) -> bytearray:
+    """The UDP payload of ``pkt``: BTH through padding, then the ICRC computed over the IP and
+    UDP headers that will carry it."""
+    size = packet_length(pkt)
+    hdr_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
+    buf = bytearray(hdr_len + size)
+    _fill(buf, 0, ip, udp, pkt, size)
+    return buf[hdr_len:]
+
+
+def build_frame(frame: Frame) -> bytearray:
+    """The bytes of ``frame``: link header, IP, UDP, packet, a freshly computed ICRC and the
+    trailer (``frame.icrc`` and ``frame.icrc_ok`` are ignored)."""
+    size = packet_length(frame.packet)
+    hdr_len = IPV4_UDP_LEN if isinstance(frame.ip, IPv4Header) else IPV6_UDP_LEN
+    l2 = len(frame.l2)
+    buf = bytearray(l2 + hdr_len + size + len(frame.trailer))
+    buf[:l2] = frame.l2
+    end = _fill(buf, l2, frame.ip, frame.udp, frame.packet, size)
+    buf[end:] = frame.trailer
+    return buf
+
+
+def _fill(buf: bytearray, offset: int, ip: IpHeader, udp: UdpHeader, pkt: Packet, size: int) -> int:
+    """Headers, packet and ICRC at ``offset``; returns the end offset."""
+    hdr_len = pack_ip_udp(buf, offset, ip, udp, size)
+    start = offset + hdr_len
+    written = build_packet_into(buf, start, pkt)
+    view = memoryview(buf)
+    icrc = compute_icrc(view[offset:start], view[start : start + written])
+    end = start + written + ICRC_LEN
+    buf[end - ICRC_LEN : end] = icrc.to_bytes(ICRC_LEN, "little")
+    return end
+
+
+def _ip_offset(view: memoryview, linktype: int) -> int:
+    """Offset of the IP header in a frame of ``linktype``."""
+    if linktype == LINKTYPE_ETHERNET:
+        offset, ethertype_at = _ETH_LEN, 12
+        if len(view) < _ETH_LEN:
+            raise TruncatedPacket(f"{len(view)}-byte frame is shorter than an Ethernet header")
+        ethertype = int.from_bytes(view[12:14], "big")
+        while ethertype in _ETHERTYPE_VLAN:
+            ethertype_at = offset - 2 + _VLAN_LEN
+            offset += _VLAN_LEN
+            if len(view) < offset:
+                raise TruncatedPacket("frame ends inside a VLAN tag")
+            ethertype = int.from_bytes(view[ethertype_at : ethertype_at + 2], "big")
+        if ethertype not in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
+            raise NotRoce(f"ethertype 0x{ethertype:04x} is not IP")
+        return offset
+    if linktype == LINKTYPE_LINUX_SLL:
+        if len(view) < _SLL_LEN:
+            raise TruncatedPacket(f"{len(view)}-byte frame is shorter than a Linux cooked header")
+        return _SLL_LEN
+    if linktype in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
+        return 0
+    raise NotRoce(f"link type {linktype} is not supported (Ethernet, Linux cooked or raw IP)")
+
+
+def parse_frame(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Frame:
+    """Parse a whole frame carrying RoCEv2 and check its ICRC.
+
+    Raises ``NotRoce`` for frames that are not IP/UDP to port 4791 (or are IP fragments or
+    carry IPv4 options), ``TruncatedPacket`` and ``LengthMismatch`` when IP and UDP lengths
+    disagree with the bytes present, and whatever ``parse_packet`` raises."""
+    view = memoryview(data)
+    ip_at = _ip_offset(view, linktype)
+    if len(view) < ip_at + 1:
+        raise TruncatedPacket("frame ends before the IP header")
+    version = view[ip_at] >> 4
+    if version == 4:
+        if len(view) < ip_at + _IPV4_LEN:
+            raise TruncatedPacket("frame ends inside the IPv4 header")
+        vihl, tos, total, ident, flags_frag, ttl, proto, _, src, dst = _IPV4.unpack_from(view, ip_at)
+        if vihl != 0x45:
+            raise NotRoce(f"IPv4 header of {(vihl & 0xF) * 4} bytes: RoCEv2 uses no IPv4 options")
+        if flags_frag & 0x3FFF:
+            raise NotRoce("IPv4 fragment: RoCEv2 packets are never fragmented")
+        ip: IpHeader = IPv4Header(src, dst, tos, ident, flags_frag, ttl, proto)
+        udp_at, ip_end = ip_at + _IPV4_LEN, ip_at + total
+        if total < _IPV4_LEN:
+            raise LengthMismatch(f"IPv4 total length {total} is shorter than its header")
+    elif version == 6:
+        if len(view) < ip_at + _IPV6_LEN:
+            raise TruncatedPacket("frame ends inside the IPv6 header")
+        word0, payload_len, proto, hop, src, dst = _IPV6.unpack_from(view, ip_at)
+        ip = IPv6Header(src, dst, (word0 >> 20) & 0xFF, word0 & 0xFFFFF, hop, proto)
+        udp_at = ip_at + _IPV6_LEN
+        ip_end = udp_at + payload_len
+    else:
+        raise NotRoce(f"IP version {version}")
+    if proto != IPPROTO_UDP:
+        raise NotRoce(f"IP protocol {proto} is not UDP")
+    if ip_end > len(view):
+        raise TruncatedPacket(f"IP says {ip_end - ip_at} bytes, the frame holds {len(view) - ip_at}")
+    if ip_end < udp_at + _UDP_LEN:
+        raise LengthMismatch("IP datagram too short for a UDP header")
+    sport, dport, udp_len, checksum = _UDP.unpack_from(view, udp_at)
+    if dport != ROCE_UDP_PORT:
+        raise NotRoce(f"UDP port {dport} is not RoCEv2 ({ROCE_UDP_PORT})")
+    if udp_len != ip_end - udp_at:
+        raise LengthMismatch(f"UDP length {udp_len} disagrees with the IP length ({ip_end - udp_at})")
+    roce_at = udp_at + _UDP_LEN
+    udp_payload = view[roce_at:ip_end]
+    packet = parse_packet(udp_payload)
+    icrc = int.from_bytes(udp_payload[-ICRC_LEN:], "little")
+    icrc_ok = compute_icrc(view[ip_at:roce_at], udp_payload[:-ICRC_LEN]) == icrc
+    return Frame(bytes(view[:ip_at]), ip, UdpHeader(sport, dport, checksum), packet, icrc, icrc_ok, bytes(view[ip_end:]))
+
+
+def format_address(raw: bytes) -> str:
+    """``10.0.0.2`` or ``fe80::1`` for a 4- or 16-byte address."""
+    return str(ipaddress.ip_address(bytes(raw)))

@@ -1,0 +1,153 @@
+"""A RoCEv2 packet as a value: parse a UDP payload into one, build one back into bytes.
+
+Contract: ``parse_packet`` accepts any bytes and either returns a ``Packet`` or raises a
+``MalformedPacket`` subclass naming the problem; nothing else escapes. It checks what the
+packet says about itself (TVer, opcode, header and pad lengths, payload allowed by the
+opcode); rules that need QP state, such as the path MTU, belong to the transport
+(``PayloadRule.allows``). The ICRC is not part of the value: it depends on the IP header and
+is handled by ``pyroce.wire.icrc`` and ``pyroce.wire.framing``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pyroce.wire.bth import BTH, pack_bth, unpack_bth
+from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
+from pyroce.wire.headers import CODECS, AtomicAckEth, AtomicEth, Aeth, Buffer, Deth, Feth, Reth
+from pyroce.wire.opcodes import BTH_LEN, ICRC_LEN, OPCODES, OpInfo, PayloadRule
+
+
+class Packet(NamedTuple):
+    """One RoCEv2 packet: BTH, the extension headers its opcode carries (others ``None``)
+    and the payload without padding. A parsed payload is a view into the parsed buffer."""
+
+    bth: BTH
+    payload: Buffer = b""
+    deth: Deth | None = None
+    feth: Feth | None = None
+    reth: Reth | None = None
+    atomiceth: AtomicEth | None = None
+    aeth: Aeth | None = None
+    atomicacketh: AtomicAckEth | None = None
+    immdt: int | None = None
+    ieth: int | None = None
+    cnp: bytes | None = None
+
+    @property
+    def info(self) -> OpInfo:
+        """The opcode table row of this packet (``BuildError`` for an unknown opcode)."""
+        return _info(self.bth.opcode)
+
+    @property
+    def pad(self) -> int:
+        """PadCnt: zero bytes after the payload up to a 4-byte boundary."""
+        return -len(self.payload) & 3
+
+
+_SLOT = {field: index for index, field in enumerate(Packet._fields)}
+_EMPTY_FIELDS = (None,) * len(Packet._fields)
+
+
+class _Layout(NamedTuple):
+    """Precomputed per opcode: where each header's value sits in ``Packet`` and in bytes."""
+
+    info: OpInfo
+    present: tuple[tuple[int, int, object, object], ...]  # (slot, offset, unpack, pack)
+    absent_slots: tuple[int, ...]
+
+
+def _layout(info: OpInfo) -> _Layout:
+    present = []
+    for flag, offset in info.offsets:
+        codec = CODECS[flag]
+        present.append((_SLOT[codec.field], offset, codec.unpack, codec.pack))
+    used = {slot for slot, *_ in present}
+    absent = tuple(_SLOT[c.field] for c in CODECS.values() if _SLOT[c.field] not in used)
+    return _Layout(info, tuple(present), absent)
+
+
+_LAYOUTS: tuple[_Layout | None, ...] = tuple(_layout(info) if info else None for info in OPCODES)
+
+
+def _info(opcode: int) -> OpInfo:
+    layout = _LAYOUTS[opcode] if 0 <= opcode <= 0xFF else None
+    if layout is None:
+        raise BuildError(f"opcode 0x{opcode:x} is not a supported RoCEv2 opcode")
+    return layout.info
+
+
+def parse_packet(data: Buffer) -> Packet:
+    """Parse a RoCEv2 UDP payload (BTH through ICRC) into a ``Packet``.
+
+    Raises ``TruncatedPacket``, ``UnknownOpcode``, ``BadTransportVersion``, ``BadPadCount``
+    or ``LengthMismatch``."""
+    view = memoryview(data)
+    size = len(view)
+    if size < BTH_LEN + ICRC_LEN:
+        raise TruncatedPacket(f"{size} bytes is shorter than a BTH and ICRC ({BTH_LEN + ICRC_LEN})")
+    layout = _LAYOUTS[view[0]]
+    if layout is None:
+        raise UnknownOpcode(f"opcode 0x{view[0]:02x} is reserved or unsupported")
+    bth, pad = unpack_bth(view)
+    info = layout.info
+    payload_end = size - ICRC_LEN - pad
+    payload_len = payload_end - info.hdr_len
+    if size < info.hdr_len + ICRC_LEN:
+        raise TruncatedPacket(f"{info.name} needs {info.hdr_len + ICRC_LEN} bytes of headers and ICRC, got {size}")
+    if payload_len < 0:
+        raise BadPadCount(f"PadCnt {pad} is larger than the {payload_len + pad}-byte payload of {info.name}")
+    if pad != -payload_len & 3:
+        raise BadPadCount(f"PadCnt {pad} does not pad a {payload_len}-byte payload to 4 bytes")
+    rule = info.payload
+    if rule is PayloadRule.NONE and payload_len:
+        raise LengthMismatch(f"{info.name} carries no payload, got {payload_len} bytes")
+    if rule is PayloadRule.FIXED8 and payload_len != 8:
+        raise LengthMismatch(f"{info.name} carries 8 bytes of payload, got {payload_len}")
+    fields = list(_EMPTY_FIELDS)
+    fields[0] = bth
+    fields[1] = view[info.hdr_len : payload_end]
+    for slot, offset, unpack, _ in layout.present:
+        fields[slot] = unpack(view, offset)  # type: ignore[operator]
+    return Packet._make(fields)
+
+
+def packet_length(pkt: Packet) -> int:
+    """Bytes of the UDP payload ``pkt`` builds to: headers, payload, pad and ICRC."""
+    return _info(pkt.bth.opcode).hdr_len + ((len(pkt.payload) + 3) & ~3) + ICRC_LEN
+
+
+def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
+    """Write ``pkt`` from BTH through padding at ``offset``; returns the bytes written.
+
+    The 4-byte ICRC slot that follows is left to the caller (``framing.build_datagram`` or a
+    link that fills it in place). Raises ``BuildError`` when the headers present do not match
+    the opcode or a field is out of range."""
+    layout = _LAYOUTS[pkt.bth.opcode] if 0 <= pkt.bth.opcode <= 0xFF else None
+    if layout is None:
+        raise BuildError(f"opcode 0x{pkt.bth.opcode:x} is not a supported RoCEv2 opcode")
+    info = layout.info
+    payload = pkt.payload
+    payload_len = len(payload)
+    rule = info.payload
+    if (rule is PayloadRule.NONE and payload_len) or (rule is PayloadRule.FIXED8 and payload_len != 8):
+        raise BuildError(f"{info.name} carries {rule.value} payload bytes, not {payload_len}")
+    for slot in layout.absent_slots:
+        if pkt[slot] is not None:
+            raise BuildError(f"{info.name} carries no {Packet._fields[slot]} header")
+    pad = -payload_len & 3
+    written = info.hdr_len + payload_len + pad
+    if offset < 0 or len(buf) < offset + written + ICRC_LEN:
+        raise BuildError(f"{info.name}: {written + ICRC_LEN} bytes do not fit at offset {offset} of {len(buf)}")
+    pack_bth(buf, offset, pkt.bth, pad)
+    for slot, hdr_offset, _, pack in layout.present:
+        value = pkt[slot]
+        if value is None:
+            raise BuildError(f"{info.name} needs a {Packet._fields[slot]} header")
+        pack(buf, offset + hdr_offset, value)  # type: ignore[operator]
+    start = offset + info.hdr_len
+    end = start + payload_len
+    buf[start:end] = payload
+    if pad:
+        buf[end : end + pad] = bytes(pad)
+    return written
