@@ -23,7 +23,6 @@ IPV4_UDP_LEN = 28
 IPV6_UDP_LEN = 48
 _PREFIX_CRC = crc32(b"\xff" * 8)
 _MASKED_BTH_BYTE4 = b"\xff"
-_IPV6_MASKED_WORD0 = b"\x6f\xff\xff\xff"
 
 
 def _masked_headers(ip_udp: Buffer) -> bytearray:
@@ -34,7 +33,8 @@ def _masked_headers(ip_udp: Buffer) -> bytearray:
         hdr[8] = 0xFF  # TTL
         hdr[10:12] = b"\xff\xff"  # header checksum
     elif len(hdr) == IPV6_UDP_LEN:
-        hdr[0:4] = _IPV6_MASKED_WORD0  # version kept, traffic class + flow label masked
+        hdr[0] |= 0x0F  # version kept; traffic class and flow label masked
+        hdr[1:4] = b"\xff\xff\xff"
         hdr[7] = 0xFF  # hop limit
     else:
         raise LengthMismatch(f"IP+UDP headers are {len(hdr)} bytes, expected 28 (IPv4) or 48 (IPv6)")

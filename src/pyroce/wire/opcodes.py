@@ -70,7 +70,7 @@ HEADER_FLAGS = (
 class PayloadRule(enum.Enum):
     """How many payload bytes a packet of an opcode carries, given the path MTU."""
 
-    NONE = "none"  # no payload at all
+    NONE = "0"  # no payload at all
     FULL = "PMTU"  # FIRST and MIDDLE: exactly PMTU
     TAIL = "1..PMTU"  # LAST: at least one byte, at most PMTU
     ANY = "0..PMTU"  # ONLY: zero up to PMTU

@@ -131,7 +131,7 @@ def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> 
     payload_len = len(payload)
     rule = info.payload
     if (rule is PayloadRule.NONE and payload_len) or (rule is PayloadRule.FIXED8 and payload_len != 8):
-        raise BuildError(f"{info.name} carries {rule.value} payload bytes, not {payload_len}")
+        raise BuildError(f"{info.name} payload must be {rule.value} bytes, not {payload_len}")
     for slot in layout.absent_slots:
         if pkt[slot] is not None:
             raise BuildError(f"{info.name} carries no {Packet._fields[slot]} header")

@@ -1,0 +1,192 @@
+"""parse_packet / build: round trips over every opcode and field, and hostile bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyroce.wire import (
+    BTH,
+    OPCODES,
+    BadPadCount,
+    BadTransportVersion,
+    BuildError,
+    IPv4Header,
+    IPv6Header,
+    LengthMismatch,
+    MalformedPacket,
+    Opcode,
+    Packet,
+    Reth,
+    TruncatedPacket,
+    UdpHeader,
+    UnknownOpcode,
+    build_datagram,
+    build_packet_into,
+    packet_length,
+    parse_packet,
+    verify_icrc,
+)
+from pyroce.wire.framing import pack_ip_udp
+from strategies import packets
+
+IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02", traffic_class=3, flow_label=0x12345)
+UDP = UdpHeader(0xC001)
+
+
+def datagram(pkt: Packet) -> bytes:
+    return bytes(build_datagram(pkt, IP4, UDP))
+
+
+def headers_for(pkt: Packet, ip=IP4) -> bytes:
+    buf = bytearray(48)
+    n = pack_ip_udp(buf, 0, ip, UDP, packet_length(pkt))
+    return bytes(buf[:n])
+
+
+@settings(max_examples=600)
+@given(packets(), st.sampled_from([IP4, IP6]))
+def test_round_trip_every_opcode(pkt, ip):
+    data = bytes(build_datagram(pkt, ip, UDP))
+    assert len(data) == packet_length(pkt)
+    assert len(data) % 4 == 0  # padding keeps the ICRC aligned
+    assert parse_packet(data) == pkt
+    assert verify_icrc(headers_for(pkt, ip), data)
+
+
+@given(packets())
+def test_build_into_offset_matches_build(pkt):
+    data = datagram(pkt)
+    buf = bytearray(7 + len(data))
+    written = build_packet_into(buf, 7, pkt)
+    assert written == len(data) - 4
+    assert buf[7 : 7 + written] == data[:-4]
+
+
+def test_padding_bytes_and_padcnt():
+    pkt = Packet(BTH(Opcode.RC_SEND_ONLY, dqpn=0x11, psn=5), b"abcde")
+    data = datagram(pkt)
+    assert (data[1] >> 4) & 3 == 3
+    assert data[12:20] == b"abcde\x00\x00\x00"
+    assert pkt.pad == 3
+
+
+def test_bth_bytes_are_laid_out_as_the_spec():
+    pkt = Packet(
+        BTH(Opcode.RC_RDMA_WRITE_FIRST, dqpn=0xABCDEF, psn=0x123456, ackreq=True, se=True, mig=True, pkey=0x8001,
+            fecn=True, becn=True),
+        bytes(4),
+        reth=Reth(va=0x1122334455667788, rkey=0x99AABBCC, dma_len=0x1000),
+    )
+    data = datagram(pkt)
+    assert data[:12] == bytes.fromhex("06 c0 8001 c0abcdef 80123456")
+    assert data[12:28] == bytes.fromhex("1122334455667788 99aabbcc 00001000")
+
+
+def test_all_256_opcodes_known_or_rejected():
+    supported = {info.opcode for info in OPCODES if info is not None}
+    assert len(supported) == 40
+    for opcode in range(256):
+        data = bytes([opcode]) + bytes(47)
+        if opcode in supported:
+            continue
+        with pytest.raises(UnknownOpcode, match=f"opcode 0x{opcode:02x} is reserved or unsupported"):
+            parse_packet(data)
+
+
+@pytest.mark.parametrize(
+    "data, error, message",
+    [
+        (bytes(15), TruncatedPacket, "15 bytes is shorter than a BTH and ICRC (16)"),
+        (bytes.fromhex("0c00ffff00000011 00000001") + bytes(4), TruncatedPacket,
+         "RC_RDMA_READ_REQUEST needs 32 bytes of headers and ICRC, got 16"),
+        (bytes.fromhex("0401ffff00000011 00000001") + bytes(4), BadTransportVersion, "BTH TVer is 1, must be 0"),
+        (bytes.fromhex("0430ffff00000011 00000001") + bytes(4), BadPadCount,
+         "PadCnt 3 is larger than the 0-byte payload of RC_SEND_ONLY"),
+        (bytes.fromhex("0410ffff00000011 00000001") + bytes(7), BadPadCount,
+         "PadCnt 1 does not pad a 2-byte payload to 4 bytes"),
+        (bytes.fromhex("1100ffff00000011 00000001 00000000") + bytes(4) + bytes(4), LengthMismatch,
+         "RC_ACKNOWLEDGE carries no payload, got 4 bytes"),
+        (bytes.fromhex("1d00ffff00000011 00000001") + bytes(16) + bytes(4) + bytes(4), LengthMismatch,
+         "RC_ATOMIC_WRITE carries 8 bytes of payload, got 4"),
+    ],
+)
+def test_malformed_packets_name_their_problem(data, error, message):
+    with pytest.raises(error) as info:
+        parse_packet(data)
+    assert str(info.value) == message
+
+
+@settings(max_examples=3000)
+@given(st.binary(max_size=120))
+def test_arbitrary_bytes_raise_only_malformed_packet(data):
+    try:
+        pkt = parse_packet(data)
+    except MalformedPacket:
+        return
+    assert packet_length(pkt) == len(data)
+
+
+@settings(max_examples=500)
+@given(packets(), st.data())
+def test_mutated_packets_raise_only_malformed_packet(pkt, data):
+    raw = bytearray(datagram(pkt))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    try:
+        parse_packet(bytes(raw[:cut]))
+    except MalformedPacket:
+        pass
+
+
+def test_every_truncation_of_a_packet_is_caught_or_fails_the_icrc():
+    pkt = Packet(BTH(Opcode.RC_RDMA_WRITE_ONLY, 0x11, 7), bytes(range(37)), reth=Reth(0x1000, 0x42, 37))
+    data = datagram(pkt)
+    hdrs = headers_for(pkt)
+    for cut in range(len(data)):
+        try:
+            parse_packet(data[:cut])
+        except MalformedPacket:
+            continue
+        assert not verify_icrc(hdrs, data[:cut]), f"a {cut}-byte cut parsed with a valid ICRC"
+
+
+@pytest.mark.parametrize(
+    "pkt, message",
+    [
+        (Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 1, 1), bytes(4)), "RC_RDMA_WRITE_FIRST needs a reth header"),
+        (Packet(BTH(Opcode.RC_SEND_ONLY, 1, 1), reth=Reth(0, 0, 0)), "RC_SEND_ONLY carries no reth header"),
+        (Packet(BTH(Opcode.RC_ACKNOWLEDGE, 1, 1), b"x"), "RC_ACKNOWLEDGE payload must be 0 bytes, not 1"),
+        (Packet(BTH(0x15, 1, 1)), "opcode 0x15 is not a supported RoCEv2 opcode"),
+        (Packet(BTH(Opcode.RC_SEND_ONLY, 1 << 24, 1)), "BTH dqpn 0x1000000 or psn 0x1 does not fit 24 bits"),
+    ],
+)
+def test_build_rejects_inconsistent_values(pkt, message):
+    with pytest.raises(BuildError) as info:
+        build_datagram(pkt, IP4, UDP)
+    assert str(info.value) == message
+
+
+def test_build_rejects_out_of_range_header_fields():
+    pkt = Packet(BTH(Opcode.RC_RDMA_WRITE_ONLY, 1, 1), b"", reth=Reth(1 << 64, 0, 0))
+    with pytest.raises(BuildError, match="Reth: cannot pack"):
+        datagram(pkt)
+
+
+def test_build_into_a_short_buffer_is_refused():
+    pkt = Packet(BTH(Opcode.RC_SEND_ONLY, 1, 1), bytes(100))
+    buf = bytearray(64)
+    with pytest.raises(BuildError, match="do not fit"):
+        build_packet_into(buf, 0, pkt)
+    assert len(buf) == 64
+
+
+def test_parsed_payload_is_a_view_not_a_copy():
+    data = bytearray(datagram(Packet(BTH(Opcode.RC_SEND_ONLY, 1, 1), b"abcd")))
+    pkt = parse_packet(memoryview(data))
+    assert isinstance(pkt.payload, memoryview)
+    data[12] = ord("z")
+    assert bytes(pkt.payload) == b"zbcd"
