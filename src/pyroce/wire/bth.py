@@ -7,6 +7,7 @@ are ignored on receive and sent as zero, as rxe does.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -41,6 +42,9 @@ class BTH(NamedTuple):
     becn: bool = False
 
 
+_new_bth = functools.partial(tuple.__new__, BTH)  # NamedTuple.__new__ without its Python frame
+
+
 def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BTH, int]:
     """Parse the BTH at ``offset``; returns the value and its PadCnt.
 
@@ -48,34 +52,34 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     opcode, flags, pkey, word1, word2 = _BTH.unpack_from(buf, offset)
     if flags & _TVER_MASK:
         raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
-    bth = BTH(
+    bth = _new_bth((
         opcode,
         word1 & _LOW24,
         word2 & _LOW24,
-        bool(word2 & _ACKREQ),
-        bool(flags & _SE),
-        bool(flags & _MIG),
+        word2 & _ACKREQ != 0,
+        flags & _SE != 0,
+        flags & _MIG != 0,
         pkey,
-        bool(word1 & _FECN),
-        bool(word1 & _BECN),
-    )
+        word1 & _FECN != 0,
+        word1 & _BECN != 0,
+    ))
     return bth, (flags >> 4) & 3
 
 
 def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> None:
     """Write ``bth`` with PadCnt ``pad`` at ``offset``."""
     opcode, dqpn, psn, ackreq, se, mig, pkey, fecn, becn = bth
-    if dqpn > _LOW24 or psn > _LOW24 or dqpn < 0 or psn < 0:
+    if (dqpn | psn) & ~_LOW24:  # also catches negative values
         raise BuildError(f"BTH dqpn 0x{dqpn:x} or psn 0x{psn:x} does not fit 24 bits")
     try:
         _BTH.pack_into(
             buf,
             offset,
             opcode,
-            (_SE if se else 0) | (_MIG if mig else 0) | (pad << 4),
+            (se << 7) | (mig << 6) | (pad << 4),
             pkey,
-            (_FECN if fecn else 0) | (_BECN if becn else 0) | dqpn,
-            (_ACKREQ if ackreq else 0) | psn,
+            (fecn << 31) | (becn << 30) | dqpn,
+            (ackreq << 31) | psn,
         )
     except struct.error as exc:
         raise BuildError(f"BTH field out of range: {exc}") from None

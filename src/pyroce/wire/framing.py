@@ -14,7 +14,7 @@ import struct
 from typing import NamedTuple
 
 from pyroce.wire.errors import BuildError, LengthMismatch, NotRoce, TruncatedPacket
-from pyroce.wire.icrc import ICRC_LEN, IPV4_UDP_LEN, IPV6_UDP_LEN, compute_icrc
+from pyroce.wire.icrc import ICRC_LEN, IPV4_UDP_LEN, IPV6_UDP_LEN, compute_icrc, icrc_from_seed, icrc_seed, verify_icrc_from_seed
 from pyroce.wire.packet import Buffer, Packet, build_packet_into, packet_length, parse_packet
 
 ROCE_UDP_PORT = 4791
@@ -121,14 +121,55 @@ def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: Udp
     return ip_len + _UDP_LEN
 
 
+class RocePath:
+    """The IP and UDP headers that carry one flow's packets, with the ICRC state after them
+    cached per UDP length (a flow sends few distinct lengths), so building or checking a
+    packet CRCs only its own bytes. This is what a UDP or raw link keeps per peer."""
+
+    __slots__ = ("ip", "udp", "header_len", "_seeds")
+
+    def __init__(self, ip: IpHeader, udp: UdpHeader) -> None:
+        self.ip = ip
+        self.udp = udp
+        self.header_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
+        self._seeds: dict[int, int] = {}
+
+    def headers(self, udp_payload_len: int) -> bytearray:
+        """The raw IP and UDP headers of a datagram with ``udp_payload_len`` bytes of payload."""
+        buf = bytearray(self.header_len)
+        pack_ip_udp(buf, 0, self.ip, self.udp, udp_payload_len)
+        return buf
+
+    def seed(self, udp_payload_len: int) -> int:
+        """ICRC state after the masked headers of a ``udp_payload_len``-byte datagram."""
+        seed = self._seeds.get(udp_payload_len)
+        if seed is None:
+            seed = self._seeds[udp_payload_len] = icrc_seed(self.headers(udp_payload_len))
+        return seed
+
+    def build_into(self, buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
+        """Write ``pkt`` and its ICRC at ``offset`` of ``buf``; returns the UDP payload length."""
+        written = build_packet_into(buf, offset, pkt)
+        size = written + ICRC_LEN
+        view = buf if isinstance(buf, memoryview) else memoryview(buf)
+        icrc = icrc_from_seed(self.seed(size), view[offset : offset + written])
+        _ICRC.pack_into(buf, offset + written, icrc)
+        return size
+
+    def verify(self, udp_payload: Buffer) -> bool:
+        """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path."""
+        return verify_icrc_from_seed(self.seed(len(udp_payload)), udp_payload)
+
+
+_ICRC = struct.Struct("<I")
+
+
 def build_datagram(pkt: Packet, ip: IpHeader, udp: UdpHeader) -> bytearray:
     """The UDP payload of ``pkt``: BTH through padding, then the ICRC computed over the IP and
     UDP headers that will carry it."""
-    size = packet_length(pkt)
-    hdr_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
-    buf = bytearray(hdr_len + size)
-    _fill(buf, 0, ip, udp, pkt, size)
-    return buf[hdr_len:]
+    buf = bytearray(packet_length(pkt))
+    RocePath(ip, udp).build_into(buf, 0, pkt)
+    return buf
 
 
 def build_frame(frame: Frame) -> bytearray:

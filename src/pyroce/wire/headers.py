@@ -9,10 +9,10 @@ out bytes.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any, Callable, NamedTuple
 
-from pyroce.wire.errors import BuildError
 from pyroce.wire.opcodes import HEADER_LEN, OpFlag
 
 Buffer = bytes | bytearray | memoryview
@@ -71,32 +71,22 @@ class HeaderCodec(NamedTuple):
     field: str  # the Packet field that holds the value
     size: int
     unpack: Callable[[Buffer, int], Any]
-    pack: Callable[[bytearray | memoryview, int, Any], None]
-
-
-def _checked(pack: Callable[..., None], name: str) -> Callable[[bytearray | memoryview, int, Any], None]:
-    """Turn struct's range errors into ``BuildError`` naming the header."""
-
-    def pack_checked(buf: bytearray | memoryview, offset: int, value: Any) -> None:
-        try:
-            pack(buf, offset, value)
-        except (struct.error, TypeError, ValueError) as exc:
-            raise BuildError(f"{name}: cannot pack {value!r}: {exc}") from None
-
-    return pack_checked
+    pack: Callable[[bytearray | memoryview, int, Any], None]  # raises struct.error or ValueError
 
 
 def _tuple_codec(flag: OpFlag, field: str, fmt: str, cls: type) -> HeaderCodec:
     layout = struct.Struct(fmt)
     assert layout.size == HEADER_LEN[flag]
 
+    new = functools.partial(tuple.__new__, cls)  # NamedTuple.__new__ without its Python frame
+
     def unpack(buf: Buffer, offset: int) -> Any:
-        return cls._make(layout.unpack_from(buf, offset))
+        return new(layout.unpack_from(buf, offset))
 
     def pack(buf: bytearray | memoryview, offset: int, value: Any) -> None:
         layout.pack_into(buf, offset, *value)
 
-    return HeaderCodec(flag, field, layout.size, unpack, _checked(pack, cls.__name__))
+    return HeaderCodec(flag, field, layout.size, unpack, pack)
 
 
 _U32 = struct.Struct(">I")
@@ -163,14 +153,14 @@ def _pack_cnp(buf: bytearray | memoryview, offset: int, reserved: bytes) -> None
 
 
 CODECS: dict[OpFlag, HeaderCodec] = {
-    OpFlag.DETH: HeaderCodec(OpFlag.DETH, "deth", 8, _unpack_deth, _checked(_pack_deth, "DETH")),
-    OpFlag.FETH: HeaderCodec(OpFlag.FETH, "feth", 4, _unpack_feth, _checked(_pack_feth, "FETH")),
+    OpFlag.DETH: HeaderCodec(OpFlag.DETH, "deth", 8, _unpack_deth, _pack_deth),
+    OpFlag.FETH: HeaderCodec(OpFlag.FETH, "feth", 4, _unpack_feth, _pack_feth),
     OpFlag.RETH: _tuple_codec(OpFlag.RETH, "reth", ">QII", Reth),
     OpFlag.ATMETH: _tuple_codec(OpFlag.ATMETH, "atomiceth", ">QIQQ", AtomicEth),
-    OpFlag.AETH: HeaderCodec(OpFlag.AETH, "aeth", 4, _unpack_aeth, _checked(_pack_aeth, "AETH")),
+    OpFlag.AETH: HeaderCodec(OpFlag.AETH, "aeth", 4, _unpack_aeth, _pack_aeth),
     OpFlag.ATMACK: _tuple_codec(OpFlag.ATMACK, "atomicacketh", ">Q", AtomicAckEth),
-    OpFlag.IMMDT: HeaderCodec(OpFlag.IMMDT, "immdt", 4, _unpack_u32, _checked(_pack_u32, "ImmDt")),
-    OpFlag.IETH: HeaderCodec(OpFlag.IETH, "ieth", 4, _unpack_u32, _checked(_pack_u32, "IETH")),
-    OpFlag.CNP: HeaderCodec(OpFlag.CNP, "cnp", 16, _unpack_cnp, _checked(_pack_cnp, "CNP")),
+    OpFlag.IMMDT: HeaderCodec(OpFlag.IMMDT, "immdt", 4, _unpack_u32, _pack_u32),
+    OpFlag.IETH: HeaderCodec(OpFlag.IETH, "ieth", 4, _unpack_u32, _pack_u32),
+    OpFlag.CNP: HeaderCodec(OpFlag.CNP, "cnp", 16, _unpack_cnp, _pack_cnp),
 }
 """The codec of every extension header, keyed by its ``OpFlag``."""

@@ -22,7 +22,6 @@ ICRC_LEN = 4
 IPV4_UDP_LEN = 28
 IPV6_UDP_LEN = 48
 _PREFIX_CRC = crc32(b"\xff" * 8)
-_MASKED_BTH_BYTE4 = b"\xff"
 
 
 def _masked_headers(ip_udp: Buffer) -> bytearray:
@@ -42,23 +41,61 @@ def _masked_headers(ip_udp: Buffer) -> bytearray:
     return hdr
 
 
+def icrc_seed(ip_udp: Buffer) -> int:
+    """CRC state after the 0xFF prefix and the masked IP + UDP headers.
+
+    Every packet of one path and one length shares it, so a link can compute it once per
+    (path, length) and pass it to ``icrc_from_seed``."""
+    return crc32(_masked_headers(ip_udp), _PREFIX_CRC)
+
+
+_RESIDUE = 0x2144DF1C  # CRC-32 of any message followed by its own CRC, little-endian
+_BTH_BYTE4 = 4
+_MAX_CORRECTIONS = 4096
+_corrections: dict[int, int] = {}
+
+
+def _correction(length: int, byte4: int) -> int:
+    """What to XOR into the CRC of ``length`` bytes whose byte 4 is ``byte4`` to get the CRC
+    with byte 4 masked to 0xFF.
+
+    CRC-32 is affine: two inputs of one length differ in CRC by the raw CRC of their XOR,
+    which here is zero but for byte 4. So one CRC call covers BTH through padding, with no
+    slicing and no copy; the correction is cached per (length, byte 4)."""
+    key = (length << 8) | byte4
+    value = _corrections.get(key)
+    if value is None:
+        if len(_corrections) >= _MAX_CORRECTIONS:
+            _corrections.clear()
+        diff = bytearray(length)
+        diff[_BTH_BYTE4] = byte4 ^ 0xFF
+        value = _corrections[key] = crc32(diff, 0xFFFFFFFF) ^ 0xFFFFFFFF
+    return value
+
+
+def icrc_from_seed(seed: int, roce: Buffer) -> int:
+    """ICRC of ``roce`` (BTH through padding, no ICRC) after headers summarised by ``seed``."""
+    return crc32(roce, seed) ^ _correction(len(roce), roce[_BTH_BYTE4])
+
+
 def compute_icrc(ip_udp: Buffer, roce: Buffer) -> int:
     """ICRC of a RoCEv2 packet.
 
     ``ip_udp``: the raw IPv4 (20 bytes, no options) or IPv6 (40) header and the UDP header,
     exactly as on the wire (lengths included). ``roce``: BTH through padding, without the ICRC.
     """
-    view = memoryview(roce)
-    crc = crc32(_masked_headers(ip_udp), _PREFIX_CRC)
-    crc = crc32(view[:4], crc)
-    crc = crc32(_MASKED_BTH_BYTE4, crc)
-    return crc32(view[5:], crc)
+    return icrc_from_seed(icrc_seed(ip_udp), roce)
+
+
+def verify_icrc_from_seed(seed: int, udp_payload: Buffer) -> bool:
+    """Whether the last 4 bytes of ``udp_payload`` are its ICRC, given the headers' seed
+    (checked as the CRC residue of the whole payload, ICRC included)."""
+    size = len(udp_payload)
+    if size < ICRC_LEN + _BTH_BYTE4 + 1:
+        return False
+    return crc32(udp_payload, seed) ^ _correction(size, udp_payload[_BTH_BYTE4]) == _RESIDUE
 
 
 def verify_icrc(ip_udp: Buffer, udp_payload: Buffer) -> bool:
     """Whether the last 4 bytes of ``udp_payload`` are the right ICRC for the rest."""
-    view = memoryview(udp_payload)
-    if len(view) < ICRC_LEN + 5:
-        return False
-    received = int.from_bytes(view[-ICRC_LEN:], "little")
-    return compute_icrc(ip_udp, view[:-ICRC_LEN]) == received
+    return verify_icrc_from_seed(icrc_seed(ip_udp), udp_payload)

@@ -10,7 +10,9 @@ is handled by ``pyroce.wire.icrc`` and ``pyroce.wire.framing``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+import struct
+from typing import Any, Callable, NamedTuple
 
 from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
@@ -47,14 +49,16 @@ class Packet(NamedTuple):
 
 _SLOT = {field: index for index, field in enumerate(Packet._fields)}
 _EMPTY_FIELDS = (None,) * len(Packet._fields)
+_new_packet = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
 
 
 class _Layout(NamedTuple):
     """Precomputed per opcode: where each header's value sits in ``Packet`` and in bytes."""
 
     info: OpInfo
-    present: tuple[tuple[int, int, object, object], ...]  # (slot, offset, unpack, pack)
-    absent_slots: tuple[int, ...]
+    present: tuple[tuple[int, int, Callable[..., Any], Callable[..., Any]], ...]  # (slot, offset, unpack, pack)
+    nones: int  # how many Packet fields are None in a well-formed packet of this opcode
+    exact_payload: int  # the only payload length the opcode allows (0 or 8), or -1 for PMTU-bound ones
 
 
 def _layout(info: OpInfo) -> _Layout:
@@ -62,9 +66,8 @@ def _layout(info: OpInfo) -> _Layout:
     for flag, offset in info.offsets:
         codec = CODECS[flag]
         present.append((_SLOT[codec.field], offset, codec.unpack, codec.pack))
-    used = {slot for slot, *_ in present}
-    absent = tuple(_SLOT[c.field] for c in CODECS.values() if _SLOT[c.field] not in used)
-    return _Layout(info, tuple(present), absent)
+    exact = {PayloadRule.NONE: 0, PayloadRule.FIXED8: 8}.get(info.payload, -1)
+    return _Layout(info, tuple(present), len(CODECS) - len(present), exact)
 
 
 _LAYOUTS: tuple[_Layout | None, ...] = tuple(_layout(info) if info else None for info in OPCODES)
@@ -99,17 +102,14 @@ def parse_packet(data: Buffer) -> Packet:
         raise BadPadCount(f"PadCnt {pad} is larger than the {payload_len + pad}-byte payload of {info.name}")
     if pad != -payload_len & 3:
         raise BadPadCount(f"PadCnt {pad} does not pad a {payload_len}-byte payload to 4 bytes")
-    rule = info.payload
-    if rule is PayloadRule.NONE and payload_len:
-        raise LengthMismatch(f"{info.name} carries no payload, got {payload_len} bytes")
-    if rule is PayloadRule.FIXED8 and payload_len != 8:
-        raise LengthMismatch(f"{info.name} carries 8 bytes of payload, got {payload_len}")
+    if layout.exact_payload >= 0 and payload_len != layout.exact_payload:
+        raise LengthMismatch(f"{info.name} carries {info.payload.value} bytes of payload, got {payload_len}")
     fields = list(_EMPTY_FIELDS)
     fields[0] = bth
     fields[1] = view[info.hdr_len : payload_end]
     for slot, offset, unpack, _ in layout.present:
         fields[slot] = unpack(view, offset)  # type: ignore[operator]
-    return Packet._make(fields)
+    return _new_packet(fields)
 
 
 def packet_length(pkt: Packet) -> int:
@@ -120,34 +120,41 @@ def packet_length(pkt: Packet) -> int:
 def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
     """Write ``pkt`` from BTH through padding at ``offset``; returns the bytes written.
 
-    The 4-byte ICRC slot that follows is left to the caller (``framing.build_datagram`` or a
-    link that fills it in place). Raises ``BuildError`` when the headers present do not match
-    the opcode or a field is out of range."""
-    layout = _LAYOUTS[pkt.bth.opcode] if 0 <= pkt.bth.opcode <= 0xFF else None
+    The 4-byte ICRC slot that follows is left to the caller (``framing.RocePath`` fills it).
+    Raises ``BuildError`` when the headers present do not match the opcode, a field is out of
+    range, or the packet and its ICRC slot do not fit in ``buf``."""
+    bth = pkt.bth
+    layout = _LAYOUTS[bth.opcode] if 0 <= bth.opcode <= 0xFF else None
     if layout is None:
-        raise BuildError(f"opcode 0x{pkt.bth.opcode:x} is not a supported RoCEv2 opcode")
+        raise BuildError(f"opcode 0x{bth.opcode:x} is not a supported RoCEv2 opcode")
     info = layout.info
     payload = pkt.payload
     payload_len = len(payload)
-    rule = info.payload
-    if (rule is PayloadRule.NONE and payload_len) or (rule is PayloadRule.FIXED8 and payload_len != 8):
-        raise BuildError(f"{info.name} payload must be {rule.value} bytes, not {payload_len}")
-    for slot in layout.absent_slots:
-        if pkt[slot] is not None:
-            raise BuildError(f"{info.name} carries no {Packet._fields[slot]} header")
+    if layout.exact_payload >= 0 and payload_len != layout.exact_payload:
+        raise BuildError(f"{info.name} payload must be {info.payload.value} bytes, not {payload_len}")
     pad = -payload_len & 3
     written = info.hdr_len + payload_len + pad
     if offset < 0 or len(buf) < offset + written + ICRC_LEN:
         raise BuildError(f"{info.name}: {written + ICRC_LEN} bytes do not fit at offset {offset} of {len(buf)}")
-    pack_bth(buf, offset, pkt.bth, pad)
+    pack_bth(buf, offset, bth, pad)
     for slot, hdr_offset, _, pack in layout.present:
         value = pkt[slot]
         if value is None:
             raise BuildError(f"{info.name} needs a {Packet._fields[slot]} header")
-        pack(buf, offset + hdr_offset, value)  # type: ignore[operator]
+        try:
+            pack(buf, offset + hdr_offset, value)
+        except (struct.error, TypeError, ValueError) as exc:
+            raise BuildError(f"{info.name}: cannot pack {Packet._fields[slot]} {value!r}: {exc}") from None
+    if pkt.count(None) != layout.nones:
+        extra = [f for f, v in zip(Packet._fields[2:], pkt[2:]) if v is not None and _SLOT[f] not in
+                 {slot for slot, *_ in layout.present}]
+        raise BuildError(f"{info.name} carries no {extra[0]} header")
     start = offset + info.hdr_len
     end = start + payload_len
     buf[start:end] = payload
     if pad:
-        buf[end : end + pad] = bytes(pad)
+        buf[end : end + pad] = _PADDING[pad]
     return written
+
+
+_PADDING = (b"", b"\0", b"\0\0", b"\0\0\0")
