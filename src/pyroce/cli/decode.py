@@ -7,7 +7,7 @@ one line per frame what a malformed packet got wrong.
 from __future__ import annotations
 
 import argparse
-from typing import NamedTuple, TextIO
+from typing import Any, Callable, NamedTuple, TextIO
 
 from pyroce.wire import (
     MalformedPacket,
@@ -35,6 +35,19 @@ class DecodeSummary(NamedTuple):
         )
 
 
+_HEADER_FORMATS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("deth", lambda d: f"deth(qkey=0x{d.qkey:08x} srcqp=0x{d.src_qp:06x})"),
+    ("feth", lambda f: f"feth(plt={f.placement_type} sel={f.selectivity_level})"),
+    ("reth", lambda r: f"reth(va=0x{r.va:x} rkey=0x{r.rkey:08x} dlen={r.dma_len})"),
+    ("atomiceth", lambda a: f"atomic(va=0x{a.va:x} rkey=0x{a.rkey:08x} swap_add=0x{a.swap_add:x} compare=0x{a.compare:x})"),
+    ("aeth", lambda a: f"aeth({describe_syndrome(a.syndrome)} msn={a.msn})"),
+    ("atomicacketh", lambda a: f"orig=0x{a.orig:x}"),
+    ("immdt", lambda imm: f"imm=0x{imm:08x}"),
+    ("ieth", lambda rkey: f"inv_rkey=0x{rkey:08x}"),
+)
+"""How each extension header shows, in wire order."""
+
+
 def describe_packet(pkt: Packet) -> str:
     """The fields of ``pkt`` that matter, in the order of the headers."""
     bth = pkt.bth
@@ -51,23 +64,7 @@ def describe_packet(pkt: Packet) -> str:
     if bth.pkey != 0xFFFF:
         parts.append(f"pkey=0x{bth.pkey:04x}")
     parts.append(f"pay={len(pkt.payload)} pad={pkt.pad}")
-    if pkt.deth is not None:
-        parts.append(f"deth(qkey=0x{pkt.deth.qkey:08x} srcqp=0x{pkt.deth.src_qp:06x})")
-    if pkt.feth is not None:
-        parts.append(f"feth(plt={pkt.feth.placement_type} sel={pkt.feth.selectivity_level})")
-    if pkt.reth is not None:
-        parts.append(f"reth(va=0x{pkt.reth.va:x} rkey=0x{pkt.reth.rkey:08x} dlen={pkt.reth.dma_len})")
-    if pkt.atomiceth is not None:
-        a = pkt.atomiceth
-        parts.append(f"atomic(va=0x{a.va:x} rkey=0x{a.rkey:08x} swap_add=0x{a.swap_add:x} compare=0x{a.compare:x})")
-    if pkt.aeth is not None:
-        parts.append(f"aeth({describe_syndrome(pkt.aeth.syndrome)} msn={pkt.aeth.msn})")
-    if pkt.atomicacketh is not None:
-        parts.append(f"orig=0x{pkt.atomicacketh.orig:x}")
-    if pkt.immdt is not None:
-        parts.append(f"imm=0x{pkt.immdt:08x}")
-    if pkt.ieth is not None:
-        parts.append(f"inv_rkey=0x{pkt.ieth:08x}")
+    parts.extend(show(value) for field, show in _HEADER_FORMATS if (value := getattr(pkt, field)) is not None)
     return " ".join(parts)
 
 
