@@ -33,6 +33,7 @@ from pyroce.wire.errors import (
 from pyroce.wire.framing import (
     ROCE_UDP_PORT,
     Frame,
+    RocePath,
     IPv4Header,
     IPv6Header,
     UdpHeader,
@@ -41,7 +42,7 @@ from pyroce.wire.framing import (
     parse_frame,
 )
 from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Deth, Feth, Reth
-from pyroce.wire.icrc import compute_icrc, verify_icrc
+from pyroce.wire.icrc import compute_icrc, icrc_from_seed, icrc_seed, verify_icrc, verify_icrc_from_seed
 from pyroce.wire.mtu import Mtu, mtu_for_netdev, mtu_from_bytes, mtu_to_bytes
 from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag, OpInfo, PayloadRule, Transport, opcode_name
 from pyroce.wire.packet import Packet, build_packet_into, packet_length, parse_packet
