@@ -31,7 +31,9 @@ def best_us(func, iterations: int, repeat: int = 5) -> float:
 
 
 def measure(iterations: int) -> dict:
-    pkt = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, dqpn=0x11, psn=5), bytes(PAYLOAD), reth=Reth(0x7F0000001000, 0x1F03, 65536))
+    pkt = Packet(
+        BTH(Opcode.RC_RDMA_WRITE_FIRST, dqpn=0x11, psn=5), bytes(PAYLOAD), reth=Reth(0x7F0000001000, 0x1F03, 65536)
+    )
     path = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(0xC011))
     buf = bytearray(packet_length(pkt))
     path.build_into(buf, 0, pkt)

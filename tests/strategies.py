@@ -51,8 +51,9 @@ FIELD = {
 
 
 def bths(opcode: int) -> st.SearchStrategy[BTH]:
-    return st.builds(BTH, st.just(opcode), u24, u24, st.booleans(), st.booleans(), st.booleans(), u16,
-                     st.booleans(), st.booleans())
+    return st.builds(
+        BTH, st.just(opcode), u24, u24, st.booleans(), st.booleans(), st.booleans(), u16, st.booleans(), st.booleans()
+    )
 
 
 def payloads(rule: PayloadRule) -> st.SearchStrategy[bytes]:

@@ -6,9 +6,10 @@ import io
 import subprocess
 import sys
 
+from conftest import DATA
+
 from pyroce.cli import main
 from pyroce.wire import BTH, Frame, IPv4Header, Opcode, Packet, PcapWriter, Reth, UdpHeader, build_frame
-from conftest import DATA
 
 ETH = bytes.fromhex("020000000002 020000000001 0800")
 
@@ -33,6 +34,7 @@ def test_decode_rc_pingpong():
 
 def test_decode_shows_reth_and_naks():
     status, text = run("decode", str(DATA / "write_bw_loss3.pcap"))
+    assert status == 0
     assert "reth(va=0x7fb42d882000 rkey=0x00000a9a dlen=65536)" in text
     assert text.count("aeth(NAK PSN_SEQ_ERR") == 35
 
@@ -66,7 +68,9 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path):
         (cut, "truncated pcap record at byte"),
         (tmp_path / "missing.pcap", "No such file or directory"),
     ]:
-        proc = subprocess.run([sys.executable, "-m", "pyroce", "decode", str(path)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pyroce", "decode", str(path)], capture_output=True, text=True, check=False
+        )
         assert proc.returncode == 1
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("pyroce: error") and message in proc.stderr
         assert "Traceback" not in proc.stderr

@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import packets
 
 from pyroce.wire import (
     BTH,
@@ -25,7 +26,6 @@ from pyroce.wire import (
     parse_frame,
 )
 from pyroce.wire.framing import LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, ipv4_checksum
-from strategies import packets
 
 ETH = bytes.fromhex("020000000002 020000000001 0800")
 VLAN = bytes.fromhex("020000000002 020000000001 8100 0064 0800")
@@ -41,9 +41,15 @@ def frame(l2=ETH, ip=IP4, pkt=PKT, trailer=b"") -> Frame:
 
 @pytest.mark.parametrize(
     "l2, linktype, ip",
-    [(ETH, LINKTYPE_ETHERNET, IP4), (VLAN, LINKTYPE_ETHERNET, IP4), (SLL, LINKTYPE_LINUX_SLL, IP4),
-     (b"", LINKTYPE_RAW, IP4), (b"", LINKTYPE_IPV4, IP4), (b"", LINKTYPE_RAW, IP6),
-     (ETH[:12] + b"\x86\xdd", LINKTYPE_ETHERNET, IP6)],
+    [
+        (ETH, LINKTYPE_ETHERNET, IP4),
+        (VLAN, LINKTYPE_ETHERNET, IP4),
+        (SLL, LINKTYPE_LINUX_SLL, IP4),
+        (b"", LINKTYPE_RAW, IP4),
+        (b"", LINKTYPE_IPV4, IP4),
+        (b"", LINKTYPE_RAW, IP6),
+        (ETH[:12] + b"\x86\xdd", LINKTYPE_ETHERNET, IP6),
+    ],
 )
 def test_frame_round_trip_per_link_type(l2, linktype, ip):
     raw = bytes(build_frame(frame(l2, ip, trailer=b"\x00" * 3)))

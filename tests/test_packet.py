@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import packets
 
 from pyroce.wire import (
     BTH,
@@ -29,7 +30,6 @@ from pyroce.wire import (
     verify_icrc,
 )
 from pyroce.wire.framing import pack_ip_udp
-from strategies import packets
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
 IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02", traffic_class=3, flow_label=0x12345)
@@ -75,8 +75,17 @@ def test_padding_bytes_and_padcnt():
 
 def test_bth_bytes_are_laid_out_as_the_spec():
     pkt = Packet(
-        BTH(Opcode.RC_RDMA_WRITE_FIRST, dqpn=0xABCDEF, psn=0x123456, ackreq=True, se=True, mig=True, pkey=0x8001,
-            fecn=True, becn=True),
+        BTH(
+            Opcode.RC_RDMA_WRITE_FIRST,
+            dqpn=0xABCDEF,
+            psn=0x123456,
+            ackreq=True,
+            se=True,
+            mig=True,
+            pkey=0x8001,
+            fecn=True,
+            becn=True,
+        ),
         bytes(4),
         reth=Reth(va=0x1122334455667788, rkey=0x99AABBCC, dma_len=0x1000),
     )
@@ -100,17 +109,32 @@ def test_all_256_opcodes_known_or_rejected():
     "data, error, message",
     [
         (bytes(15), TruncatedPacket, "15 bytes is shorter than a BTH and ICRC (16)"),
-        (bytes.fromhex("0c00ffff00000011 00000001") + bytes(4), TruncatedPacket,
-         "RC_RDMA_READ_REQUEST needs 32 bytes of headers and ICRC, got 16"),
+        (
+            bytes.fromhex("0c00ffff00000011 00000001") + bytes(4),
+            TruncatedPacket,
+            "RC_RDMA_READ_REQUEST needs 32 bytes of headers and ICRC, got 16",
+        ),
         (bytes.fromhex("0401ffff00000011 00000001") + bytes(4), BadTransportVersion, "BTH TVer is 1, must be 0"),
-        (bytes.fromhex("0430ffff00000011 00000001") + bytes(4), BadPadCount,
-         "PadCnt 3 is larger than the 0-byte payload of RC_SEND_ONLY"),
-        (bytes.fromhex("0410ffff00000011 00000001") + bytes(7), BadPadCount,
-         "PadCnt 1 does not pad a 2-byte payload to 4 bytes"),
-        (bytes.fromhex("1100ffff00000011 00000001 00000000") + bytes(4) + bytes(4), LengthMismatch,
-         "RC_ACKNOWLEDGE carries 0 bytes of payload, got 4"),
-        (bytes.fromhex("1d00ffff00000011 00000001") + bytes(16) + bytes(4) + bytes(4), LengthMismatch,
-         "RC_ATOMIC_WRITE carries 8 bytes of payload, got 4"),
+        (
+            bytes.fromhex("0430ffff00000011 00000001") + bytes(4),
+            BadPadCount,
+            "PadCnt 3 is larger than the 0-byte payload of RC_SEND_ONLY",
+        ),
+        (
+            bytes.fromhex("0410ffff00000011 00000001") + bytes(7),
+            BadPadCount,
+            "PadCnt 1 does not pad a 2-byte payload to 4 bytes",
+        ),
+        (
+            bytes.fromhex("1100ffff00000011 00000001 00000000") + bytes(4) + bytes(4),
+            LengthMismatch,
+            "RC_ACKNOWLEDGE carries 0 bytes of payload, got 4",
+        ),
+        (
+            bytes.fromhex("1d00ffff00000011 00000001") + bytes(16) + bytes(4) + bytes(4),
+            LengthMismatch,
+            "RC_ATOMIC_WRITE carries 8 bytes of payload, got 4",
+        ),
     ],
 )
 def test_malformed_packets_name_their_problem(data, error, message):

@@ -39,7 +39,10 @@ def test_big_endian_files_are_read():
     [
         (b"", "not a pcap file: shorter than its magic number"),
         (b"# README\nhello world, this is text", "not a pcap file: magic number 0x23205245"),
-        (bytes.fromhex("0a0d0d0a") + bytes(20), "pcapng files are not supported: convert with 'editcap -F pcap IN OUT'"),
+        (
+            bytes.fromhex("0a0d0d0a") + bytes(20),
+            "pcapng files are not supported: convert with 'editcap -F pcap IN OUT'",
+        ),
         (bytes.fromhex("d4c3b2a1") + bytes(4), "truncated pcap file header: 8 of 24 bytes"),
     ],
 )

@@ -8,14 +8,15 @@ from hypothesis import strategies as st
 
 pytest.importorskip("scapy")  # a declared test dependency: installed in CI, never skipped there
 
-from scapy.contrib.roce import AETH as ScapyAETH  # noqa: E402
-from scapy.contrib.roce import BTH as ScapyBTH  # noqa: E402
-from scapy.contrib.roce import cnp as scapy_cnp  # noqa: E402
-from scapy.layers.inet import IP, UDP  # noqa: E402
-from scapy.layers.inet6 import IPv6  # noqa: E402
-from scapy.layers.l2 import Ether  # noqa: E402
+from scapy.contrib.roce import AETH as ScapyAETH
+from scapy.contrib.roce import BTH as ScapyBTH
+from scapy.contrib.roce import cnp as scapy_cnp
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from strategies import packets
 
-from pyroce.wire import (  # noqa: E402
+from pyroce.wire import (
     OPCODES,
     Frame,
     IPv4Header,
@@ -25,19 +26,28 @@ from pyroce.wire import (  # noqa: E402
     build_frame,
     parse_frame,
 )
-from strategies import packets  # noqa: E402
 
 ETH = bytes.fromhex("020000000002 020000000001 0800")
 ETH6 = bytes.fromhex("020000000002 020000000001 86dd")
 # scapy 2.8 knows the IBTA 1.2 opcodes; FLUSH, ATOMIC_WRITE and the invalidate sends are newer
-SCAPY_OPCODES = [info for info in OPCODES if info is not None and info.name.split("_", 1)[-1] not in
-                 ("FLUSH", "ATOMIC_WRITE", "SEND_LAST_WITH_INVALIDATE", "SEND_ONLY_WITH_INVALIDATE")]
+SCAPY_OPCODES = [
+    info
+    for info in OPCODES
+    if info is not None
+    and info.name.split("_", 1)[-1]
+    not in ("FLUSH", "ATOMIC_WRITE", "SEND_LAST_WITH_INVALIDATE", "SEND_ONLY_WITH_INVALIDATE")
+]
 
 
 def frame_for(pkt, v6: bool) -> bytes:
     if v6:
-        ip = IPv6Header(bytes.fromhex("fd000000000000000000000000000001"), bytes.fromhex("fd000000000000000000000000000002"),
-                        traffic_class=0x22, flow_label=0x54321, hop_limit=7)
+        ip = IPv6Header(
+            bytes.fromhex("fd000000000000000000000000000001"),
+            bytes.fromhex("fd000000000000000000000000000002"),
+            traffic_class=0x22,
+            flow_label=0x54321,
+            hop_limit=7,
+        )
         return bytes(build_frame(Frame(ETH6, ip, UdpHeader(0xC0DE), pkt, 0, False)))
     ip = IPv4Header(bytes([192, 0, 2, 1]), bytes([192, 0, 2, 2]), tos=0x12, ident=0x4321, ttl=9)
     return bytes(build_frame(Frame(ETH, ip, UdpHeader(0xC0DE), pkt, 0, False)))
@@ -51,9 +61,20 @@ def test_scapy_dissects_our_packets_and_agrees_on_the_icrc(pkt, v6):
     bth = theirs[ScapyBTH]
     ours = pkt.bth
     assert (bth.opcode, bth.solicited, bth.migreq, bth.padcount, bth.version) == (
-        ours.opcode, ours.se, ours.mig, pkt.pad, 0)
+        ours.opcode,
+        ours.se,
+        ours.mig,
+        pkt.pad,
+        0,
+    )
     assert (bth.pkey, bth.fecn, bth.becn, bth.dqpn, bth.ackreq, bth.psn) == (
-        ours.pkey, ours.fecn, ours.becn, ours.dqpn, ours.ackreq, ours.psn)
+        ours.pkey,
+        ours.fecn,
+        ours.becn,
+        ours.dqpn,
+        ours.ackreq,
+        ours.psn,
+    )
     if ours.opcode == Opcode.RC_ACKNOWLEDGE:
         aeth = theirs[ScapyAETH]
         assert (aeth.syndrome, aeth.msn) == (pkt.aeth.syndrome, pkt.aeth.msn)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from pyroce import __version__
 from pyroce.cli import decode

@@ -7,7 +7,8 @@ one line per frame what a malformed packet got wrong.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, NamedTuple, TextIO
+from collections.abc import Callable
+from typing import Any, NamedTuple, TextIO
 
 from pyroce.wire import (
     MalformedPacket,
@@ -39,7 +40,10 @@ _HEADER_FORMATS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("deth", lambda d: f"deth(qkey=0x{d.qkey:08x} srcqp=0x{d.src_qp:06x})"),
     ("feth", lambda f: f"feth(plt={f.placement_type} sel={f.selectivity_level})"),
     ("reth", lambda r: f"reth(va=0x{r.va:x} rkey=0x{r.rkey:08x} dlen={r.dma_len})"),
-    ("atomiceth", lambda a: f"atomic(va=0x{a.va:x} rkey=0x{a.rkey:08x} swap_add=0x{a.swap_add:x} compare=0x{a.compare:x})"),
+    (
+        "atomiceth",
+        lambda a: f"atomic(va=0x{a.va:x} rkey=0x{a.rkey:08x} swap_add=0x{a.swap_add:x} compare=0x{a.compare:x})",
+    ),
     ("aeth", lambda a: f"aeth({describe_syndrome(a.syndrome)} msn={a.msn})"),
     ("atomicacketh", lambda a: f"orig=0x{a.orig:x}"),
     ("immdt", lambda imm: f"imm=0x{imm:08x}"),

@@ -33,9 +33,9 @@ from pyroce.wire.errors import (
 from pyroce.wire.framing import (
     ROCE_UDP_PORT,
     Frame,
-    RocePath,
     IPv4Header,
     IPv6Header,
+    RocePath,
     UdpHeader,
     build_datagram,
     build_frame,

@@ -52,17 +52,19 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     opcode, flags, pkey, word1, word2 = _BTH.unpack_from(buf, offset)
     if flags & _TVER_MASK:
         raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
-    bth = _new_bth((
-        opcode,
-        word1 & _LOW24,
-        word2 & _LOW24,
-        word2 & _ACKREQ != 0,
-        flags & _SE != 0,
-        flags & _MIG != 0,
-        pkey,
-        word1 & _FECN != 0,
-        word1 & _BECN != 0,
-    ))
+    bth = _new_bth(
+        (
+            opcode,
+            word1 & _LOW24,
+            word2 & _LOW24,
+            word2 & _ACKREQ != 0,
+            flags & _SE != 0,
+            flags & _MIG != 0,
+            pkey,
+            word1 & _FECN != 0,
+            word1 & _BECN != 0,
+        )
+    )
     return bth, (flags >> 4) & 3
 
 

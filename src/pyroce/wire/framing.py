@@ -14,7 +14,15 @@ import struct
 from typing import NamedTuple
 
 from pyroce.wire.errors import BuildError, LengthMismatch, NotRoce, TruncatedPacket
-from pyroce.wire.icrc import ICRC_LEN, IPV4_UDP_LEN, IPV6_UDP_LEN, compute_icrc, icrc_from_seed, icrc_seed, verify_icrc_from_seed
+from pyroce.wire.icrc import (
+    ICRC_LEN,
+    IPV4_UDP_LEN,
+    IPV6_UDP_LEN,
+    compute_icrc,
+    icrc_from_seed,
+    icrc_seed,
+    verify_icrc_from_seed,
+)
 from pyroce.wire.packet import Buffer, Packet, build_packet_into, packet_length, parse_packet
 
 ROCE_UDP_PORT = 4791
@@ -106,7 +114,18 @@ def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: Udp
     try:
         if isinstance(ip, IPv4Header):
             _IPV4.pack_into(
-                buf, offset, 0x45, ip.tos, _IPV4_LEN + udp_len, ip.ident, ip.flags_frag, ip.ttl, ip.proto, 0, ip.src, ip.dst
+                buf,
+                offset,
+                0x45,
+                ip.tos,
+                _IPV4_LEN + udp_len,
+                ip.ident,
+                ip.flags_frag,
+                ip.ttl,
+                ip.proto,
+                0,
+                ip.src,
+                ip.dst,
             )
             checksum = ipv4_checksum(buf[offset : offset + _IPV4_LEN])
             struct.pack_into(">H", buf, offset + 10, checksum)
@@ -126,7 +145,7 @@ class RocePath:
     cached per UDP length (a flow sends few distinct lengths), so building or checking a
     packet CRCs only its own bytes. This is what a UDP or raw link keeps per peer."""
 
-    __slots__ = ("ip", "udp", "header_len", "_seeds")
+    __slots__ = ("_seeds", "header_len", "ip", "udp")
 
     def __init__(self, ip: IpHeader, udp: UdpHeader) -> None:
         self.ip = ip
@@ -270,7 +289,9 @@ def parse_frame(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Frame:
     packet = parse_packet(udp_payload)
     icrc = int.from_bytes(udp_payload[-ICRC_LEN:], "little")
     icrc_ok = compute_icrc(view[ip_at:roce_at], udp_payload[:-ICRC_LEN]) == icrc
-    return Frame(bytes(view[:ip_at]), ip, UdpHeader(sport, dport, checksum), packet, icrc, icrc_ok, bytes(view[ip_end:]))
+    return Frame(
+        bytes(view[:ip_at]), ip, UdpHeader(sport, dport, checksum), packet, icrc, icrc_ok, bytes(view[ip_end:])
+    )
 
 
 def format_address(raw: bytes) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pyroce.wire.opcodes import HEADER_LEN, OpFlag
 

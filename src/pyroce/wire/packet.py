@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
-from pyroce.wire.headers import CODECS, AtomicAckEth, AtomicEth, Aeth, Buffer, Deth, Feth, Reth
+from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
 from pyroce.wire.opcodes import BTH_LEN, ICRC_LEN, OPCODES, OpInfo, PayloadRule
 
 
@@ -104,7 +105,7 @@ def parse_packet(data: Buffer) -> Packet:
         raise BadPadCount(f"PadCnt {pad} does not pad a {payload_len}-byte payload to 4 bytes")
     if layout.exact_payload >= 0 and payload_len != layout.exact_payload:
         raise LengthMismatch(f"{info.name} carries {info.payload.value} bytes of payload, got {payload_len}")
-    fields = list(_EMPTY_FIELDS)
+    fields: list[Any] = list(_EMPTY_FIELDS)
     fields[0] = bth
     fields[1] = view[info.hdr_len : payload_end]
     for slot, offset, unpack, _ in layout.present:
@@ -146,8 +147,11 @@ def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> 
         except (struct.error, TypeError, ValueError) as exc:
             raise BuildError(f"{info.name}: cannot pack {Packet._fields[slot]} {value!r}: {exc}") from None
     if pkt.count(None) != layout.nones:
-        extra = [f for f, v in zip(Packet._fields[2:], pkt[2:]) if v is not None and _SLOT[f] not in
-                 {slot for slot, *_ in layout.present}]
+        extra = [
+            f
+            for f, v in zip(Packet._fields[2:], pkt[2:])
+            if v is not None and _SLOT[f] not in {slot for slot, *_ in layout.present}
+        ]
         raise BuildError(f"{info.name} carries no {extra[0]} header")
     start = offset + info.hdr_len
     end = start + payload_len

@@ -8,8 +8,9 @@ record, raises ``PcapError`` with the offset where it went wrong.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from pyroce.wire.errors import PcapError
 from pyroce.wire.framing import LINKTYPE_ETHERNET
