@@ -1,0 +1,97 @@
+"""Completion queue entries in mlx5's 64-byte layout (``struct mlx5_cqe64``/``mlx5_err_cqe``).
+
+Byte 63 ``op_own``: opcode in bits 7:4, owner bit 0. The producer (the engine) writes bytes
+0-59 first and the last word (``wqe_counter``, signature, ``op_own``) last, so a consumer
+that sees a valid ``op_own`` sees a whole CQE.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import NamedTuple
+
+CQE_SIZE = 64
+
+
+class CqeOpcode(enum.IntEnum):
+    """``MLX5_CQE_*``: op_own bits 7:4."""
+
+    REQ = 0
+    RESP_WR_IMM = 1
+    RESP_SEND = 2
+    RESP_SEND_IMM = 3
+    RESP_SEND_INV = 4
+    REQ_ERR = 13
+    RESP_ERR = 14
+    INVALID = 15
+
+
+class CqeSyndrome(enum.IntEnum):
+    """``MLX5_CQE_SYNDROME_*`` of error CQEs (byte 55)."""
+
+    LOCAL_LENGTH_ERR = 0x01
+    LOCAL_QP_OP_ERR = 0x02
+    LOCAL_PROT_ERR = 0x04
+    WR_FLUSH_ERR = 0x05
+    MW_BIND_ERR = 0x06
+    BAD_RESP_ERR = 0x10
+    LOCAL_ACCESS_ERR = 0x11
+    REMOTE_INVAL_REQ_ERR = 0x12
+    REMOTE_ACCESS_ERR = 0x13
+    REMOTE_OP_ERR = 0x14
+    TRANSPORT_RETRY_EXC_ERR = 0x15
+    RNR_RETRY_EXC_ERR = 0x16
+    REMOTE_ABORTED_ERR = 0x22
+
+
+class Cqe(NamedTuple):
+    """One completion. For requester CQEs ``s_wqe_opcode`` is the send WQE's opcode; for
+    responder CQEs ``flags_rqpn`` carries the source QP (UD) and the GRH flag."""
+
+    opcode: CqeOpcode
+    qpn: int
+    wqe_counter: int
+    byte_cnt: int = 0
+    imm_inval: int = 0  # immediate data (network order as a big-endian int) or invalidated rkey
+    srqn: int = 0
+    flags_rqpn: int = 0
+    timestamp: int = 0
+    s_wqe_opcode: int = 0
+    syndrome: int = 0  # error CQEs only
+    vendor_err: int = 0  # error CQEs only: pyroce's reason code
+
+    @property
+    def is_error(self) -> bool:
+        return self.opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR)
+
+
+_BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
+_ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
+_TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
+_TAIL_AT = 60
+_ERR_AT = 54
+
+
+def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) -> None:
+    """Write ``cqe`` at ``offset`` with owner bit ``owner``: body first, ``op_own`` last."""
+    opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
+    _BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
+                    0 if cqe.is_error else cqe.timestamp, opcode_qpn)  # fmt: skip
+    if cqe.is_error:
+        _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
+    _TAIL.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0, (cqe.opcode << 4) | (owner & 1))
+
+
+def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:
+    """The CQE at ``offset`` and its owner bit (the caller decides whether it is valid)."""
+    flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
+    wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + _TAIL_AT)
+    opcode = CqeOpcode(op_own >> 4) if (op_own >> 4) in CqeOpcode._value2member_map_ else CqeOpcode.INVALID
+    syndrome = vendor_err = 0
+    if opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR):
+        vendor_err, syndrome = _ERR.unpack_from(buf, offset + _ERR_AT)
+        timestamp = 0
+    cqe = Cqe(opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
+              opcode_qpn >> 24, syndrome, vendor_err)  # fmt: skip
+    return cqe, op_own & 1

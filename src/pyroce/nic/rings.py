@@ -1,0 +1,107 @@
+"""Rings and doorbell records shared by the verbs layer (producer of WQEs, consumer of CQEs)
+and the engine (the other way round), as device-model.md lays them out.
+
+Counters run free and are reduced modulo the ring size only to find a slot, so "full" and
+"empty" are told apart without a spare slot (mlx5's convention). Only single-writer stores:
+each counter and each slot has one writer, so the same code works when the rings live in
+shared memory for a NIC process or in pinned memory written by a GPU.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
+from pyroce.nic.wqe import SEG, WQEBB, SendWqe, WqeError, decode_send_wqe, encode_send_wqe
+
+_BE32 = struct.Struct(">I")
+COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
+_CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
+
+
+def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None:
+    if count < 1 or count & (count - 1):
+        raise ValueError(f"{what} size must be a power of two, not {count}")
+    if len(buf) < count * entry_size:
+        raise ValueError(f"{what} buffer of {len(buf)} bytes is smaller than {count} entries of {entry_size}")
+
+
+class DoorbellRecord:
+    """Two be32 words: [0] receive producer counter, [1] send producer counter."""
+
+    SIZE = 8
+    RECV = 0
+    SEND = 4
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+
+    def publish(self, which: int, counter: int) -> None:
+        _BE32.pack_into(self.buf, which, counter & COUNTER_MASK)
+
+    def read(self, which: int) -> int:
+        return _BE32.unpack_from(self.buf, which)[0] & COUNTER_MASK
+
+
+class SendRing:
+    """A send queue of ``wqebb_count`` 64-byte basic blocks in ``buf``."""
+
+    def __init__(self, buf: memoryview, wqebb_count: int) -> None:
+        _check_ring(buf, wqebb_count, WQEBB, "send queue")
+        self.buf = buf
+        self.wqebb_count = wqebb_count
+        self.size = wqebb_count * WQEBB
+
+    def _copy_out(self, start: int, length: int) -> bytes:
+        """``length`` bytes from ring byte ``start``, wrapping at the end: a private copy."""
+        end = start + length
+        if end <= self.size:
+            return bytes(self.buf[start:end])
+        return bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
+
+    def post(self, producer: int, wqe: SendWqe) -> int:
+        """Write ``wqe`` at basic-block counter ``producer``; returns the next counter."""
+        data = encode_send_wqe(wqe)
+        start = (producer % self.wqebb_count) * WQEBB
+        first = min(len(data), self.size - start)
+        self.buf[start : start + first] = data[:first]
+        self.buf[: len(data) - first] = data[first:]
+        return producer + len(data) // WQEBB
+
+    def fetch(self, consumer: int) -> tuple[SendWqe, int]:
+        """Decode the WQE at basic-block counter ``consumer`` from a copy of the ring bytes;
+        returns it and the next counter. Raises ``WqeError`` for a WQE that cannot run."""
+        start = (consumer % self.wqebb_count) * WQEBB
+        ds = self.buf[start + _CTRL_DS_AT] & 0x3F
+        if ds * SEG > self.size:
+            raise WqeError(f"ds {ds} is larger than the send ring")
+        wqe = decode_send_wqe(self._copy_out(start, ds * SEG))
+        return wqe, consumer + -(-ds * SEG // WQEBB)
+
+
+class CqRing:
+    """A completion queue of ``cqe_count`` 64-byte CQEs in ``buf``.
+
+    The engine writes with ``produce``; the verbs layer reads with ``poll``. A CQE is valid
+    when its opcode is not INVALID and its owner bit equals the wrap parity of the index."""
+
+    def __init__(self, buf: memoryview, cqe_count: int) -> None:
+        _check_ring(buf, cqe_count, CQE_SIZE, "CQ")
+        self.buf = buf
+        self.cqe_count = cqe_count
+        self._shift = cqe_count.bit_length() - 1
+        for index in range(cqe_count):
+            self.buf[index * CQE_SIZE + CQE_SIZE - 1] = CqeOpcode.INVALID << 4
+
+    def produce(self, producer: int, cqe: Cqe) -> int:
+        """Write ``cqe`` at counter ``producer``; returns the next counter. The caller checks
+        first that the consumer has room (``producer - consumer < cqe_count``)."""
+        write_cqe(self.buf, (producer % self.cqe_count) * CQE_SIZE, cqe, (producer >> self._shift) & 1)
+        return producer + 1
+
+    def poll(self, consumer: int) -> Cqe | None:
+        """The CQE at counter ``consumer`` if the engine has written it on this pass."""
+        cqe, owner = read_cqe(self.buf, (consumer % self.cqe_count) * CQE_SIZE)
+        if cqe.opcode is CqeOpcode.INVALID or owner != (consumer >> self._shift) & 1:
+            return None
+        return cqe

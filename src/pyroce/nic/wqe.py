@@ -1,0 +1,200 @@
+"""Work queue elements in mlx5's public layouts (rdma-core ``providers/mlx5/mlx5dv.h``).
+
+A send WQE is a run of 16-byte segments in a ring of 64-byte basic blocks (WQEBBs):
+control, then remote address (RDMA and atomics), atomic operands, then data segments or one
+inline segment. A WQE may wrap from the ring's end to its start. A receive WQE is an array of
+data segments, ended early by ``lkey = MLX5_INVALID_LKEY``.
+
+Rule: the engine decodes a WQE from a *copy* of the ring bytes and validates the copy
+(hostile-inputs.md, CVE-2026-74378: a count re-read from a shared ring overflowed rxe), so
+nothing the posting side writes later can change a WQE being executed.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import NamedTuple
+
+WQEBB = 64  # bytes in a send-queue basic block
+SEG = 16  # bytes in a segment; the control segment's ``ds`` counts these
+MLX5_INVALID_LKEY = 0x100
+INLINE_FLAG = 0x80000000
+
+
+class WqeOpcode(enum.IntEnum):
+    """``MLX5_OPCODE_*`` in the control segment."""
+
+    NOP = 0x00
+    SEND_INVAL = 0x01
+    RDMA_WRITE = 0x08
+    RDMA_WRITE_IMM = 0x09
+    SEND = 0x0A
+    SEND_IMM = 0x0B
+    RDMA_READ = 0x10
+    ATOMIC_CS = 0x11
+    ATOMIC_FA = 0x12
+    LOCAL_INVAL = 0x1B
+
+
+class FmCeSe(enum.IntFlag):
+    """Control segment ``fm_ce_se`` bits."""
+
+    NONE = 0
+    SOLICITED = 0x02
+    CQ_UPDATE = 0x08  # signaled: produce a CQE
+    FENCE = 0x80
+
+
+class WqeError(ValueError):
+    """A WQE the engine cannot execute: bad opcode, size or segment counts."""
+
+
+class Sge(NamedTuple):
+    """A data segment: ``byte_count``, ``lkey``, ``addr``."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+class SendWqe(NamedTuple):
+    """A decoded send WQE. ``raddr``/``rkey`` are set for RDMA and atomics, ``swap_add`` and
+    ``compare`` for atomics; ``inline`` holds inline data (then ``sges`` is empty)."""
+
+    opcode: WqeOpcode
+    wqe_index: int
+    qpn: int
+    fm_ce_se: FmCeSe = FmCeSe.NONE
+    imm: int = 0  # immediate data, or the rkey to invalidate
+    raddr: int | None = None
+    rkey: int | None = None
+    swap_add: int | None = None
+    compare: int | None = None
+    sges: tuple[Sge, ...] = ()
+    inline: bytes | None = None
+    opmod: int = 0
+
+    @property
+    def wqebbs(self) -> int:
+        """Basic blocks this WQE takes in the ring."""
+        return -(-_ds(self) * SEG // WQEBB)
+
+
+_CTRL = struct.Struct(">IIBHBI")  # opmod|idx|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
+_RADDR = struct.Struct(">QII")
+_ATOMIC = struct.Struct(">QQ")
+_DATA = struct.Struct(">IIQ")
+_INLINE_HDR = struct.Struct(">I")
+
+_HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
+              WqeOpcode.ATOMIC_FA}  # fmt: skip
+_HAS_ATOMIC = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
+MAX_DS = 0x3F  # the ds field is 6 bits
+
+
+def _inline_segs(length: int) -> int:
+    return -(-(4 + length) // SEG)
+
+
+def _ds(wqe: SendWqe) -> int:
+    ds = 1
+    if wqe.raddr is not None:
+        ds += 1
+    if wqe.swap_add is not None:
+        ds += 1
+    if wqe.inline is not None:
+        return ds + _inline_segs(len(wqe.inline))
+    return ds + len(wqe.sges)
+
+
+def encode_send_wqe(wqe: SendWqe) -> bytes:
+    """The segments of ``wqe``, padded to whole basic blocks."""
+    ds = _ds(wqe)
+    if ds > MAX_DS:
+        raise WqeError(f"WQE of {ds} segments exceeds the {MAX_DS} a control segment can count")
+    buf = bytearray(wqe.wqebbs * WQEBB)
+    _CTRL.pack_into(buf, 0, (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode,
+                    (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm)  # fmt: skip
+    offset = SEG
+    if wqe.raddr is not None:
+        _RADDR.pack_into(buf, offset, wqe.raddr, wqe.rkey or 0, 0)
+        offset += SEG
+    if wqe.swap_add is not None:
+        _ATOMIC.pack_into(buf, offset, wqe.swap_add, wqe.compare or 0)
+        offset += SEG
+    if wqe.inline is not None:
+        _INLINE_HDR.pack_into(buf, offset, len(wqe.inline) | INLINE_FLAG)
+        buf[offset + 4 : offset + 4 + len(wqe.inline)] = wqe.inline
+    else:
+        for sge in wqe.sges:
+            _DATA.pack_into(buf, offset, sge.length, sge.lkey, sge.addr)
+            offset += SEG
+    return bytes(buf)
+
+
+def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
+    """Decode a send WQE from ``data`` (a private copy of its bytes, unwrapped).
+
+    Raises ``WqeError`` for an unknown opcode, a ``ds`` larger than ``data`` or than the
+    opcode's segments allow, or an inline length that overruns the WQE."""
+    if len(data) < SEG:
+        raise WqeError("WQE shorter than a control segment")
+    word0, word1, _, _, fm_ce_se, imm = _CTRL.unpack_from(data, 0)
+    try:
+        opcode = WqeOpcode(word0 & 0xFF)
+    except ValueError:
+        raise WqeError(f"unknown WQE opcode 0x{word0 & 0xFF:02x}") from None
+    ds = word1 & MAX_DS
+    size = ds * SEG
+    if ds < 1 or size > len(data):
+        raise WqeError(f"ds {ds} does not fit the {len(data)}-byte WQE")
+    offset = SEG
+    raddr = rkey = swap_add = compare = None
+    if opcode in _HAS_RADDR:
+        if offset + SEG > size:
+            raise WqeError(f"{opcode.name} WQE has no remote address segment")
+        raddr, rkey, _ = _RADDR.unpack_from(data, offset)
+        offset += SEG
+    if opcode in _HAS_ATOMIC:
+        if offset + SEG > size:
+            raise WqeError(f"{opcode.name} WQE has no atomic segment")
+        swap_add, compare = _ATOMIC.unpack_from(data, offset)
+        offset += SEG
+    sges: list[Sge] = []
+    inline = None
+    if offset < size and _INLINE_HDR.unpack_from(data, offset)[0] & INLINE_FLAG:
+        length = _INLINE_HDR.unpack_from(data, offset)[0] & ~INLINE_FLAG
+        if offset + 4 + length > size:
+            raise WqeError(f"inline length {length} overruns the {size}-byte WQE")
+        inline = bytes(data[offset + 4 : offset + 4 + length])
+    else:
+        while offset < size:
+            length, lkey, addr = _DATA.unpack_from(data, offset)
+            sges.append(Sge(addr, length, lkey))
+            offset += SEG
+    return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, FmCeSe(fm_ce_se), imm, raddr, rkey, swap_add,
+                   compare, tuple(sges), inline, word0 >> 24)  # fmt: skip
+
+
+def encode_recv_wqe(sges: tuple[Sge, ...] | list[Sge], stride: int) -> bytes:
+    """A receive WQE of ``stride`` bytes: the data segments, then a terminator if room is left."""
+    if len(sges) * SEG > stride:
+        raise WqeError(f"{len(sges)} scatter entries do not fit a {stride}-byte receive WQE")
+    buf = bytearray(stride)
+    for i, sge in enumerate(sges):
+        _DATA.pack_into(buf, i * SEG, sge.length, sge.lkey, sge.addr)
+    if len(sges) * SEG < stride:
+        _DATA.pack_into(buf, len(sges) * SEG, 0, MLX5_INVALID_LKEY, 0)
+    return bytes(buf)
+
+
+def decode_recv_wqe(data: bytes | bytearray | memoryview) -> tuple[Sge, ...]:
+    """The scatter list of a receive WQE (a private copy of its bytes)."""
+    sges = []
+    for offset in range(0, len(data) - SEG + 1, SEG):
+        length, lkey, addr = _DATA.unpack_from(data, offset)
+        if lkey == MLX5_INVALID_LKEY:
+            break
+        sges.append(Sge(addr, length, lkey))
+    return tuple(sges)
