@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import u32, u64
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome, read_cqe, write_cqe
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
@@ -24,8 +25,6 @@ from pyroce.nic.wqe import (
     encode_send_wqe,
 )
 
-u32 = st.integers(0, 0xFFFFFFFF)
-u64 = st.integers(0, 0xFFFFFFFFFFFFFFFF)
 sges = st.lists(st.builds(Sge, u64, st.integers(0, 0x7FFFFFFF), u32), max_size=8).map(tuple)
 
 
