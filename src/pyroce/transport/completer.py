@@ -1,0 +1,166 @@
+"""The completer: turns responses into completions and retransmissions (rxe_comp.c's role).
+
+Every response names a PSN. An ACK with PSN ``p`` acknowledges every request up to ``p``
+(coalescing, IBA 9.7.5.1.1); a read response or atomic ACK also implicitly acknowledges the
+sends and writes before it. A response that skips past an unanswered read or atomic means
+responses were lost (an implied NAK, IBA 9.7.5.1.3): go back to the oldest unacknowledged
+PSN. Responses for PSNs not outstanding (duplicates, "ghost" ACKs) change nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from pyroce.transport.completion import WcStatus
+from pyroce.transport.work import ATOMICS, WorkOp
+from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
+from pyroce.wire.opcodes import Opcode, OpFlag
+from pyroce.wire.packet import Packet
+from pyroce.wire.psn import psn_add, psn_diff
+
+if TYPE_CHECKING:
+    from pyroce.transport.rc import RcQp
+
+NAK_STATUS = {
+    NakCode.INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
+    NakCode.REMOTE_ACCESS_ERR: WcStatus.REM_ACCESS_ERR,
+    NakCode.REMOTE_OP_ERR: WcStatus.REM_OP_ERR,
+    NakCode.INVALID_RD_REQUEST: WcStatus.REM_INV_RD_REQ_ERR,
+}
+ATOMIC_RESULT = struct.Struct("=Q")  # the original value lands in host byte order, as a NIC writes it
+
+
+class Completer:
+    def __init__(self, qp: RcQp) -> None:
+        self.qp = qp
+
+    def receive(self, pkt: Packet, now: float) -> None:
+        req = self.qp.requester
+        psn = pkt.bth.psn
+        # A response can only name a PSN that was sent and is not yet acknowledged.
+        if psn_diff(psn, req.comp_psn) < 0 or psn_diff(psn, req.psn) >= 0:
+            self.qp.counters["rx_ghost_responses"] += 1
+            return
+        opcode = pkt.bth.opcode
+        if opcode == Opcode.RC_ACKNOWLEDGE:
+            self._acknowledge(pkt, psn, now)
+        elif opcode == Opcode.RC_ATOMIC_ACKNOWLEDGE:
+            self._atomic_ack(pkt, psn, now)
+        elif pkt.info.flags & OpFlag.READ:
+            self._read_response(pkt, psn, now)
+        else:
+            self.qp.counters["rx_bad_response_opcode"] += 1
+
+    def _ack_through(self, psn: int) -> bool:
+        """Retire the sends and writes acknowledged by a response at ``psn``. Returns False
+        when an earlier read or atomic was skipped (implied NAK)."""
+        req = self.qp.requester
+        queue = req.queue
+        while queue and queue[0].started:
+            entry = queue[0]
+            if psn_diff(psn, entry.first_psn) < 0:
+                break
+            if psn_diff(entry.last_psn, psn) > 0 or entry.rd_atomic:
+                # Partly acknowledged (a long message ACKed every 64 packets), or a read/atomic
+                # whose own response must retire it.
+                if not entry.rd_atomic:
+                    req.comp_psn = psn_add(psn, 1)
+                    return True
+                return psn_diff(psn, entry.last_psn) <= 0
+            req.complete_head()
+            req.comp_psn = psn_add(entry.last_psn, 1)
+        return True
+
+    def _implied_nak(self) -> None:
+        self.qp.counters["rx_implied_naks"] += 1
+        req = self.qp.requester
+        if req.retry_left == 0:
+            req.fail_head(WcStatus.RETRY_EXC_ERR)
+            return
+        req.retry_left -= 1
+        req.rewind(req.comp_psn)
+
+    def _acknowledge(self, pkt: Packet, psn: int, now: float) -> None:
+        req = self.qp.requester
+        syndrome = pkt.aeth.syndrome  # type: ignore[union-attr]
+        kind = syndrome_kind(syndrome)
+        if kind is AethKind.ACK:
+            before = req.comp_psn
+            if not self._ack_through(psn):
+                self._implied_nak()
+            elif req.comp_psn != before:
+                req.progress(now)
+            return
+        previous = psn_add(psn, -1)
+        if not self._ack_through(previous):
+            self._implied_nak()
+            return
+        if kind is AethKind.RNR_NAK:
+            self.qp.counters["rx_rnr_naks"] += 1
+            if req.rnr_left == 0:
+                req.fail_head(WcStatus.RNR_RETRY_EXC_ERR)
+                return
+            if self.qp.config.rnr_retry != 7:
+                req.rnr_left -= 1
+            req.rewind(psn)
+            req.rnr_until = now + rnr_timer_to_us(syndrome_value(syndrome)) / 1e6
+            return
+        if kind is not AethKind.NAK:
+            self.qp.counters["rx_bad_syndrome"] += 1
+            return
+        code = syndrome_value(syndrome)
+        if code == NakCode.PSN_SEQ_ERR:
+            self.qp.counters["rx_seq_naks"] += 1
+            if req.retry_left == 0:
+                req.fail_head(WcStatus.RETRY_EXC_ERR)
+                return
+            req.retry_left -= 1
+            req.rewind(psn)
+            return
+        self.qp.counters["rx_error_naks"] += 1
+        req.fail_head(NAK_STATUS.get(NakCode(code), WcStatus.REM_OP_ERR) if code in NAK_STATUS else WcStatus.REM_OP_ERR)
+
+    def _atomic_ack(self, pkt: Packet, psn: int, now: float) -> None:
+        req = self.qp.requester
+        if not self._ack_through(psn) or not req.queue:
+            self._implied_nak()
+            return
+        entry = req.queue[0]
+        if entry.work.op not in ATOMICS or entry.first_psn != psn:
+            self.qp.counters["rx_bad_response_opcode"] += 1
+            return
+        result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
+        entry.data.write(0, result)  # type: ignore[union-attr]
+        req.comp_psn = psn_add(psn, 1)
+        req.complete_head()
+        req.progress(now)
+
+    def _read_response(self, pkt: Packet, psn: int, now: float) -> None:
+        req = self.qp.requester
+        if not self._ack_through(psn) or not req.queue:
+            self._implied_nak()
+            return
+        entry = req.queue[0]
+        if entry.work.op is not WorkOp.RDMA_READ:
+            self.qp.counters["rx_bad_response_opcode"] += 1
+            return
+        index = psn_diff(psn, entry.first_psn)
+        if index != entry.placed:
+            # Before: a duplicate. After: responses were lost; go back for them.
+            if index > entry.placed:
+                self._implied_nak()
+            return
+        pmtu = self.qp.config.pmtu
+        offset = index * pmtu
+        expected = min(pmtu, entry.length - offset)
+        last = index == entry.npsn - 1
+        if len(pkt.payload) != expected or bool(pkt.info.flags & OpFlag.END) != last:
+            self.qp.counters["rx_bad_read_response"] += 1
+            return
+        entry.data.write(offset, pkt.payload)  # type: ignore[union-attr]
+        entry.placed += 1
+        req.comp_psn = psn_add(psn, 1)
+        if last:
+            req.complete_head()
+        req.progress(now)

@@ -1,0 +1,38 @@
+"""The memory-protection contract between the transport and whoever owns memory (the NIC).
+
+IBA 10.6: every access names a key; the owner checks the key, the protection domain, the
+access rights and the bounds, and only then hands out a view of exactly the bytes asked for.
+The transport never forms an address: it writes into and reads from those views, so nothing
+outside a registered region can be touched whatever a peer sends.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+
+class Access(enum.IntFlag):
+    """``ibv_access_flags`` that gate an access."""
+
+    LOCAL_READ = 0  # always allowed
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+    REMOTE_READ = 4
+    REMOTE_ATOMIC = 8
+
+
+class MemFault(enum.Enum):
+    """Why a memory access was refused."""
+
+    BAD_KEY = "no MR or MW has this key"
+    BAD_PD = "the MR belongs to another protection domain"
+    ACCESS = "the MR does not grant this access"
+    BOUNDS = "the range lies outside the MR"
+
+
+class MemoryTable(Protocol):
+    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int) -> memoryview | MemFault:
+        """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
+        the reason the access is refused. ``length`` 0 is always allowed and touches nothing."""
+        ...

@@ -1,0 +1,167 @@
+"""One RC queue pair as a sans-IO protocol object: requester, completer and responder together.
+
+Inputs: ``post_send``, ``post_recv``, ``receive(pkt, now)``, ``handle_timer(now)`` and
+``modify``. Outputs, pulled: ``packets_to_send(now, budget)``, ``get_timer()``, and the
+``completions`` list, which the caller drains. The QP state decides what is accepted: requests
+are answered from RTR on, work is sent in RTS, and in ERROR every WQE is flushed (IBA 10.3.1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+
+from pyroce.transport.completer import Completer
+from pyroce.transport.completion import Completion, WcOpcode, WcStatus
+from pyroce.transport.memory import Access, MemoryTable
+from pyroce.transport.requester import Requester
+from pyroce.transport.responder import Responder
+from pyroce.transport.work import RecvWork, SendWork
+from pyroce.wire.opcodes import OpFlag
+from pyroce.wire.packet import Packet
+
+ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
+
+
+class QpState(enum.IntEnum):
+    """``ibv_qp_state``."""
+
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    SQD = 4
+    SQE = 5
+    ERR = 6
+
+
+RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
+
+
+@dataclass
+class QpConfig:
+    """The QP attributes the protocol uses (``ibv_qp_attr`` fields, set by ``modify``)."""
+
+    qpn: int
+    pdn: int = 0
+    dqpn: int = 0
+    pmtu: int = 1024  # path MTU in payload bytes
+    sq_psn: int = 0
+    rq_psn: int = 0
+    access: Access = Access.LOCAL_READ  # qp_access_flags: which remote operations the responder allows
+    max_rd_atomic: int = 1
+    max_dest_rd_atomic: int = 1
+    timeout: int = 14
+    retry_cnt: int = 7
+    rnr_retry: int = 7
+    min_rnr_timer: int = 12
+    pkey: int = 0xFFFF
+
+    @property
+    def ack_timeout_s(self) -> float | None:
+        """Seconds before an unacknowledged request is resent; ``None`` when timeout is 0."""
+        return ACK_TIMEOUT_UNIT_S * (1 << self.timeout) if self.timeout else None
+
+
+class RcQp:
+    """The RC protocol state of one QP. Not thread-safe: one caller at a time."""
+
+    def __init__(self, config: QpConfig, memory: MemoryTable) -> None:
+        self.config = config
+        self.memory = memory
+        self.state = QpState.RESET
+        self.completions: list[Completion] = []
+        self.counters: Counter[str] = Counter()
+        self.requester = Requester(self)
+        self.completer = Completer(self)
+        self.responder = Responder(self)
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def modify(self, state: QpState) -> None:
+        """Move to ``state`` (the verbs layer has already checked the transition and copied
+        the attributes into ``config``). Entering RTR/RTS starts the PSNs from the config."""
+        previous, self.state = self.state, state
+        if state is QpState.RESET:
+            self.requester.reset()
+            self.responder.reset()
+        elif state is QpState.RTR and previous is not QpState.RTR:
+            self.responder.start(self.config.rq_psn)
+        elif state is QpState.RTS and previous is QpState.RTR:
+            self.requester.start(self.config.sq_psn)
+        elif state is QpState.ERR:
+            self.flush()
+
+    def post_send(self, work: SendWork) -> None:
+        if self.state is QpState.ERR:
+            self.completions.append(_flushed(work.wqe_counter, False, work))
+            return
+        self.requester.post(work)
+
+    def post_recv(self, work: RecvWork) -> None:
+        if self.state is QpState.ERR:
+            self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
+            return
+        self.responder.post(work)
+
+    def receive(self, pkt: Packet, now: float) -> None:
+        """Handle one packet addressed to this QP (already parsed and ICRC-checked)."""
+        if self.state not in RECEIVING_STATES:
+            self.counters["drop_qp_state"] += 1
+            return
+        if pkt.bth.pkey != self.config.pkey:
+            self.counters["drop_pkey"] += 1
+            return
+        self.counters["rx_packets"] += 1
+        if pkt.info.flags & OpFlag.ACK:
+            if self.state is not QpState.RTR:
+                self.completer.receive(pkt, now)
+            else:
+                self.counters["drop_qp_state"] += 1
+        else:
+            self.responder.receive(pkt, now)
+
+    def handle_timer(self, now: float) -> None:
+        if self.state in (QpState.RTS, QpState.SQD):
+            self.requester.handle_timer(now)
+
+    # --- outputs ------------------------------------------------------------------------
+
+    def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
+        """Up to ``budget`` packets: responses first (they free the peer), then requests."""
+        out: list[Packet] = []
+        if self.state in RECEIVING_STATES:
+            self.responder.emit(out, budget)
+        if self.state is QpState.RTS:
+            self.requester.emit(out, budget, now)
+        self.counters["tx_packets"] += len(out)
+        return out
+
+    def get_timer(self) -> float | None:
+        """The next deadline at which ``handle_timer`` has work, or ``None``."""
+        if self.state not in (QpState.RTS, QpState.SQD):
+            return None
+        return self.requester.get_timer()
+
+    @property
+    def has_output(self) -> bool:
+        """Whether ``packets_to_send`` would return something now (ignoring timers)."""
+        return self.responder.has_output or (self.state is QpState.RTS and self.requester.has_output)
+
+    # --- errors -------------------------------------------------------------------------
+
+    def enter_error(self) -> None:
+        """A fatal error (IBA 10.3.1.2): the QP goes to ERROR and all outstanding work flushes."""
+        if self.state is not QpState.ERR:
+            self.state = QpState.ERR
+            self.flush()
+
+    def flush(self) -> None:
+        self.requester.flush()
+        self.responder.flush()
+
+
+def _flushed(counter: int, is_recv: bool, work: SendWork | None = None) -> Completion:
+    opcode = WcOpcode.RECV if is_recv else WcOpcode.SEND
+    return Completion(is_recv, counter, WcStatus.WR_FLUSH_ERR, opcode)

@@ -1,0 +1,285 @@
+"""The requester: turns send WQEs into request packets (rxe_req.c's role).
+
+It owns the send queue: every posted WQE stays in ``queue`` until the completer retires it.
+``send_index``/``send_pkt`` point at the next packet to send and ``psn`` is its PSN;
+``comp_psn`` (kept by the completer) is the oldest PSN not yet acknowledged. Retransmission
+(go-back-N, IBA 9.7.5.1) is ``rewind(psn)``: the packets are regenerated from the WQE and
+memory, resuming in the middle of a message with MIDDLE/LAST packets, or with a new READ
+request for the rest of a read, as rxe does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from pyroce.transport.completion import Completion, WcOpcode, WcStatus
+from pyroce.transport.memory import Access, MemFault
+from pyroce.transport.sgl import ScatterGather
+from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
+from pyroce.wire.bth import BTH
+from pyroce.wire.headers import AtomicEth, Reth
+from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag
+from pyroce.wire.packet import Packet
+from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
+
+if TYPE_CHECKING:
+    from pyroce.transport.rc import RcQp
+
+MAX_UNACKED_PSNS = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
+MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
+INFINITE_RNR_RETRY = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
+
+# (FIRST, MIDDLE, LAST, ONLY) per segmented operation; UC adds 0x20 to these RC opcodes.
+SEGMENT_OPCODES = {
+    WorkOp.SEND: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY),
+    WorkOp.SEND_WITH_IMM: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST_WITH_IMMEDIATE,
+                           Opcode.RC_SEND_ONLY_WITH_IMMEDIATE),
+    WorkOp.SEND_WITH_INV: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST_WITH_INVALIDATE,
+                           Opcode.RC_SEND_ONLY_WITH_INVALIDATE),
+    WorkOp.RDMA_WRITE: (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_LAST,
+                        Opcode.RC_RDMA_WRITE_ONLY),
+    WorkOp.RDMA_WRITE_WITH_IMM: (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE,
+                                 Opcode.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+}  # fmt: skip
+ATOMIC_OPCODES = {WorkOp.ATOMIC_CMP_AND_SWP: Opcode.RC_COMPARE_SWAP, WorkOp.ATOMIC_FETCH_AND_ADD: Opcode.RC_FETCH_ADD}
+WC_OPCODES = {
+    WorkOp.SEND: WcOpcode.SEND,
+    WorkOp.SEND_WITH_IMM: WcOpcode.SEND,
+    WorkOp.SEND_WITH_INV: WcOpcode.SEND,
+    WorkOp.RDMA_WRITE: WcOpcode.RDMA_WRITE,
+    WorkOp.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
+    WorkOp.RDMA_READ: WcOpcode.RDMA_READ,
+    WorkOp.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP,
+    WorkOp.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
+}
+# What the local buffers of each operation need: reads and atomics write into them.
+LOCAL_ACCESS = {op: Access.LOCAL_WRITE if op in READS_AND_ATOMICS else Access.LOCAL_READ for op in WorkOp}
+
+
+def segment_opcode(opcodes: tuple[int, int, int, int], index: int, count: int) -> int:
+    """The opcode of packet ``index`` of a ``count``-packet message."""
+    if count == 1:
+        return opcodes[3]
+    return opcodes[0] if index == 0 else opcodes[2] if index == count - 1 else opcodes[1]
+
+
+class SendEntry:
+    """A posted send WQE and its progress."""
+
+    __slots__ = ("data", "first_psn", "length", "npsn", "placed", "rd_atomic", "started", "work")
+
+    def __init__(self, work: SendWork, pmtu: int) -> None:
+        self.work = work
+        self.length = work.length
+        self.rd_atomic = work.op in READS_AND_ATOMICS
+        # PSNs the message takes: one per packet, or per read response packet (IBA 9.7.1)
+        self.npsn = 1 if work.op in ATOMICS else max(1, -(-self.length // pmtu))
+        self.first_psn = 0
+        self.started = False
+        self.data: ScatterGather | None = None  # resolved local buffers
+        self.placed = 0  # read response packets already placed
+
+    @property
+    def last_psn(self) -> int:
+        return psn_add(self.first_psn, self.npsn - 1)
+
+
+class Requester:
+    def __init__(self, qp: RcQp) -> None:
+        self.qp = qp
+        self.reset()
+
+    def reset(self) -> None:
+        self.queue: deque[SendEntry] = deque()
+        self.send_index = 0  # queue index of the next WQE to send from
+        self.send_pkt = 0  # packet index inside it
+        self.psn = 0
+        self.comp_psn = 0  # oldest unacknowledged PSN
+        self.rd_atomic_outstanding = 0
+        self.noack_pkts = 0
+        self.ack_deadline: float | None = None
+        self.rnr_until: float | None = None
+        self.retry_left = self.qp.config.retry_cnt
+        self.rnr_left = self.qp.config.rnr_retry
+
+    def start(self, psn: int) -> None:
+        """Entering RTS: the first request goes out with ``sq_psn``."""
+        self.psn = self.comp_psn = psn
+        self.retry_left = self.qp.config.retry_cnt
+        self.rnr_left = self.qp.config.rnr_retry
+
+    def post(self, work: SendWork) -> None:
+        self.queue.append(SendEntry(work, self.qp.config.pmtu))
+
+    @property
+    def has_output(self) -> bool:
+        return self.send_index < len(self.queue)
+
+    @property
+    def outstanding(self) -> bool:
+        """Whether some request is sent and not yet acknowledged."""
+        return self.comp_psn != self.psn
+
+    # --- sending ------------------------------------------------------------------------
+
+    def emit(self, out: list[Packet], budget: int, now: float) -> None:
+        """Append request packets to ``out`` until ``budget``, the window or credits stop it."""
+        if self.rnr_until is not None:
+            if now < self.rnr_until:
+                return
+            self.rnr_until = None
+        config = self.qp.config
+        while len(out) < budget and self.send_index < len(self.queue):
+            if psn_diff(self.psn, self.comp_psn) >= MAX_UNACKED_PSNS:
+                return
+            entry = self.queue[self.send_index]
+            if not entry.started and not self._start(entry):
+                return
+            out.append(self._packet(entry, self.send_pkt, config.dqpn))
+            if self.ack_deadline is None and config.ack_timeout_s is not None:
+                self.ack_deadline = now + config.ack_timeout_s
+
+    def _start(self, entry: SendEntry) -> bool:
+        """First transmission of a WQE: check fence and read credits, resolve its buffers.
+        Returns False when the WQE must wait (or has just failed)."""
+        work = entry.work
+        if work.fence and self.rd_atomic_outstanding:
+            return False
+        if entry.rd_atomic and self.rd_atomic_outstanding >= max(1, self.qp.config.max_rd_atomic):
+            return False
+        if work.inline is None:
+            data = ScatterGather.resolve(self.qp.memory, work.sges, LOCAL_ACCESS[work.op], self.qp.config.pdn)
+            if isinstance(data, MemFault):
+                self.fail_unsent(entry, WcStatus.LOC_PROT_ERR)
+                return False
+            if work.op in ATOMICS and data.length < 8:
+                self.fail_unsent(entry, WcStatus.LOC_LEN_ERR)
+                return False
+            entry.data = data
+        entry.first_psn = self.psn
+        entry.started = True
+        if entry.rd_atomic:
+            self.rd_atomic_outstanding += 1
+        return True
+
+    def _packet(self, entry: SendEntry, index: int, dqpn: int) -> Packet:
+        """Build packet ``index`` of ``entry`` and advance the send pointer past it."""
+        work = entry.work
+        pmtu = self.qp.config.pmtu
+        psn = self.psn
+        op = work.op
+        if op is WorkOp.RDMA_READ:
+            offset = index * pmtu
+            bth = BTH(Opcode.RC_RDMA_READ_REQUEST, dqpn, psn, True)
+            pkt = Packet(bth, reth=Reth(work.raddr + offset, work.rkey, entry.length - offset))
+            self._advance(entry.npsn - index, True)
+            return pkt
+        if op in ATOMICS:
+            bth = BTH(ATOMIC_OPCODES[op], dqpn, psn, True)
+            pkt = Packet(bth, atomiceth=AtomicEth(work.raddr, work.rkey, work.swap_add, work.compare))
+            self._advance(1, True)
+            return pkt
+        opcode = segment_opcode(SEGMENT_OPCODES[op], index, entry.npsn)
+        flags = OPCODES[opcode].flags  # type: ignore[union-attr]
+        offset = index * pmtu
+        length = min(pmtu, entry.length - offset)
+        if work.inline is not None:
+            payload: bytes | memoryview = work.inline[offset : offset + length]
+        else:
+            payload = entry.data.read(offset, length)  # type: ignore[union-attr]
+        end = bool(flags & OpFlag.END)
+        self.noack_pkts += 1
+        ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
+        bth = BTH(opcode, dqpn, psn, ackreq, end and work.solicited)
+        pkt = Packet(
+            bth,
+            payload,
+            reth=Reth(work.raddr, work.rkey, entry.length) if flags & OpFlag.RETH else None,
+            immdt=work.imm if flags & OpFlag.IMMDT else None,
+            ieth=work.imm if flags & OpFlag.IETH else None,
+        )
+        self._advance(1, ackreq, entry.npsn - index == 1)
+        return pkt
+
+    def _advance(self, psns: int, ackreq: bool, last: bool = True) -> None:
+        self.psn = psn_add(self.psn, psns)
+        if ackreq:
+            self.noack_pkts = 0
+        if last:
+            self.send_index += 1
+            self.send_pkt = 0
+        else:
+            self.send_pkt += 1
+
+    # --- retransmission -----------------------------------------------------------------
+
+    def rewind(self, psn: int) -> None:
+        """Go back to ``psn`` (the oldest unacknowledged one) and send again from there."""
+        for index, entry in enumerate(self.queue):
+            if entry.started and psn_in_window(psn, entry.first_psn, entry.npsn):
+                self.send_index = index
+                self.send_pkt = psn_diff(psn, entry.first_psn)
+                self.psn = psn
+                self.qp.counters["retransmits"] += 1
+                return
+
+    def handle_timer(self, now: float) -> None:
+        """Local ACK timeout (IBA 9.7.6.1.3): resend from the oldest unacknowledged PSN."""
+        if self.ack_deadline is not None and now >= self.ack_deadline:
+            self.ack_deadline = None
+            if not self.outstanding:
+                return
+            self.qp.counters["timeouts"] += 1
+            if self.retry_left == 0:
+                self.fail_head(WcStatus.RETRY_EXC_ERR)
+                return
+            self.retry_left -= 1
+            self.rewind(self.comp_psn)
+
+    def get_timer(self) -> float | None:
+        if self.rnr_until is not None:
+            return self.rnr_until
+        return self.ack_deadline
+
+    def progress(self, now: float) -> None:
+        """The peer acknowledged something new: retry budgets refill, the timer restarts."""
+        config = self.qp.config
+        self.retry_left = config.retry_cnt
+        self.rnr_left = config.rnr_retry
+        timeout = config.ack_timeout_s
+        self.ack_deadline = now + timeout if timeout is not None and self.outstanding else None
+
+    # --- completion ---------------------------------------------------------------------
+
+    def complete_head(self, status: WcStatus = WcStatus.SUCCESS) -> None:
+        entry = self.queue.popleft()
+        if self.send_index:
+            self.send_index -= 1
+        if entry.rd_atomic and entry.started:
+            self.rd_atomic_outstanding -= 1
+        work = entry.work
+        if work.signaled or status is not WcStatus.SUCCESS:
+            byte_len = entry.length if status is WcStatus.SUCCESS and entry.rd_atomic else 0
+            self.qp.completions.append(Completion(False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len))
+
+    def fail_head(self, status: WcStatus) -> None:
+        """The oldest WQE failed: complete it with ``status``; the QP goes to ERROR."""
+        if self.queue:
+            self.complete_head(status)
+        self.qp.enter_error()
+
+    def fail_unsent(self, entry: SendEntry, status: WcStatus) -> None:
+        """A WQE failed before its first packet: earlier WQEs may still be in flight, so it
+        completes in order once they do; the QP goes to ERROR now (IBA 10.3.1.2)."""
+        # Everything before it is flushed by the error state; report it with its own status.
+        index = self.queue.index(entry)
+        for _ in range(index):
+            self.complete_head(WcStatus.WR_FLUSH_ERR)
+        self.fail_head(status)
+
+    def flush(self) -> None:
+        while self.queue:
+            self.complete_head(WcStatus.WR_FLUSH_ERR)
+        self.send_index = self.send_pkt = 0
+        self.ack_deadline = self.rnr_until = None

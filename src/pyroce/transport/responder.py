@@ -1,0 +1,346 @@
+"""The responder: executes incoming requests and answers them (rxe_resp.c's role).
+
+Each request goes through the checks in the order IBA C9-... and rxe apply them, one method
+per step returning the next ``RespState``: PSN (``CHK_PSN``), opcode sequence
+(``CHK_OP_SEQ``), operation allowed on this QP (``CHK_OP_VALID``), a receive WQE
+(``CHK_RESOURCE``), payload length (``CHK_LENGTH``), then the R_Key, PD, access and bounds
+(``CHK_RKEY``). Only a request that passed all of them touches memory (``EXECUTE``). Every
+failure is a state whose row in ``ERRORS`` gives the NAK and the receive completion status.
+
+Duplicates (PSN before the expected one, IBA 9.7.5.1.1): SEND/WRITE are re-ACKed (C9-105),
+a READ is executed again for the range it asks, an atomic is answered from its saved result
+and never executed twice. One sequence-error NAK is sent for a gap, then out-of-order
+packets are dropped silently until the expected PSN arrives.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, NamedTuple
+
+from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
+from pyroce.transport.memory import Access, MemFault
+from pyroce.transport.sgl import ScatterGather
+from pyroce.transport.work import RecvWork
+from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
+from pyroce.wire.bth import BTH
+from pyroce.wire.headers import Aeth, AtomicAckEth
+from pyroce.wire.opcodes import Opcode, OpFlag
+from pyroce.wire.packet import Packet
+from pyroce.wire.psn import psn_add, psn_diff
+
+if TYPE_CHECKING:
+    from pyroce.transport.rc import RcQp
+
+ATOMIC_VALUE = struct.Struct("=Q")  # atomics act on host-order 64-bit words
+READ_RESPONSE = (Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+                 Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY)  # fmt: skip
+_ACK = ack_syndrome(CREDITS_UNLIMITED)
+
+
+class RespState(enum.Enum):
+    EXECUTE = "execute"
+    DUPLICATE = "duplicate"
+    DROP = "drop"
+    ERR_PSN_OUT_OF_SEQ = "psn out of sequence"
+    ERR_OP_SEQ = "opcode out of sequence"
+    ERR_UNSUPPORTED_OPCODE = "operation not enabled on this QP"
+    ERR_RNR = "no receive WQE posted"
+    ERR_LENGTH = "payload length invalid for the opcode or the message"
+    ERR_RKEY_VIOLATION = "R_Key, PD, access or bounds violation"
+    ERR_MISALIGNED_ATOMIC = "atomic address not 8-byte aligned"
+    ERR_RECV_PROT = "receive WQE buffer not accessible"
+    ERR_RECV_LENGTH = "message longer than the receive WQE"
+
+
+class ErrorAction(NamedTuple):
+    """How the responder answers a failed check: which NAK, the receive WQE's completion
+    status (if it completes one), whether the QP goes to ERROR, and its counter."""
+
+    nak: NakCode | None
+    recv_status: WcStatus | None
+    fatal: bool
+
+
+ERRORS = {
+    RespState.ERR_OP_SEQ: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    RespState.ERR_UNSUPPORTED_OPCODE: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    RespState.ERR_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    RespState.ERR_RKEY_VIOLATION: ErrorAction(NakCode.REMOTE_ACCESS_ERR, None, True),
+    RespState.ERR_MISALIGNED_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    RespState.ERR_RECV_PROT: ErrorAction(NakCode.REMOTE_OP_ERR, WcStatus.LOC_PROT_ERR, True),
+    RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True),
+}
+
+OP_ACCESS = {OpFlag.WRITE: Access.REMOTE_WRITE, OpFlag.READ: Access.REMOTE_READ, OpFlag.ATOMIC: Access.REMOTE_ATOMIC}
+
+
+class ReadJob:
+    """Read response packets still to send for one READ request."""
+
+    __slots__ = ("count", "index", "msn", "psn", "view")
+
+    def __init__(self, view: memoryview, psn: int, count: int, msn: int) -> None:
+        self.view, self.psn, self.count, self.index, self.msn = view, psn, count, 0, msn
+
+
+class Responder:
+    def __init__(self, qp: RcQp) -> None:
+        self.qp = qp
+        self.recv_queue: deque[RecvWork] = deque()
+        self.reset()
+
+    def reset(self) -> None:
+        self.epsn = 0  # expected PSN
+        self.msn = 0
+        self.nak_sent = False  # a sequence/RNR NAK is out; drop until the expected PSN comes
+        self.in_message: OpFlag = OpFlag.NONE  # SEND or WRITE while a multi-packet message is open
+        self.recv: RecvWork | None = None  # receive WQE of the open SEND
+        self.recv_data: ScatterGather | None = None
+        self.offset = 0  # bytes placed in the open message
+        self.write_view: memoryview | None = None
+        self.write_length = 0
+        self.atomic_results: OrderedDict[int, int] = OrderedDict()
+        self.out: deque[Packet | ReadJob] = deque()
+        self.recv_queue.clear()
+
+    def start(self, psn: int) -> None:
+        self.epsn = psn
+
+    def post(self, work: RecvWork) -> None:
+        self.recv_queue.append(work)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self.out)
+
+    # --- input --------------------------------------------------------------------------
+
+    def receive(self, pkt: Packet, now: float) -> None:
+        state = self._check_psn(pkt)
+        if state is RespState.EXECUTE:
+            state = self._check_request(pkt)
+        if state is RespState.EXECUTE:
+            self._execute(pkt)
+        elif state is RespState.DUPLICATE:
+            self._duplicate(pkt)
+        elif state is RespState.ERR_PSN_OUT_OF_SEQ:
+            self._nak(self.epsn, nak_syndrome(NakCode.PSN_SEQ_ERR))
+            self.nak_sent = True
+            self.qp.counters["tx_seq_naks"] += 1
+        elif state is RespState.ERR_RNR:
+            self._nak(pkt.bth.psn, rnr_nak_syndrome(self.qp.config.min_rnr_timer))
+            self.nak_sent = True
+            self.qp.counters["tx_rnr_naks"] += 1
+        elif state is not RespState.DROP:
+            self._error(pkt, state)
+
+    def _check_psn(self, pkt: Packet) -> RespState:
+        diff = psn_diff(pkt.bth.psn, self.epsn)
+        if diff > 0:
+            if self.nak_sent:
+                self.qp.counters["drop_out_of_sequence"] += 1
+                return RespState.DROP
+            return RespState.ERR_PSN_OUT_OF_SEQ
+        if diff < 0:
+            return RespState.DUPLICATE
+        self.nak_sent = False
+        return RespState.EXECUTE
+
+    def _check_request(self, pkt: Packet) -> RespState:
+        """CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY in order."""
+        flags = pkt.info.flags
+        if self.in_message:
+            if not flags & self.in_message or flags & OpFlag.START:
+                return RespState.ERR_OP_SEQ
+        elif not flags & OpFlag.START:
+            return RespState.ERR_OP_SEQ
+        for kind, access in OP_ACCESS.items():
+            if flags & kind and not self.qp.config.access & access:
+                return RespState.ERR_UNSUPPORTED_OPCODE
+        if flags & OpFlag.RWR and self.recv is None and not self.recv_queue:
+            return RespState.ERR_RNR
+        if not pkt.info.payload.allows(len(pkt.payload), self.qp.config.pmtu):
+            return RespState.ERR_LENGTH
+        if flags & OpFlag.RETH:
+            return self._check_rkey(pkt, flags)
+        if flags & OpFlag.ATMETH:
+            atomic = pkt.atomiceth
+            if atomic.va & 7:  # type: ignore[union-attr]
+                return RespState.ERR_MISALIGNED_ATOMIC
+            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
+            if isinstance(view, MemFault):
+                return RespState.ERR_RKEY_VIOLATION
+            self.write_view = view
+        elif flags & OpFlag.WRITE and self.offset + len(pkt.payload) > self.write_length:
+            return RespState.ERR_LENGTH
+        if flags & OpFlag.WRITE and flags & OpFlag.END and self.offset + len(pkt.payload) != self.write_length:
+            return RespState.ERR_LENGTH
+        return RespState.EXECUTE
+
+    def _check_rkey(self, pkt: Packet, flags: OpFlag) -> RespState:
+        reth = pkt.reth
+        access = Access.REMOTE_READ if flags & OpFlag.READ else Access.REMOTE_WRITE
+        view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, access, self.qp.config.pdn)  # type: ignore[union-attr]
+        if isinstance(view, MemFault):
+            return RespState.ERR_RKEY_VIOLATION
+        if flags & OpFlag.WRITE:
+            if len(pkt.payload) > reth.dma_len or (flags & OpFlag.END and len(pkt.payload) != reth.dma_len):  # type: ignore[union-attr]
+                return RespState.ERR_LENGTH
+            self.write_length = reth.dma_len  # type: ignore[union-attr]
+            self.offset = 0
+        self.write_view = view
+        return RespState.EXECUTE
+
+    # --- execution ----------------------------------------------------------------------
+
+    def _execute(self, pkt: Packet) -> None:
+        flags = pkt.info.flags
+        bth = pkt.bth
+        if flags & OpFlag.READ:
+            self._read(pkt, self.write_view, bth.psn)  # type: ignore[arg-type]
+            return
+        if flags & OpFlag.ATOMIC:
+            self._atomic(pkt)
+            return
+        payload = pkt.payload
+        if flags & OpFlag.SEND:
+            if flags & OpFlag.START:
+                self.recv = self.recv_queue.popleft()
+                self.offset = 0
+                data = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
+                if isinstance(data, MemFault):
+                    self._error(pkt, RespState.ERR_RECV_PROT)
+                    return
+                self.recv_data = data
+            data = self.recv_data
+            if self.offset + len(payload) > data.length:  # type: ignore[union-attr]
+                self._error(pkt, RespState.ERR_RECV_LENGTH)
+                return
+            data.write(self.offset, payload)  # type: ignore[union-attr]
+        else:
+            self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
+        self.offset += len(payload)
+        self.epsn = psn_add(bth.psn, 1)
+        if flags & OpFlag.END:
+            self.in_message = OpFlag.NONE
+            self.msn = (self.msn + 1) & 0xFFFFFF
+            if flags & OpFlag.COMP:
+                self._complete_recv(pkt, flags)
+            self.write_view = None
+        else:
+            self.in_message = flags & (OpFlag.SEND | OpFlag.WRITE)
+        if bth.ackreq:
+            self._ack(bth.psn)
+
+    def _complete_recv(self, pkt: Packet, flags: OpFlag) -> None:
+        if flags & OpFlag.WRITE:  # RDMA WRITE with immediate consumes a receive WQE here
+            self.recv = self.recv_queue.popleft()
+        recv = self.recv
+        self.recv = self.recv_data = None
+        wc_flags = WcFlag.NONE
+        imm = 0
+        if pkt.immdt is not None:
+            wc_flags, imm = WcFlag.WITH_IMM, pkt.immdt
+        elif pkt.ieth is not None:
+            wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
+        opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & OpFlag.WRITE else WcOpcode.RECV
+        self.qp.completions.append(
+            Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags)  # type: ignore[union-attr]
+        )
+
+    def _read(self, pkt: Packet, view: memoryview, psn: int) -> None:
+        count = max(1, -(-len(view) // self.qp.config.pmtu))
+        if psn == self.epsn:
+            self.msn = (self.msn + 1) & 0xFFFFFF
+            self.epsn = psn_add(psn, count)
+        self.out.append(ReadJob(view, psn, count, self.msn))
+        self.write_view = None
+
+    def _atomic(self, pkt: Packet) -> None:
+        atomic = pkt.atomiceth
+        view = self.write_view
+        (orig,) = ATOMIC_VALUE.unpack(view)  # type: ignore[arg-type]
+        if pkt.bth.opcode == Opcode.RC_COMPARE_SWAP:
+            new = atomic.swap_add if orig == atomic.compare else orig  # type: ignore[union-attr]
+        else:
+            new = (orig + atomic.swap_add) & 0xFFFFFFFFFFFFFFFF  # type: ignore[union-attr]
+        ATOMIC_VALUE.pack_into(view, 0, new)  # type: ignore[arg-type]
+        self.write_view = None
+        psn = pkt.bth.psn
+        self.atomic_results[psn] = orig
+        while len(self.atomic_results) > max(1, self.qp.config.max_dest_rd_atomic):
+            self.atomic_results.popitem(last=False)
+        self.msn = (self.msn + 1) & 0xFFFFFF
+        self.epsn = psn_add(psn, 1)
+        self._atomic_ack(psn, orig)
+
+    def _duplicate(self, pkt: Packet) -> None:
+        self.qp.counters["rx_duplicates"] += 1
+        flags = pkt.info.flags
+        if flags & (OpFlag.SEND | OpFlag.WRITE):
+            self._ack(psn_add(self.epsn, -1))  # C9-105: ACK again, do nothing else
+        elif flags & OpFlag.READ:
+            reth = pkt.reth
+            view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
+            if not isinstance(view, MemFault):
+                self._read(pkt, view, pkt.bth.psn)
+        elif flags & OpFlag.ATOMIC:
+            orig = self.atomic_results.get(pkt.bth.psn)
+            if orig is not None:
+                self._atomic_ack(pkt.bth.psn, orig)
+
+    def _error(self, pkt: Packet, state: RespState) -> None:
+        action = ERRORS[state]
+        self.qp.counters[f"resp_{state.name.lower()}"] += 1
+        if action.recv_status is not None and self.recv is not None:
+            recv, self.recv = self.recv, None
+            self.qp.completions.append(Completion(True, recv.wqe_counter, action.recv_status, WcOpcode.RECV))
+        if action.nak is not None:
+            self._nak(pkt.bth.psn, nak_syndrome(action.nak))
+        if action.fatal:
+            self.qp.enter_error()
+
+    # --- output -------------------------------------------------------------------------
+
+    def _ack(self, psn: int) -> None:
+        self.out.append(Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn)))
+
+    def _nak(self, psn: int, syndrome: int) -> None:
+        self.out.append(Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(syndrome, self.msn)))
+
+    def _atomic_ack(self, psn: int, orig: int) -> None:
+        bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)
+        self.out.append(Packet(bth, aeth=Aeth(_ACK, self.msn), atomicacketh=AtomicAckEth(orig)))
+
+    def emit(self, out: list[Packet], budget: int) -> None:
+        pmtu = self.qp.config.pmtu
+        dqpn = self.qp.config.dqpn
+        queue = self.out
+        while queue and len(out) < budget:
+            item = queue[0]
+            if isinstance(item, Packet):
+                out.append(queue.popleft())
+                continue
+            index, count = item.index, item.count
+            opcode = (
+                READ_RESPONSE[3] if count == 1 else READ_RESPONSE[0 if index == 0 else 2 if index == count - 1 else 1]
+            )
+            offset = index * pmtu
+            payload = item.view[offset : offset + pmtu]
+            aeth = Aeth(_ACK, item.msn) if opcode != READ_RESPONSE[1] else None
+            out.append(Packet(BTH(opcode, dqpn, psn_add(item.psn, index)), payload, aeth=aeth))
+            item.index += 1
+            if item.index == count:
+                queue.popleft()
+
+    def flush(self) -> None:
+        """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2)."""
+        if self.recv is not None:
+            self.qp.completions.append(Completion(True, self.recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
+            self.recv = None
+        while self.recv_queue:
+            recv = self.recv_queue.popleft()
+            self.qp.completions.append(Completion(True, recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))

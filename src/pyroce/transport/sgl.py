@@ -1,0 +1,76 @@
+"""A scatter/gather list resolved to memory views: a message's bytes spread over SGEs.
+
+Views come from the ``MemoryTable`` (already checked), so reads and writes here can only
+touch registered memory. A slice that falls inside one SGE is returned as a view (no copy).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+from pyroce.transport.memory import Access, MemFault, MemoryTable
+from pyroce.transport.work import Sge
+
+
+class ScatterGather:
+    __slots__ = ("length", "starts", "views")
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self.views = views
+        self.starts = [0, *accumulate(len(v) for v in views)]
+        self.length = self.starts[-1]
+
+    @classmethod
+    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: Access, pdn: int) -> ScatterGather | MemFault:
+        """Check every SGE against the memory table; the first refusal is returned."""
+        views = []
+        for sge in sges:
+            view = memory.lookup(sge.lkey, sge.addr, sge.length, access, pdn)
+            if isinstance(view, MemFault):
+                return view
+            if sge.length:
+                views.append(view)
+        return cls(views)
+
+    def _locate(self, offset: int) -> int:
+        index = 0
+        starts = self.starts
+        while starts[index + 1] <= offset:
+            index += 1
+        return index
+
+    def read(self, offset: int, length: int) -> memoryview | bytes:
+        """``length`` bytes from message offset ``offset`` (caller keeps it within ``length``)."""
+        if length == 0:
+            return b""
+        index = self._locate(offset)
+        start = offset - self.starts[index]
+        view = self.views[index]
+        if start + length <= len(view):
+            return view[start : start + length]
+        parts = []
+        while length:
+            take = min(length, len(view) - start)
+            parts.append(view[start : start + take])
+            length -= take
+            index += 1
+            if length:
+                view, start = self.views[index], 0
+        return b"".join(parts)
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        """Place ``data`` at message offset ``offset`` (caller keeps it within ``length``)."""
+        length = len(data)
+        if length == 0:
+            return
+        source = memoryview(data)
+        index = self._locate(offset)
+        start = offset - self.starts[index]
+        done = 0
+        while done < length:
+            view = self.views[index]
+            take = min(length - done, len(view) - start)
+            view[start : start + take] = source[done : done + take]
+            done += take
+            index += 1
+            start = 0

@@ -1,0 +1,70 @@
+"""Work requests as the transport sees them: what the engine decoded from a WQE ring.
+
+``wqe_counter`` is the ring position the completion reports back (mlx5's ``wqe_counter``);
+the verbs layer maps it to the user's ``wr_id``, so no user object ever reaches the transport.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+
+class Sge(NamedTuple):
+    """A scatter/gather entry: ``length`` bytes at ``addr`` in the MR named by ``lkey``."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+class WorkOp(enum.IntEnum):
+    """The operation of a send work request (IBA 10.8.2)."""
+
+    SEND = 0
+    SEND_WITH_IMM = 1
+    SEND_WITH_INV = 2
+    RDMA_WRITE = 3
+    RDMA_WRITE_WITH_IMM = 4
+    RDMA_READ = 5
+    ATOMIC_CMP_AND_SWP = 6
+    ATOMIC_FETCH_AND_ADD = 7
+
+
+READS_AND_ATOMICS = frozenset({WorkOp.RDMA_READ, WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
+ATOMICS = frozenset({WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
+
+
+class SendWork(NamedTuple):
+    """One send WQE. ``imm`` is the immediate as it goes on the wire (a big-endian u32) or the
+    R_Key to invalidate; ``inline`` carries the bytes of an inline send (then ``sges`` is
+    empty). ``swap_add``/``compare`` are the atomic operands."""
+
+    wqe_counter: int
+    op: WorkOp
+    sges: tuple[Sge, ...] = ()
+    signaled: bool = True
+    solicited: bool = False
+    fence: bool = False
+    imm: int = 0
+    raddr: int = 0
+    rkey: int = 0
+    swap_add: int = 0
+    compare: int = 0
+    inline: bytes | None = None
+
+    @property
+    def length(self) -> int:
+        """Message length in bytes (8 for atomics, whatever their SGE says)."""
+        if self.op in ATOMICS:
+            return 8
+        if self.inline is not None:
+            return len(self.inline)
+        return sum(sge.length for sge in self.sges)
+
+
+class RecvWork(NamedTuple):
+    """One receive WQE: where an incoming SEND's bytes go."""
+
+    wqe_counter: int
+    sges: tuple[Sge, ...]
