@@ -11,6 +11,8 @@ import enum
 import struct
 from typing import NamedTuple
 
+from pyroce.transport.completion import WcStatus
+
 CQE_SIZE = 64
 
 
@@ -95,3 +97,24 @@ def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int
     cqe = Cqe(opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
               opcode_qpn >> 24, syndrome, vendor_err)  # fmt: skip
     return cqe, op_own & 1
+
+
+# mlx5 error CQE syndromes <-> libibverbs work completion statuses (mlx5's
+# ``mlx5_handle_error_cqe``); a status with no syndrome of its own travels as GENERAL_ERR.
+STATUS_OF_SYNDROME = {
+    CqeSyndrome.LOCAL_LENGTH_ERR: WcStatus.LOC_LEN_ERR,
+    CqeSyndrome.LOCAL_QP_OP_ERR: WcStatus.LOC_QP_OP_ERR,
+    CqeSyndrome.LOCAL_PROT_ERR: WcStatus.LOC_PROT_ERR,
+    CqeSyndrome.WR_FLUSH_ERR: WcStatus.WR_FLUSH_ERR,
+    CqeSyndrome.MW_BIND_ERR: WcStatus.MW_BIND_ERR,
+    CqeSyndrome.BAD_RESP_ERR: WcStatus.BAD_RESP_ERR,
+    CqeSyndrome.LOCAL_ACCESS_ERR: WcStatus.LOC_ACCESS_ERR,
+    CqeSyndrome.REMOTE_INVAL_REQ_ERR: WcStatus.REM_INV_REQ_ERR,
+    CqeSyndrome.REMOTE_ACCESS_ERR: WcStatus.REM_ACCESS_ERR,
+    CqeSyndrome.REMOTE_OP_ERR: WcStatus.REM_OP_ERR,
+    CqeSyndrome.TRANSPORT_RETRY_EXC_ERR: WcStatus.RETRY_EXC_ERR,
+    CqeSyndrome.RNR_RETRY_EXC_ERR: WcStatus.RNR_RETRY_EXC_ERR,
+    CqeSyndrome.REMOTE_ABORTED_ERR: WcStatus.REM_ABORT_ERR,
+}
+SYNDROME_OF_STATUS = {status: syndrome for syndrome, status in STATUS_OF_SYNDROME.items()}
+GENERAL_ERR_SYNDROME = 0xFF  # no mlx5 syndrome: reported as IBV_WC_GENERAL_ERR

@@ -16,6 +16,8 @@ import enum
 import struct
 from typing import NamedTuple
 
+from pyroce.transport.work import Sge  # a data segment: byte_count, lkey, addr
+
 WQEBB = 64  # bytes in a send-queue basic block
 SEG = 16  # bytes in a segment; the control segment's ``ds`` counts these
 MLX5_INVALID_LKEY = 0x100
@@ -48,14 +50,6 @@ class FmCeSe(enum.IntFlag):
 
 class WqeError(ValueError):
     """A WQE the engine cannot execute: bad opcode, size or segment counts."""
-
-
-class Sge(NamedTuple):
-    """A data segment: ``byte_count``, ``lkey``, ``addr``."""
-
-    addr: int
-    length: int
-    lkey: int
 
 
 class SendWqe(NamedTuple):

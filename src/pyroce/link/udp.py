@@ -1,0 +1,112 @@
+"""The UDP socket link: RoCEv2 on UDP port 4791 through the kernel's UDP stack.
+
+The IPv4 trap (rocev2.md): the ICRC covers the IPv4 Identification and flags, so the socket
+is unconnected and sets ``IP_PMTUDISC_DO``: Linux then sends every datagram with ID 0 and DF,
+exactly the header ``pyroce.wire.framing.IPv4Header`` assumes. A receiver on a UDP socket
+cannot see the sender's ID; ICRCs from peers that also send ID 0 (pyroce, hardware NICs with
+fixed IDs) verify, those from rxe (a counter) cannot be checked here (``verify_icrc=False``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import socket
+import struct
+
+from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
+
+ROCEV2_PORT = 4791
+SOCKET_BUFFER = 8 << 20
+IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
+IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
+_SIOCGIFMTU = 0x8921
+_SIOCGIFADDR = 0x8915
+
+
+class LinkError(OSError):
+    """The link cannot be opened (address not local, port taken)."""
+
+
+class UdpLink:
+    """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
+
+    def __init__(self, address: str, port: int = ROCEV2_PORT) -> None:
+        self.address = address
+        self.port = port
+        self._src = socket.inet_aton(address)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+            sock.bind((address, port))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise LinkError(exc.errno, f"{address} is not an address of this host") from None
+            if exc.errno == errno.EADDRINUSE:
+                raise LinkError(exc.errno, f"UDP {address}:{port} is already in use") from None
+            raise
+        sock.setblocking(False)
+        self.sock = sock
+        self._tx_paths: dict[str, RocePath] = {}
+        self._rx_paths: dict[tuple[str, int], RocePath] = {}
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def tx_path(self, peer: str) -> RocePath:
+        """Headers and ICRC seeds of datagrams from this link to ``peer``."""
+        path = self._tx_paths.get(peer)
+        if path is None:
+            ip = IPv4Header(self._src, socket.inet_aton(peer))
+            path = self._tx_paths[peer] = RocePath(ip, UdpHeader(self.port, ROCEV2_PORT))
+        return path
+
+    def rx_path(self, peer: str, sport: int) -> RocePath:
+        """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed)."""
+        path = self._rx_paths.get((peer, sport))
+        if path is None:
+            ip = IPv4Header(socket.inet_aton(peer), self._src)
+            path = self._rx_paths[(peer, sport)] = RocePath(ip, UdpHeader(sport, self.port))
+        return path
+
+    def send(self, data: memoryview | bytes, peer: str) -> bool:
+        """Send one datagram; False when the socket buffer is full (the packet is lost, and
+        the transport's retransmission recovers it, as on a congested wire)."""
+        try:
+            self.sock.sendto(data, (peer, ROCEV2_PORT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        return True
+
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int]] | None:
+        """One datagram into ``buf``: its length and sender, or None when none is waiting."""
+        try:
+            return self.sock.recvfrom_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def interface_mtu(address: str) -> int:
+    """The MTU of the interface that holds IPv4 ``address`` (65536 for loopback addresses)."""
+    if address.startswith("127."):
+        return 65536
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                got = fcntl.ioctl(probe, _SIOCGIFADDR, request)
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == address:
+                mtu = fcntl.ioctl(probe, _SIOCGIFMTU, request)
+                return int(struct.unpack_from("i", mtu, 16)[0])
+    finally:
+        probe.close()
+    return 1500

@@ -1,0 +1,372 @@
+"""The NIC: a device's command interface and the engine that executes work from its rings.
+
+The verbs layer reaches a ``NicDevice`` only by commands (``alloc_pd``, ``reg_mr``,
+``create_cq``, ``create_qp``, ``modify_qp``, ``destroy_*``) and through memory: WQE rings and
+doorbell records it writes, CQE rings it reads. ``ring_doorbell(qpn)`` is the doorbell
+register: a hint that the QP's doorbell record moved.
+
+Progress (docs/architecture.md, "Progress model"): one engine thread per device waits in
+``select`` on the link's socket and a wake-up pipe, so it holds no GIL while idle; and a
+thread that rings a doorbell or polls an empty CQ runs the engine itself when the engine lock
+is free, so a busy application makes progress without waiting for another thread to be
+scheduled. All engine state is guarded by that one lock.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from pyroce.link.udp import UdpLink
+from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode
+from pyroce.nic.memory import MemoryRegion, MrTable
+from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode, decode_recv_wqe
+from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
+from pyroce.transport.memory import Access
+from pyroce.transport.rc import QpConfig, QpState, RcQp
+from pyroce.transport.work import RecvWork, SendWork, WorkOp
+from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.packet import parse_packet
+
+FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
+MAX_DATAGRAM = 65536
+RX_BATCH = 64  # datagrams taken per engine pass before servicing QPs
+TX_BUDGET = 64  # packets one QP may send per pass
+IDLE_WAIT_S = 0.5  # longest engine sleep with no timer armed
+
+WORK_OPS = {
+    WqeOpcode.SEND: WorkOp.SEND,
+    WqeOpcode.SEND_IMM: WorkOp.SEND_WITH_IMM,
+    WqeOpcode.SEND_INVAL: WorkOp.SEND_WITH_INV,
+    WqeOpcode.RDMA_WRITE: WorkOp.RDMA_WRITE,
+    WqeOpcode.RDMA_WRITE_IMM: WorkOp.RDMA_WRITE_WITH_IMM,
+    WqeOpcode.RDMA_READ: WorkOp.RDMA_READ,
+    WqeOpcode.ATOMIC_CS: WorkOp.ATOMIC_CMP_AND_SWP,
+    WqeOpcode.ATOMIC_FA: WorkOp.ATOMIC_FETCH_AND_ADD,
+}
+REQ_WQE_OPCODE = {
+    WcOpcode.SEND: WqeOpcode.SEND,
+    WcOpcode.RDMA_WRITE: WqeOpcode.RDMA_WRITE,
+    WcOpcode.RDMA_READ: WqeOpcode.RDMA_READ,
+    WcOpcode.COMP_SWAP: WqeOpcode.ATOMIC_CS,
+    WcOpcode.FETCH_ADD: WqeOpcode.ATOMIC_FA,
+}
+
+
+def work_from_wqe(wqe: SendWqe) -> SendWork:
+    """The transport's view of a decoded send WQE (``WqeError`` for opcodes not executed)."""
+    op = WORK_OPS.get(wqe.opcode)
+    if op is None:
+        raise WqeError(f"{wqe.opcode.name} WQEs are not supported")
+    flags = wqe.fm_ce_se
+    return SendWork(wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
+                    wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
+                    wqe.inline)  # fmt: skip
+
+
+@dataclass(eq=False)
+class HwCq:
+    """A completion queue as the NIC sees it: the ring it writes and the consumer index
+    record (be32) the verbs layer publishes."""
+
+    cqn: int
+    ring: CqRing
+    consumer_record: memoryview
+    producer: int = 0
+    overflowed: bool = False
+
+    def push(self, cqe: Cqe) -> None:
+        consumer = int.from_bytes(self.consumer_record, "big")
+        if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count:
+            self.overflowed = True  # IBA 11.4.2.1: CQ overrun is a CQ error; the CQE is lost
+            return
+        self.producer = self.ring.produce(self.producer, cqe)
+
+
+@dataclass(eq=False)
+class HwQp:
+    qpn: int
+    rc: RcQp
+    sq: SendRing
+    rq_buf: memoryview
+    rq_count: int
+    rq_stride: int
+    doorbell: DoorbellRecord
+    send_cq: HwCq
+    recv_cq: HwCq
+    peer: str | None = None
+    sq_consumer: int = 0
+    rq_consumer: int = 0
+    counters: Counter[str] = field(default_factory=Counter)
+
+
+class NicDevice:
+    """One pyroce device: memory table, queues, link and engine thread."""
+
+    def __init__(self, name: str, address: str, *, verify_icrc: bool = True) -> None:
+        self.name = name
+        self.address = address
+        self.verify_icrc = verify_icrc
+        self.link = UdpLink(address)
+        self.mrs = MrTable()
+        self.counters: Counter[str] = Counter()
+        self.qps: dict[int, HwQp] = {}
+        self.cqs: dict[int, HwCq] = {}
+        self._next_pdn = 1
+        self._next_cqn = 1
+        self._next_qpn = FIRST_QPN
+        self._lock = threading.Lock()
+        self._rung: set[HwQp] = set()
+        self._active: set[HwQp] = set()
+        self._timed: set[HwQp] = set()
+        self._loopback: deque[bytes] = deque()
+        self._rx_buf = bytearray(MAX_DATAGRAM)
+        self._tx_buf = bytearray(MAX_DATAGRAM)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"{name}-engine", daemon=True)
+        self._thread.start()
+
+    # --- commands -----------------------------------------------------------------------
+
+    def alloc_pd(self) -> int:
+        with self._lock:
+            pdn, self._next_pdn = self._next_pdn, self._next_pdn + 1
+            return pdn
+
+    def reg_mr(self, pdn: int, view: memoryview, addr: int, access: Access) -> MemoryRegion:
+        with self._lock:
+            return self.mrs.register(pdn, view, addr, access)
+
+    def dereg_mr(self, region: MemoryRegion) -> None:
+        with self._lock:
+            self.mrs.deregister(region)
+
+    def create_cq(self, buf: memoryview, cqe_count: int, consumer_record: memoryview) -> HwCq:
+        with self._lock:
+            cq = HwCq(self._next_cqn, CqRing(buf, cqe_count), consumer_record)
+            self._next_cqn += 1
+            self.cqs[cq.cqn] = cq
+            return cq
+
+    def destroy_cq(self, cq: HwCq) -> None:
+        with self._lock:
+            self.cqs.pop(cq.cqn, None)
+
+    def create_qp(self, pdn: int, send_cq: HwCq, recv_cq: HwCq, sq_buf: memoryview, sq_wqebbs: int,
+                  rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview) -> int:  # fmt: skip
+        with self._lock:
+            qpn = self._next_qpn
+            while qpn in self.qps or qpn < FIRST_QPN:
+                qpn = (qpn + 1) & 0xFFFFFF
+            self._next_qpn = (qpn + 1) & 0xFFFFFF
+            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn), self.mrs)
+            self.qps[qpn] = HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), rq_buf, rq_count, rq_stride,
+                                 DoorbellRecord(doorbell), send_cq, recv_cq)  # fmt: skip
+            return qpn
+
+    def modify_qp(self, qpn: int, state: QpState, changes: dict[str, object], peer: str | None = None) -> None:
+        """Apply attribute ``changes`` (``QpConfig`` fields) and move to ``state``."""
+        with self._lock:
+            qp = self.qps[qpn]
+            for name, value in changes.items():
+                setattr(qp.rc.config, name, value)
+            if peer is not None:
+                qp.peer = peer
+            qp.rc.modify(state)
+            self._active.add(qp)
+        self.kick()
+
+    def destroy_qp(self, qpn: int) -> None:
+        with self._lock:
+            qp = self.qps.pop(qpn, None)
+            if qp is not None:
+                self._rung.discard(qp)
+                self._active.discard(qp)
+                self._timed.discard(qp)
+
+    def ring_doorbell(self, qpn: int) -> None:
+        """The doorbell register: the QP's doorbell record has new producer counters."""
+        qp = self.qps.get(qpn)
+        if qp is not None:
+            self._rung.add(qp)
+            self.kick(wake=True)
+
+    def kick(self, wake: bool = False) -> None:
+        """Run the engine in this thread if it is free; else (``wake``) tell its thread."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._progress()
+            finally:
+                self._lock.release()
+        elif wake:
+            self._wake()
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake()
+        self._thread.join()
+        self.link.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # --- engine -------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # a wake-up is already pending
+
+    def _run(self) -> None:
+        sources = [self.link.sock, self._wake_r]
+        while not self._stopping:
+            select.select(sources, [], [], self._wait_time())
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+            with self._lock:
+                self._progress()
+
+    def _wait_time(self) -> float:
+        if self._rung or self._active or self._loopback:
+            return 0.0
+        deadlines = [t for qp in self._timed if (t := qp.rc.get_timer()) is not None]
+        if not deadlines:
+            return IDLE_WAIT_S
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _progress(self) -> None:
+        """Engine passes until nothing moves (bounded, so a caller's poll returns)."""
+        for _ in range(64):
+            if not self._pass():
+                return
+
+    def _pass(self) -> bool:
+        now = time.monotonic()
+        moved = False
+        while self._rung:
+            self._fetch(self._rung.pop())
+            moved = True
+        for _ in range(RX_BATCH):
+            if self._loopback:
+                data = self._loopback.popleft()
+                self._deliver(data, self.address, self.link.port, now)
+            else:
+                got = self.link.recv_into(self._rx_buf)
+                if got is None:
+                    break
+                size, (peer, sport) = got
+                self._deliver(memoryview(self._rx_buf)[:size], peer, sport, now)
+            moved = True
+        for qp in list(self._timed):
+            deadline = qp.rc.get_timer()
+            if deadline is None:
+                self._timed.discard(qp)
+            elif now >= deadline:
+                qp.rc.handle_timer(now)
+                self._active.add(qp)
+        for qp in list(self._active):
+            if self._service(qp, now):
+                moved = True
+        return moved
+
+    def _fetch(self, qp: HwQp) -> None:
+        """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
+        rc = qp.rc
+        producer = qp.doorbell.read(DoorbellRecord.SEND)
+        while qp.sq_consumer & 0xFFFF != producer:
+            counter = qp.sq_consumer & 0xFFFF
+            try:
+                wqe, qp.sq_consumer = qp.sq.fetch(qp.sq_consumer)
+                rc.post_send(work_from_wqe(wqe))
+            except WqeError:
+                self.counters["bad_wqes"] += 1
+                rc.completions.append(Completion(False, counter, WcStatus.LOC_QP_OP_ERR, WcOpcode.SEND))
+                rc.enter_error()
+                break
+        producer = qp.doorbell.read(DoorbellRecord.RECV)
+        while qp.rq_consumer & 0xFFFF != producer:
+            slot = (qp.rq_consumer % qp.rq_count) * qp.rq_stride
+            sges = decode_recv_wqe(bytes(qp.rq_buf[slot : slot + qp.rq_stride]))
+            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, sges))
+            qp.rq_consumer += 1
+        self._active.add(qp)
+
+    def _deliver(self, data: memoryview | bytes, peer: str, sport: int, now: float) -> None:
+        if self.verify_icrc and not self.link.rx_path(peer, sport).verify(data):
+            self.counters["rx_icrc_errors"] += 1
+            return
+        try:
+            pkt = parse_packet(data)
+        except MalformedPacket as exc:
+            self.counters[f"rx_malformed_{type(exc).__name__}"] += 1
+            return
+        qp = self.qps.get(pkt.bth.dqpn)
+        if qp is None:
+            self.counters["rx_unknown_qpn"] += 1
+            return
+        self.counters["rx_packets"] += 1
+        qp.rc.receive(pkt, now)
+        self._active.add(qp)
+
+    def _service(self, qp: HwQp, now: float) -> bool:
+        """Send what the QP has to send and write its completions; False if it had nothing."""
+        rc = qp.rc
+        packets = rc.packets_to_send(now, TX_BUDGET) if qp.peer is not None else []
+        if packets:
+            peer = qp.peer
+            path = self.link.tx_path(peer)  # type: ignore[arg-type]
+            buf = self._tx_buf
+            view = memoryview(buf)
+            local = peer == self.address
+            for pkt in packets:
+                size = path.build_into(buf, 0, pkt)
+                if local:
+                    self._loopback.append(bytes(view[:size]))
+                elif not self.link.send(view[:size], peer):  # type: ignore[arg-type]
+                    self.counters["tx_dropped_full"] += 1
+            self.counters["tx_packets"] += len(packets)
+        completions = rc.completions
+        if completions:
+            for completion in completions:
+                cq = qp.recv_cq if completion.is_recv else qp.send_cq
+                cq.push(cqe_from_completion(qp.qpn, completion))
+            completions.clear()
+        if rc.get_timer() is not None:
+            self._timed.add(qp)
+        if not rc.has_output:
+            self._active.discard(qp)
+        return bool(packets)
+
+
+def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
+    """The mlx5 CQE that reports ``completion``."""
+    status = completion.status
+    if status is not WcStatus.SUCCESS:
+        opcode = CqeOpcode.RESP_ERR if completion.is_recv else CqeOpcode.REQ_ERR
+        syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
+        return Cqe(opcode, qpn, completion.wqe_counter, syndrome=syndrome, vendor_err=completion.vendor_err)
+    if completion.is_recv:
+        flags = completion.flags
+        if completion.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+            opcode = CqeOpcode.RESP_WR_IMM
+        elif flags & WcFlag.WITH_IMM:
+            opcode = CqeOpcode.RESP_SEND_IMM
+        elif flags & WcFlag.WITH_INV:
+            opcode = CqeOpcode.RESP_SEND_INV
+        else:
+            opcode = CqeOpcode.RESP_SEND
+        grh = 1 << 28 if flags & WcFlag.GRH else 0
+        return Cqe(opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm,
+                   flags_rqpn=grh | completion.src_qp)  # fmt: skip
+    return Cqe(CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len,
+               s_wqe_opcode=REQ_WQE_OPCODE[completion.opcode])  # fmt: skip

@@ -1,0 +1,80 @@
+"""Which devices a process has, and where each one lives on the network.
+
+``pyroce0`` is the one device. Its address comes from ``PYROCE_ADDR`` (an IPv4 address of
+this host, e.g. a veth or Ethernet address, to talk to other hosts). Without it, each process
+takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two processes on one
+host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
+``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
+such as rxe that send a varying IPv4 ID; see ``pyroce.link.udp``).
+
+A device opens on the first ``open_device`` and closes when its last user releases it.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import threading
+
+from pyroce.link.udp import LinkError
+from pyroce.nic.device import NicDevice
+
+DEVICE_NAMES = ("pyroce0",)
+LOOPBACK_BASE = int(ipaddress.IPv4Address("127.64.0.0"))
+LOOPBACK_SIZE = 1 << 22  # 127.64.0.0/10: room for every pid Linux can hand out
+
+_lock = threading.Lock()
+_open: dict[str, tuple[NicDevice, int]] = {}
+
+
+def configured_address() -> str | None:
+    """The address set by ``PYROCE_ADDR``, checked to be an IPv4 address."""
+    value = os.environ.get("PYROCE_ADDR")
+    if not value:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        raise LinkError(errno.EINVAL, f"PYROCE_ADDR={value!r} is not an IPv4 address") from None
+
+
+def _loopback_addresses() -> list[str]:
+    start = os.getpid() % LOOPBACK_SIZE
+    return [str(ipaddress.IPv4Address(LOOPBACK_BASE + (start + i) % LOOPBACK_SIZE)) for i in range(16)]
+
+
+def _create(name: str) -> NicDevice:
+    verify = os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0"
+    address = configured_address()
+    if address is not None:
+        return NicDevice(name, address, verify_icrc=verify)
+    for candidate in _loopback_addresses():
+        try:
+            return NicDevice(name, candidate, verify_icrc=verify)
+        except LinkError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    raise LinkError(errno.EADDRINUSE, "no free loopback address for pyroce0")
+
+
+def open_device(name: str) -> NicDevice:
+    """The running device ``name``, started if needed (``LinkError`` if it cannot bind)."""
+    with _lock:
+        if name not in DEVICE_NAMES:
+            raise KeyError(name)
+        device, users = _open.get(name) or (_create(name), 0)
+        _open[name] = (device, users + 1)
+        return device
+
+
+def release_device(device: NicDevice) -> None:
+    with _lock:
+        current, users = _open.get(device.name, (None, 0))
+        if current is not device:
+            return
+        if users > 1:
+            _open[device.name] = (device, users - 1)
+        else:
+            del _open[device.name]
+            device.close()

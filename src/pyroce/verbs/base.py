@@ -1,0 +1,46 @@
+"""Object lifetimes as pyverbs has them (``base.pyx``): every object is a context manager, its
+``close()`` may be called twice, a child holds its parent, and a parent closes its children
+first. Using a closed object raises ``PyverbsRDMAError`` with EBADF."""
+
+from __future__ import annotations
+
+import errno
+import weakref
+from typing import Any
+
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+
+
+class PyverbsObject:
+    """Base of every verbs object: children in a WeakSet, closed before the parent."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._children: weakref.WeakSet[PyverbsObject] = weakref.WeakSet()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_ref(self, child: PyverbsObject) -> None:
+        self._children.add(child)
+
+    def close(self) -> None:
+        """Release the object and its children; safe to call again."""
+        if self.closed:
+            return
+        for child in sorted(self._children, key=lambda c: c.CLOSE_ORDER):
+            child.close()
+        self._release()
+        self.closed = True
+
+    CLOSE_ORDER = 0  # children close in this order: QPs (0) before CQs and MRs (1) before PDs (2)
+
+    def _release(self) -> None:
+        """Undo what the constructor did on the device (override)."""
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise PyverbsRDMAError(f"{type(self).__name__} is closed", errno.EBADF)

@@ -1,0 +1,142 @@
+"""Completion queues (pyverbs ``cq.pyx``): ``CQ(ctx, cqe)`` and ``WC``.
+
+The CQ's ring is memory the NIC writes in mlx5's CQE layout; ``poll`` reads CQEs from it (owner
+bit valid), turns each into a ``WC`` and publishes the consumer index, as libmlx5 does. The
+``wr_id`` of each completion comes from the QP's table, indexed by the CQE's ``wqe_counter``.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from typing import TYPE_CHECKING
+
+from pyroce.nic.cqe import CQE_SIZE, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.rings import CqRing
+from pyroce.nic.wqe import WqeOpcode
+from pyroce.transport.completion import WcFlag, WcOpcode, WcStatus
+from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.device import Context
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+
+if TYPE_CHECKING:
+    from pyroce.verbs.qp import QP
+
+WC_OPCODE_OF_WQE = {
+    WqeOpcode.SEND: WcOpcode.SEND,
+    WqeOpcode.RDMA_WRITE: WcOpcode.RDMA_WRITE,
+    WqeOpcode.RDMA_READ: WcOpcode.RDMA_READ,
+    WqeOpcode.ATOMIC_CS: WcOpcode.COMP_SWAP,
+    WqeOpcode.ATOMIC_FA: WcOpcode.FETCH_ADD,
+}
+
+
+def imm_from_wire(value: int) -> int:
+    """``imm_data`` as C code sees the ``__be32`` field on this host (pyverbs' WC.imm_data)."""
+    return int.from_bytes(value.to_bytes(4, "big"), sys.byteorder)
+
+
+class WC:
+    """A work completion, with ``ibv_wc``'s fields."""
+
+    def __init__(self, wr_id: int = 0, status: int = 0, opcode: int = 0, vendor_err: int = 0, byte_len: int = 0,
+                 qp_num: int = 0, src_qp: int = 0, imm_data: int = 0, wc_flags: int = 0, pkey_index: int = 0,
+                 slid: int = 0, sl: int = 0, dlid_path_bits: int = 0) -> None:  # fmt: skip
+        self.wr_id = wr_id
+        self.status = status
+        self.opcode = opcode
+        self.vendor_err = vendor_err
+        self.byte_len = byte_len
+        self.qp_num = qp_num
+        self.src_qp = src_qp
+        self.imm_data = imm_data
+        self.wc_flags = wc_flags
+        self.pkey_index = pkey_index
+        self.slid = slid
+        self.sl = sl
+        self.dlid_path_bits = dlid_path_bits
+
+    def __repr__(self) -> str:
+        status = WcStatus(self.status).name if self.status in WcStatus._value2member_map_ else self.status
+        opcode = WcOpcode(self.opcode).name if self.opcode in WcOpcode._value2member_map_ else self.opcode
+        return (f"WC(wr_id={self.wr_id}, status={status}, opcode={opcode}, byte_len={self.byte_len}, "
+                f"qp_num=0x{self.qp_num:x}, imm_data=0x{self.imm_data:x}, wc_flags={self.wc_flags}, "
+                f"vendor_err={self.vendor_err})")  # fmt: skip
+
+
+class CQ(PyverbsObject):
+    """``CQ(ctx, cqe, cq_context=None, channel=None, comp_vector=0)``."""
+
+    CLOSE_ORDER = 1
+
+    def __init__(self, creator: Context, cqe: int, cq_context: object = None, channel: object = None,
+                 comp_vector: int = 0) -> None:  # fmt: skip
+        super().__init__()
+        creator._check_open()
+        max_cqe = creator.query_device().max_cqe
+        if cqe < 1 or cqe > max_cqe:
+            raise PyverbsRDMAError(f"Failed to create CQ: cqe {cqe} is outside 1..{max_cqe}", errno.EINVAL)
+        if channel is not None:
+            raise PyverbsRDMAError("Failed to create CQ: completion channels are not supported yet", errno.EOPNOTSUPP)
+        if comp_vector >= creator.num_comp_vectors:
+            raise PyverbsRDMAError(f"Failed to create CQ: no completion vector {comp_vector}", errno.EINVAL)
+        count = 1 << cqe.bit_length()  # room for cqe + 1 entries, a power of two (libmlx5)
+        self.ctx = creator
+        self.cq_context = cq_context
+        self._buf = bytearray(count * CQE_SIZE)
+        self._consumer_record = bytearray(4)
+        self.ring = CqRing(memoryview(self._buf), count)
+        self.hw = creator.device.create_cq(memoryview(self._buf), count, memoryview(self._consumer_record))
+        self.cqe = count - 1
+        self.consumer = 0
+        self.qps: dict[int, QP] = {}
+        creator.add_ref(self)
+
+    def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
+        """Up to ``num_entries`` completions, oldest first: ``(count, [WC, ...])``."""
+        self._check_open()
+        wcs: list[WC] = []
+        cqe = self.ring.poll(self.consumer)
+        if cqe is None:
+            self.ctx.device.kick()
+            cqe = self.ring.poll(self.consumer)
+        while cqe is not None:
+            wcs.append(self._wc(cqe))
+            self.consumer += 1
+            if len(wcs) == num_entries:
+                break
+            cqe = self.ring.poll(self.consumer)
+        if wcs:
+            self._consumer_record[:] = (self.consumer & 0xFFFFFF).to_bytes(4, "big")
+        return len(wcs), wcs
+
+    def _wc(self, cqe: Cqe) -> WC:
+        qp = self.qps.get(cqe.qpn)
+        is_recv = cqe.opcode in (CqeOpcode.RESP_SEND, CqeOpcode.RESP_SEND_IMM, CqeOpcode.RESP_SEND_INV,
+                                 CqeOpcode.RESP_WR_IMM, CqeOpcode.RESP_ERR)  # fmt: skip
+        wr_id = (qp.retire_recv(cqe.wqe_counter) if is_recv else qp.retire_send(cqe.wqe_counter)) if qp else 0
+        wc = WC(wr_id=wr_id, qp_num=cqe.qpn)
+        if cqe.is_error:
+            wc.status = STATUS_OF_SYNDROME.get(cqe.syndrome, WcStatus.GENERAL_ERR)  # type: ignore[call-overload]
+            wc.vendor_err = cqe.vendor_err
+            wc.opcode = WcOpcode.RECV if is_recv else WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, WcOpcode.SEND)  # type: ignore[call-overload]
+            return wc
+        wc.byte_len = cqe.byte_cnt
+        if is_recv:
+            wc.opcode = WcOpcode.RECV_RDMA_WITH_IMM if cqe.opcode is CqeOpcode.RESP_WR_IMM else WcOpcode.RECV
+            if cqe.opcode in (CqeOpcode.RESP_WR_IMM, CqeOpcode.RESP_SEND_IMM):
+                wc.wc_flags = WcFlag.WITH_IMM
+                wc.imm_data = imm_from_wire(cqe.imm_inval)
+            elif cqe.opcode is CqeOpcode.RESP_SEND_INV:
+                wc.wc_flags = WcFlag.WITH_INV
+                wc.imm_data = cqe.imm_inval
+            wc.src_qp = cqe.flags_rqpn & 0xFFFFFF
+            if cqe.flags_rqpn >> 28 & 3:
+                wc.wc_flags |= WcFlag.GRH
+        else:
+            wc.opcode = WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, WcOpcode.SEND)  # type: ignore[call-overload]
+        wc.wc_flags = int(wc.wc_flags)
+        return wc
+
+    def _release(self) -> None:
+        self.ctx.device.destroy_cq(self.hw)

@@ -1,0 +1,185 @@
+"""Devices and contexts (pyverbs ``device.pyx``): ``get_device_list``, ``Context`` and the
+attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h)."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, fields
+
+from pyroce.link.udp import LinkError, interface_mtu
+from pyroce.nic.device import NicDevice
+from pyroce.nic.registry import DEVICE_NAMES, open_device, release_device
+from pyroce.verbs.addr import GID, gid_of_ipv4
+from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.enums import (
+    ibv_atomic_cap,
+    ibv_gid_type_sysfs,
+    ibv_link_layer,
+    ibv_mtu,
+    ibv_node_type,
+    ibv_port_state,
+    ibv_transport_type,
+)
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.wire.mtu import mtu_for_netdev
+
+DEFAULT_PKEY = 0xFFFF
+PORT_NUM = 1
+
+
+@dataclass
+class _Attr:
+    def __str__(self) -> str:
+        return "\n".join(f"{f.name.replace('_', ' ').capitalize():<28}: {getattr(self, f.name)}" for f in fields(self))
+
+
+@dataclass
+class DeviceAttr(_Attr):
+    """``ibv_device_attr`` with rxe's limits (``rxe_param.h``)."""
+
+    fw_ver: str = "0.1.0"
+    node_guid: int = 0
+    sys_image_guid: int = 0
+    max_mr_size: int = (1 << 64) - 1
+    page_size_cap: int = 0xFFFFF000
+    vendor_id: int = 0xFFFFFF
+    vendor_part_id: int = 0
+    hw_ver: int = 0
+    max_qp: int = 0x10000
+    max_qp_wr: int = 0x4000
+    device_cap_flags: int = 0
+    max_sge: int = 32
+    max_sge_rd: int = 32
+    max_cq: int = 0x4000
+    max_cqe: int = (1 << 15) - 1
+    max_mr: int = 0x100000
+    max_pd: int = 0x10000
+    max_qp_rd_atom: int = 128
+    max_ee_rd_atom: int = 0
+    max_res_rd_atom: int = 0x3F000
+    max_qp_init_rd_atom: int = 128
+    max_ee_init_rd_atom: int = 0
+    atomic_caps: int = ibv_atomic_cap.IBV_ATOMIC_HCA
+    max_ee: int = 0
+    max_rdd: int = 0
+    max_mw: int = 0
+    max_raw_ipv6_qp: int = 0
+    max_raw_ethy_qp: int = 0
+    max_mcast_grp: int = 0
+    max_mcast_qp_attach: int = 0
+    max_total_mcast_qp_attach: int = 0
+    max_ah: int = 0x8000
+    max_fmr: int = 0
+    max_map_per_fmr: int = 0
+    max_srq: int = 0
+    max_srq_wr: int = 0
+    max_srq_sge: int = 0
+    max_pkeys: int = 1
+    local_ca_ack_delay: int = 15
+    phys_port_cnt: int = 1
+
+
+MAX_INLINE_DATA = 400  # bytes an inline send may carry (rxe's RXE_MAX_INLINE_DATA)
+MAX_MSG_SZ = 0x800000  # rxe's RXE_PORT_MAX_MSG_SZ: 8 MiB
+
+
+@dataclass
+class PortAttr(_Attr):
+    """``ibv_port_attr`` of a RoCE port."""
+
+    state: int = ibv_port_state.IBV_PORT_ACTIVE
+    max_mtu: int = ibv_mtu.IBV_MTU_4096
+    active_mtu: int = ibv_mtu.IBV_MTU_1024
+    gid_tbl_len: int = 1
+    port_cap_flags: int = 0
+    max_msg_sz: int = MAX_MSG_SZ
+    bad_pkey_cntr: int = 0
+    qkey_viol_cntr: int = 0
+    pkey_tbl_len: int = 1
+    lid: int = 0
+    sm_lid: int = 0
+    lmc: int = 0
+    max_vl_num: int = 1
+    sm_sl: int = 0
+    subnet_timeout: int = 0
+    init_type_reply: int = 0
+    active_width: int = 1
+    active_speed: int = 1
+    phys_state: int = 5  # LinkUp
+    link_layer: int = ibv_link_layer.IBV_LINK_LAYER_ETHERNET
+    flags: int = 0
+    port_cap_flags2: int = 0
+
+
+@dataclass
+class Device:
+    """An entry of ``get_device_list()``; ``name`` is bytes, as in pyverbs."""
+
+    name: bytes
+    node_type: int = ibv_node_type.IBV_NODE_CA
+    transport_type: int = ibv_transport_type.IBV_TRANSPORT_IB
+    guid: int = 0
+
+
+def get_device_list() -> list[Device]:
+    return [Device(name.encode()) for name in DEVICE_NAMES]
+
+
+class Context(PyverbsObject):
+    """An open device (``ibv_open_device``). ``Context(name='pyroce0')``."""
+
+    CLOSE_ORDER = 3
+
+    def __init__(self, name: str | bytes = "pyroce0", **kwargs: object) -> None:
+        super().__init__()
+        device_name = name.decode() if isinstance(name, bytes) else name
+        if device_name not in DEVICE_NAMES:
+            raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)
+        try:
+            self.device: NicDevice = open_device(device_name)
+        except LinkError as exc:
+            raise PyverbsRDMAError(f"Failed to open device {device_name}: {exc.strerror}", exc.errno) from None
+        self.name = device_name
+        self.gid = gid_of_ipv4(self.device.address)
+        self.active_mtu = mtu_for_netdev(interface_mtu(self.device.address))
+
+    @property
+    def num_comp_vectors(self) -> int:
+        return 1
+
+    def _release(self) -> None:
+        release_device(self.device)
+
+    def query_device(self) -> DeviceAttr:
+        self._check_open()
+        guid = int.from_bytes(self.gid.raw[8:], "big")
+        return DeviceAttr(node_guid=guid, sys_image_guid=guid)
+
+    def query_device_ex(self) -> DeviceAttr:
+        """The extended attributes start with ``orig_attr`` in pyverbs; pyroce has no more."""
+        return self.query_device()
+
+    def _check_port(self, port_num: int) -> None:
+        self._check_open()
+        if port_num != PORT_NUM:
+            raise PyverbsRDMAError(f"Failed to query port {port_num}: the device has port 1 only", errno.EINVAL)
+
+    def query_port(self, port_num: int = PORT_NUM) -> PortAttr:
+        self._check_port(port_num)
+        return PortAttr(active_mtu=int(self.active_mtu))
+
+    def query_gid(self, port_num: int, index: int) -> GID:
+        self._check_port(port_num)
+        if index != 0:
+            raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}", errno.EINVAL)
+        return self.gid
+
+    def query_gid_type(self, port_num: int, index: int) -> int:
+        self.query_gid(port_num, index)
+        return ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2
+
+    def query_pkey(self, port_num: int, index: int) -> int:
+        self._check_port(port_num)
+        if index != 0:
+            raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}", errno.EINVAL)
+        return DEFAULT_PKEY

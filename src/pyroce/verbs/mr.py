@@ -1,0 +1,109 @@
+"""Memory regions (pyverbs ``mr.pyx``): ``MR(pd, length, access, address=None)``.
+
+An MR either allocates its own page-aligned memory or wraps memory the caller owns: any object
+with a writable buffer (bytearray, mmap, numpy array) or, as in pyverbs, an integer address.
+``buf`` is the integer address that SGEs and RETHs name; the NIC reaches the bytes only through
+the view registered here, so every access is bounds-checked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+from typing import Any
+
+from pyroce.nic.memory import MemoryRegion
+from pyroce.transport.memory import Access
+from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.enums import ibv_access_flags
+from pyroce.verbs.pd import PD
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
+
+SUPPORTED_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
+                    | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
+                    | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
+NEEDS_LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
+
+
+def address_of(view: memoryview) -> int:
+    """The integer address of a writable buffer's first byte."""
+    holder = (ctypes.c_char * len(view)).from_buffer(view)
+    try:
+        return ctypes.addressof(holder)
+    finally:
+        del holder
+
+
+class MR(PyverbsObject):
+    CLOSE_ORDER = 1
+
+    def __init__(self, creator: PD, length: int, access: int, address: Any = None, **kwargs: object) -> None:
+        super().__init__()
+        creator._check_open()
+        if length < 0:
+            raise PyverbsUserError(f"MR length must not be negative, got {length}")
+        if access & ~SUPPORTED_ACCESS:
+            raise PyverbsRDMAError(f"Failed to register a MR: access flags 0x{access:x} not supported",
+                                   errno.EOPNOTSUPP)  # fmt: skip
+        if access & NEEDS_LOCAL_WRITE and not access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE:
+            # IBA 10.6.3.1 (and ib_check_mr_access): remote write/atomic need local write
+            raise PyverbsRDMAError("Failed to register a MR: remote write or atomic access needs local write",
+                                   errno.EINVAL)  # fmt: skip
+        self.pd = creator
+        self._memory: mmap.mmap | None = None
+        if address is None:
+            self._memory = mmap.mmap(-1, max(length, 1))
+            view = memoryview(self._memory)[:length]
+        elif isinstance(address, int):
+            view = memoryview((ctypes.c_char * length).from_address(address)).cast("B")
+        else:
+            try:
+                view = memoryview(address).cast("B")
+            except TypeError:
+                raise PyverbsUserError(f"{type(address).__name__} has no buffer to register") from None
+            if view.readonly:
+                raise PyverbsRDMAError("Failed to register a MR: the buffer is read-only", errno.EFAULT)
+            if len(view) < length:
+                raise PyverbsRDMAError(f"Failed to register a MR: the buffer has {len(view)} bytes, not {length}",
+                                       errno.EFAULT)  # fmt: skip
+            view = view[:length]
+        self._view = view
+        self.buf = address if isinstance(address, int) else (address_of(view) if length else 0)
+        self.length = length
+        self.access = access
+        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, view, self.buf, Access(access & 0xF))
+        creator.add_ref(self)
+
+    @property
+    def lkey(self) -> int:
+        self._check_open()
+        return self.region.key
+
+    @property
+    def rkey(self) -> int:
+        self._check_open()
+        return self.region.key
+
+    def write(self, data: bytes | bytearray | memoryview | str, length: int, offset: int = 0) -> None:
+        """Copy ``length`` bytes of ``data`` into the MR at ``offset``."""
+        self._check_open()
+        raw = data.encode() if isinstance(data, str) else data
+        if offset < 0 or length < 0 or offset + length > self.length or length > len(raw):
+            raise PyverbsUserError(f"cannot write {length} bytes at offset {offset} of a {self.length}-byte MR")
+        self._view[offset : offset + length] = memoryview(raw)[:length]
+
+    def read(self, length: int, offset: int) -> bytes:
+        self._check_open()
+        if offset < 0 or length < 0 or offset + length > self.length:
+            raise PyverbsUserError(f"cannot read {length} bytes at offset {offset} of a {self.length}-byte MR")
+        return bytes(self._view[offset : offset + length])
+
+    def _release(self) -> None:
+        self.pd.ctx.device.dereg_mr(self.region)
+        try:
+            self._view.release()
+            if self._memory is not None:
+                self._memory.close()
+        except BufferError:
+            pass  # a view of the memory is still held elsewhere; it goes when that does

@@ -1,0 +1,416 @@
+"""Queue pairs (pyverbs ``qp.pyx``): ``QPCap``, ``QPInitAttr``, ``QPAttr`` and ``QP``.
+
+The QP's send and receive queues are rings in memory shared with the NIC, in mlx5's layouts:
+``post_send`` encodes each WR as a WQE at the send producer counter (in 64-byte basic
+blocks), publishes the counter in the doorbell record and rings the doorbell; ``post_recv``
+does the same on the receive ring. The NIC reports completions by ``wqe_counter``, which this
+object turns back into ``wr_id`` (``retire_send``/``retire_recv``), as libmlx5 does.
+State changes are checked against the kernel's transition table (``qp_transitions``) and the
+device limits before the NIC sees them, with the errno libibverbs returns.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import sys
+from collections import deque
+
+from pyroce.nic.rings import DoorbellRecord, SendRing
+from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, WqeOpcode, encode_recv_wqe
+from pyroce.transport.memory import Access
+from pyroce.transport.rc import QpState
+from pyroce.transport.work import Sge
+from pyroce.verbs.addr import AHAttr
+from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
+from pyroce.verbs.enums import ibv_qp_attr_mask as M
+from pyroce.verbs.enums import ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
+from pyroce.verbs.pd import PD
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
+from pyroce.verbs.wr import RecvWR, SendWR
+from pyroce.wire.mtu import Mtu, mtu_to_bytes
+from pyroce.wire.psn import PSN_MASK
+
+WQE_OPCODES = {
+    ibv_wr_opcode.IBV_WR_SEND: WqeOpcode.SEND,
+    ibv_wr_opcode.IBV_WR_SEND_WITH_IMM: WqeOpcode.SEND_IMM,
+    ibv_wr_opcode.IBV_WR_SEND_WITH_INV: WqeOpcode.SEND_INVAL,
+    ibv_wr_opcode.IBV_WR_RDMA_WRITE: WqeOpcode.RDMA_WRITE,
+    ibv_wr_opcode.IBV_WR_RDMA_WRITE_WITH_IMM: WqeOpcode.RDMA_WRITE_IMM,
+    ibv_wr_opcode.IBV_WR_RDMA_READ: WqeOpcode.RDMA_READ,
+    ibv_wr_opcode.IBV_WR_ATOMIC_CMP_AND_SWP: WqeOpcode.ATOMIC_CS,
+    ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD: WqeOpcode.ATOMIC_FA,
+}
+RDMA_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ}
+ATOMIC_OPS = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
+IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
+SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def imm_to_wire(imm_data: int) -> int:
+    """The big-endian u32 on the wire for ``imm_data`` as C code holds the ``__be32`` field."""
+    return int.from_bytes((imm_data & 0xFFFFFFFF).to_bytes(4, sys.byteorder), "big")
+
+
+class QPCap:
+    def __init__(self, max_send_wr: int = 1, max_recv_wr: int = 10, max_send_sge: int = 1, max_recv_sge: int = 1,
+                 max_inline_data: int = 0) -> None:  # fmt: skip
+        self.max_send_wr = max_send_wr
+        self.max_recv_wr = max_recv_wr
+        self.max_send_sge = max_send_sge
+        self.max_recv_sge = max_recv_sge
+        self.max_inline_data = max_inline_data
+
+
+class QPInitAttr:
+    def __init__(self, qp_type: int = ibv_qp_type.IBV_QPT_UD, qp_context: object = None, scq: CQ | None = None,
+                 rcq: CQ | None = None, srq: object = None, cap: QPCap | None = None, sq_sig_all: int = 0) -> None:  # fmt: skip
+        self.qp_type = qp_type
+        self.qp_context = qp_context
+        self.send_cq = scq
+        self.recv_cq = rcq
+        self.srq = srq
+        self.cap = cap if cap is not None else QPCap()
+        self.sq_sig_all = sq_sig_all
+
+
+class QPAttr:
+    """``ibv_qp_attr``: defaults as pyverbs sets them (for RESET -> INIT)."""
+
+    def __init__(self, qp_state: int = ibv_qp_state.IBV_QPS_INIT, cur_qp_state: int = ibv_qp_state.IBV_QPS_RESET,
+                 port_num: int = 1, path_mtu: int = Mtu.IBV_MTU_1024) -> None:  # fmt: skip
+        self.qp_state = qp_state
+        self.cur_qp_state = cur_qp_state
+        self.port_num = port_num
+        self.path_mtu = path_mtu
+        self.path_mig_state = 0
+        self.qkey = 0
+        self.rq_psn = 0
+        self.sq_psn = 0
+        self.dest_qp_num = 0
+        self.qp_access_flags = 0
+        self.pkey_index = 0
+        self.alt_pkey_index = 0
+        self.en_sqd_async_notify = 0
+        self.sq_draining = 0
+        self.max_rd_atomic = 0
+        self.max_dest_rd_atomic = 0
+        self.min_rnr_timer = 0
+        self.timeout = 0
+        self.retry_cnt = 0
+        self.rnr_retry = 0
+        self.alt_port_num = 0
+        self.alt_timeout = 0
+        self.rate_limit = 0
+        self.ah_attr = AHAttr()
+        self.alt_ah_attr = AHAttr()
+        self.cap = QPCap()
+
+
+# attribute -> (mask bit, largest value accepted or None, QpConfig field or None)
+_LIMITS = {
+    "timeout": (M.IBV_QP_TIMEOUT, 31, "timeout"),
+    "retry_cnt": (M.IBV_QP_RETRY_CNT, 7, "retry_cnt"),
+    "rnr_retry": (M.IBV_QP_RNR_RETRY, 7, "rnr_retry"),
+    "min_rnr_timer": (M.IBV_QP_MIN_RNR_TIMER, 31, "min_rnr_timer"),
+    "dest_qp_num": (M.IBV_QP_DEST_QPN, PSN_MASK, "dqpn"),
+    "rq_psn": (M.IBV_QP_RQ_PSN, None, "rq_psn"),
+    "sq_psn": (M.IBV_QP_SQ_PSN, None, "sq_psn"),
+}
+
+
+class QP(PyverbsObject):
+    """``QP(pd, init_attr, qp_attr=None)``: an RC queue pair (UC and UD come later)."""
+
+    CLOSE_ORDER = 0
+
+    def __init__(self, creator: PD, init_attr: QPInitAttr, qp_attr: QPAttr | None = None) -> None:
+        super().__init__()
+        creator._check_open()
+        ctx = creator.ctx
+        if init_attr.qp_type != ibv_qp_type.IBV_QPT_RC:
+            raise PyverbsRDMAError(f"Failed to create QP: QP type {init_attr.qp_type} is not supported yet",
+                                   errno.EOPNOTSUPP)  # fmt: skip
+        if init_attr.srq is not None:
+            raise PyverbsRDMAError("Failed to create QP: SRQs are not supported yet", errno.EOPNOTSUPP)
+        scq, rcq = init_attr.send_cq, init_attr.recv_cq
+        if not isinstance(scq, CQ) or not isinstance(rcq, CQ):
+            raise PyverbsUserError("an RC QP needs a send CQ (scq) and a receive CQ (rcq)")
+        cap = init_attr.cap
+        attr = ctx.query_device()
+        for name, value, limit in (("max_send_wr", cap.max_send_wr, attr.max_qp_wr),
+                                   ("max_recv_wr", cap.max_recv_wr, attr.max_qp_wr),
+                                   ("max_send_sge", cap.max_send_sge, attr.max_sge),
+                                   ("max_recv_sge", cap.max_recv_sge, attr.max_sge),
+                                   ("max_inline_data", cap.max_inline_data, MAX_INLINE_DATA)):  # fmt: skip
+            if value < 0 or value > limit:
+                raise PyverbsRDMAError(f"Failed to create QP: {name} {value} exceeds the device limit {limit}",
+                                       errno.EINVAL)  # fmt: skip
+        self.pd = creator
+        self.ctx = ctx
+        self.qp_type = init_attr.qp_type
+        self.init_attr = copy.copy(init_attr)
+        self.cap = copy.copy(cap)
+        self.sq_sig_all = bool(init_attr.sq_sig_all)
+        self.scq, self.rcq = scq, rcq
+        inline_segs = -(-(4 + cap.max_inline_data) // SEG) if cap.max_inline_data else 0
+        ds = 3 + max(cap.max_send_sge, inline_segs, 1)  # ctrl, raddr, atomic, data or inline
+        if ds > MAX_DS:
+            raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
+        self.sq_wqebbs = _pow2(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
+        self.rq_count = _pow2(max(1, cap.max_recv_wr))
+        self.rq_stride = _pow2(max(1, cap.max_recv_sge) * SEG)
+        self._sq_buf = bytearray(self.sq_wqebbs * WQEBB)
+        self._rq_buf = bytearray(self.rq_count * self.rq_stride)
+        self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
+        self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
+        self.doorbell = DoorbellRecord(memoryview(self._doorbell_buf))
+        self.sq_producer = 0  # basic blocks posted
+        self.sq_outstanding: deque[tuple[int, int, int]] = deque()  # (first basic block, basic blocks, wr_id)
+        self.sq_retired = 0  # basic blocks the NIC has completed
+        self.rq_producer = 0
+        self.rq_completed = 0
+        self.rq_wr_ids = [0] * self.rq_count
+        device = ctx.device
+        self.device = device
+        self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
+                                       memoryview(self._rq_buf), self.rq_count, self.rq_stride,
+                                       memoryview(self._doorbell_buf))  # fmt: skip
+        self.qp_state = ibv_qp_state.IBV_QPS_RESET
+        self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
+        scq.qps[self.qp_num] = self
+        rcq.qps[self.qp_num] = self
+        for parent in (creator, scq, rcq):
+            parent.add_ref(self)
+        if qp_attr is not None:
+            self.to_init(qp_attr)
+
+    # --- state machine ------------------------------------------------------------------
+
+    def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
+        """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse."""
+        self._check_open()
+        cur = qp_attr.cur_qp_state if attr_mask & M.IBV_QP_CUR_STATE else self.qp_state
+        target = qp_attr.qp_state if attr_mask & M.IBV_QP_STATE else cur
+        try:
+            name = ibv_qp_state(target).name
+        except ValueError:
+            raise PyverbsRDMAError(f"Failed to modify QP state to {target}: no such state", errno.EINVAL) from None
+        try:
+            check_transition(self.qp_type, cur, target, attr_mask)
+        except TransitionError as exc:
+            raise PyverbsRDMAError(f"Failed to modify QP state to {name}: {exc.reason}", errno.EINVAL) from None
+        changes, peer = self._changes(qp_attr, attr_mask, name)
+        self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
+        self.qp_state = ibv_qp_state(target)
+        for field in vars(qp_attr):
+            if field not in ("qp_state", "cur_qp_state"):
+                setattr(self.attr, field, getattr(qp_attr, field))
+        self.attr.qp_state = self.qp_state
+
+    def _changes(self, attr: QPAttr, mask: int, state_name: str) -> tuple[dict[str, object], str | None]:
+        """The transport settings an attribute mask asks for, after the limits rxe checks."""
+
+        def invalid(why: str) -> PyverbsRDMAError:
+            return PyverbsRDMAError(f"Failed to modify QP state to {state_name}: {why}", errno.EINVAL)
+
+        device_attr = self.ctx.query_device()
+        changes: dict[str, object] = {}
+        peer = None
+        if mask & M.IBV_QP_PORT and attr.port_num != 1:
+            raise invalid(f"port {attr.port_num} does not exist")
+        if mask & M.IBV_QP_PKEY_INDEX and attr.pkey_index != 0:
+            raise invalid(f"P_Key index {attr.pkey_index} is outside the 1-entry table")
+        if mask & M.IBV_QP_ACCESS_FLAGS:
+            changes["access"] = Access(attr.qp_access_flags & 0xE)
+        if mask & M.IBV_QP_PATH_MTU:
+            if attr.path_mtu not in Mtu._value2member_map_:
+                raise invalid(f"path_mtu {attr.path_mtu} is not an ibv_mtu value")
+            changes["pmtu"] = mtu_to_bytes(attr.path_mtu)
+        for name, (bit, limit, field) in _LIMITS.items():
+            if mask & bit:
+                value = getattr(attr, name)
+                if value < 0 or (limit is not None and value > limit):
+                    raise invalid(f"{name} {value} is outside 0..{limit}")
+                changes[field] = value & PSN_MASK
+        if mask & M.IBV_QP_MAX_QP_RD_ATOMIC:
+            if not 0 <= attr.max_rd_atomic <= device_attr.max_qp_init_rd_atom:
+                raise invalid(f"max_rd_atomic {attr.max_rd_atomic} exceeds {device_attr.max_qp_init_rd_atom}")
+            changes["max_rd_atomic"] = attr.max_rd_atomic
+        if mask & M.IBV_QP_MAX_DEST_RD_ATOMIC:
+            if not 0 <= attr.max_dest_rd_atomic <= device_attr.max_qp_rd_atom:
+                raise invalid(f"max_dest_rd_atomic {attr.max_dest_rd_atomic} exceeds {device_attr.max_qp_rd_atom}")
+            changes["max_dest_rd_atomic"] = attr.max_dest_rd_atomic
+        if mask & M.IBV_QP_AV:
+            if attr.ah_attr.port_num not in (0, 1):
+                raise invalid(f"ah_attr port {attr.ah_attr.port_num} does not exist")
+            if attr.ah_attr.gr.sgid_index != 0:
+                raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} is outside the 1-entry GID table")
+            peer = attr.ah_attr.peer_address()
+        return changes, peer
+
+    def _to(self, qp_attr: QPAttr, state: int) -> None:
+        qp_attr.qp_state = state
+        self.modify(qp_attr, required_mask(self.qp_type, self.qp_state, state) | M.IBV_QP_STATE)
+
+    def to_init(self, qp_attr: QPAttr) -> None:
+        """RESET -> INIT with the attributes the transition requires."""
+        self._to(qp_attr, ibv_qp_state.IBV_QPS_INIT)
+
+    def to_rtr(self, qp_attr: QPAttr) -> None:
+        """To RTR; a QP still in RESET goes to INIT first."""
+        if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
+            self.to_init(qp_attr)
+        self._to(qp_attr, ibv_qp_state.IBV_QPS_RTR)
+
+    def to_rts(self, qp_attr: QPAttr) -> None:
+        """To RTS; a QP in RESET or INIT passes through INIT and RTR first."""
+        if self.qp_state in (ibv_qp_state.IBV_QPS_RESET, ibv_qp_state.IBV_QPS_INIT):
+            self.to_rtr(qp_attr)
+        self._to(qp_attr, ibv_qp_state.IBV_QPS_RTS)
+
+    def query(self, attr_mask: int = 0) -> tuple[QPAttr, QPInitAttr]:
+        self._check_open()
+        attr = copy.copy(self.attr)
+        attr.qp_state = attr.cur_qp_state = self.qp_state
+        attr.cap = copy.copy(self.cap)
+        return attr, copy.copy(self.init_attr)
+
+    # --- data path ----------------------------------------------------------------------
+
+    def post_send(self, send_wr: SendWR, bad_wr: object = None) -> None:
+        """Write one WQE per WR of the chain, then ring the doorbell once. WRs before a bad one
+        are posted, as in libibverbs; the bad one raises."""
+        self._check_open()
+        wr: SendWR | None = send_wr
+        error: PyverbsRDMAError | None = None
+        posted = 0
+        while wr is not None:
+            try:
+                wqe = self._send_wqe(wr)
+            except PyverbsRDMAError as exc:
+                error = exc
+                break
+            wqebbs = wqe.wqebbs
+            if len(self.sq_outstanding) >= self.cap.max_send_wr or (
+                    self.sq_producer - self.sq_retired + wqebbs > self.sq_wqebbs):  # fmt: skip
+                error = PyverbsRDMAError("Failed to post send: the send queue is full", errno.ENOMEM)
+                break
+            self.sq_outstanding.append((self.sq_producer, wqebbs, wr.wr_id))
+            self.sq_producer = self.sq.post(self.sq_producer, wqe)
+            posted += 1
+            wr = wr.next_wr
+        if posted:
+            self.doorbell.publish(DoorbellRecord.SEND, self.sq_producer)
+            self.device.ring_doorbell(self.qp_num)
+        if error is not None:
+            raise error
+
+    def _send_wqe(self, wr: SendWR) -> SendWqe:
+        def invalid(why: str, code: int = errno.EINVAL) -> PyverbsRDMAError:
+            return PyverbsRDMAError(f"Failed to post send: {why}", code)
+
+        if self.qp_state not in SENDING_STATES:
+            raise invalid(f"the QP is in {ibv_qp_state(self.qp_state).name}, not RTS")
+        opcode = WQE_OPCODES.get(wr.opcode)  # type: ignore[call-overload]
+        if opcode is None:
+            raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
+                          ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
+        if wr.num_sge > len(wr.sg):
+            raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
+        if wr.num_sge > self.cap.max_send_sge:
+            raise invalid(f"{wr.num_sge} SGEs exceed max_send_sge {self.cap.max_send_sge}")
+        sges = tuple(Sge(s.addr, s.length, s.lkey) for s in wr.sg[: wr.num_sge])
+        length = sum(s.length for s in sges)
+        if length > MAX_MSG_SZ:
+            raise invalid(f"message of {length} bytes exceeds max_msg_sz {MAX_MSG_SZ}")
+        flags = FmCeSe.NONE
+        if wr.send_flags & ibv_send_flags.IBV_SEND_SIGNALED or self.sq_sig_all:
+            flags |= FmCeSe.CQ_UPDATE
+        if wr.send_flags & ibv_send_flags.IBV_SEND_SOLICITED:
+            flags |= FmCeSe.SOLICITED
+        if wr.send_flags & ibv_send_flags.IBV_SEND_FENCE:
+            flags |= FmCeSe.FENCE
+        inline = None
+        if wr.send_flags & ibv_send_flags.IBV_SEND_INLINE and opcode not in ATOMIC_OPS | {WqeOpcode.RDMA_READ}:
+            if length > self.cap.max_inline_data:
+                raise invalid(f"{length} inline bytes exceed max_inline_data {self.cap.max_inline_data}")
+            inline = b"".join(self._read_local(s) for s in sges)
+            sges = ()
+        imm = imm_to_wire(wr.imm_data) if opcode in IMM_OPS else wr.imm_data if opcode is WqeOpcode.SEND_INVAL else 0
+        raddr = rkey = swap_add = compare = None
+        if opcode in RDMA_OPS or opcode in ATOMIC_OPS:
+            raddr, rkey = wr.remote_addr, wr.rkey
+        if opcode is WqeOpcode.ATOMIC_CS:
+            swap_add, compare = wr.swap, wr.compare_add
+        elif opcode is WqeOpcode.ATOMIC_FA:
+            swap_add, compare = wr.compare_add, 0
+        return SendWqe(opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
+                       sges, inline)  # fmt: skip
+
+    def _read_local(self, sge: Sge) -> bytes:
+        """Inline data is copied at post time from memory this process registered."""
+        for child in list(self.pd._children):
+            region = getattr(child, "region", None)
+            if region is not None and region.addr <= sge.addr and sge.addr + sge.length <= region.addr + region.length:
+                start = sge.addr - region.addr
+                return bytes(region.view[start : start + sge.length])
+        raise PyverbsRDMAError(f"Failed to post send: inline data at 0x{sge.addr:x} is not in a registered MR",
+                               errno.EINVAL)  # fmt: skip
+
+    def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
+        self._check_open()
+        chain: RecvWR | None = wr
+        posted = 0
+        error: PyverbsRDMAError | None = None
+        while chain is not None:
+            if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
+                error = PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
+                break
+            if chain.num_sge > len(chain.sg):
+                raise PyverbsUserError(f"num_sge is {chain.num_sge} but the WR has {len(chain.sg)} SGEs")
+            if chain.num_sge > self.cap.max_recv_sge:
+                error = PyverbsRDMAError(f"Failed to post receive: {chain.num_sge} SGEs exceed max_recv_sge "
+                                         f"{self.cap.max_recv_sge}", errno.EINVAL)  # fmt: skip
+                break
+            if self.rq_producer - self.rq_completed >= self.cap.max_recv_wr:
+                error = PyverbsRDMAError("Failed to post receive: the receive queue is full", errno.ENOMEM)
+                break
+            sges = tuple(Sge(s.addr, s.length, s.lkey) for s in chain.sg[: chain.num_sge])
+            slot = self.rq_producer % self.rq_count
+            self._rq_buf[slot * self.rq_stride : (slot + 1) * self.rq_stride] = encode_recv_wqe(sges, self.rq_stride)
+            self.rq_wr_ids[slot] = chain.wr_id
+            self.rq_producer += 1
+            posted += 1
+            chain = chain.next_wr
+        if posted:
+            self.doorbell.publish(DoorbellRecord.RECV, self.rq_producer)
+            self.device.ring_doorbell(self.qp_num)
+        if error is not None:
+            raise error
+
+    def retire_send(self, wqe_counter: int) -> int:
+        """The WQEs up to the one at ``wqe_counter`` are done; returns that one's ``wr_id``."""
+        wr_id = 0
+        while self.sq_outstanding:
+            start, wqebbs, wr_id = self.sq_outstanding.popleft()
+            self.sq_retired = start + wqebbs
+            if start & 0xFFFF == wqe_counter:
+                break
+        return wr_id
+
+    def retire_recv(self, wqe_counter: int) -> int:
+        self.rq_completed += 1
+        return self.rq_wr_ids[wqe_counter % self.rq_count]
+
+    def _release(self) -> None:
+        self.device.destroy_qp(self.qp_num)
+        self.scq.qps.pop(self.qp_num, None)
+        self.rcq.qps.pop(self.qp_num, None)

@@ -1,0 +1,57 @@
+"""Work requests (pyverbs ``wr.pyx``): ``SGE``, ``SendWR``, ``RecvWR``."""
+
+from __future__ import annotations
+
+from pyroce.verbs.enums import ibv_send_flags, ibv_wr_opcode
+
+
+class SGE:
+    """``SGE(addr, length, lkey)``: ``length`` bytes at ``addr`` in the MR of ``lkey``."""
+
+    def __init__(self, addr: int, length: int, lkey: int) -> None:
+        self.addr = addr
+        self.length = length
+        self.lkey = lkey
+
+    def __repr__(self) -> str:
+        return f"SGE(addr=0x{self.addr:x}, length={self.length}, lkey=0x{self.lkey:x})"
+
+
+class RecvWR:
+    def __init__(self, wr_id: int = 0, num_sge: int | None = None, sg: list[SGE] | None = None,
+                 next_wr: RecvWR | None = None) -> None:  # fmt: skip
+        self.wr_id = wr_id
+        self.sg = list(sg or [])
+        self.num_sge = len(self.sg) if num_sge is None else num_sge
+        self.next_wr = next_wr
+
+
+class SendWR:
+    def __init__(self, wr_id: int = 0, opcode: int = ibv_wr_opcode.IBV_WR_SEND, num_sge: int | None = None,
+                 imm_data: int = 0, sg: list[SGE] | None = None,
+                 send_flags: int = ibv_send_flags.IBV_SEND_SIGNALED, next_wr: SendWR | None = None) -> None:  # fmt: skip
+        self.wr_id = wr_id
+        self.opcode = opcode
+        self.sg = list(sg or [])
+        self.num_sge = len(self.sg) if num_sge is None else num_sge
+        self.imm_data = imm_data
+        self.send_flags = send_flags
+        self.next_wr = next_wr
+        self.rkey = 0
+        self.remote_addr = 0
+        self.compare_add = 0
+        self.swap = 0
+
+    def set_wr_rdma(self, rkey: int, addr: int) -> None:
+        self.rkey, self.remote_addr = rkey, addr
+
+    def set_wr_atomic(self, rkey: int, addr: int, compare_add: int, swap: int = 0) -> None:
+        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+
+    @property
+    def invalidate_rkey(self) -> int:
+        return self.imm_data
+
+    @invalidate_rkey.setter
+    def invalidate_rkey(self, rkey: int) -> None:
+        self.imm_data = rkey
