@@ -131,8 +131,8 @@ class RcQp:
     def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
         """Up to ``budget`` packets: responses first (they free the peer), then requests."""
         out: list[Packet] = []
-        if self.state in RECEIVING_STATES:
-            self.responder.emit(out, budget)
+        if self.state in RECEIVING_STATES or self.state is QpState.ERR:
+            self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.state is QpState.RTS:
             self.requester.emit(out, budget, now)
         self.counters["tx_packets"] += len(out)
@@ -147,7 +147,8 @@ class RcQp:
     @property
     def has_output(self) -> bool:
         """Whether ``packets_to_send`` would return something now (ignoring timers)."""
-        return self.responder.has_output or (self.state is QpState.RTS and self.requester.has_output)
+        responses = self.responder.has_output and self.state is not QpState.RESET
+        return responses or (self.state is QpState.RTS and self.requester.has_output)
 
     # --- errors -------------------------------------------------------------------------
 

@@ -337,7 +337,9 @@ class Responder:
                 queue.popleft()
 
     def flush(self) -> None:
-        """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2)."""
+        """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2); read
+        responses not yet sent are dropped, a queued NAK still goes out."""
+        self.out = deque(item for item in self.out if isinstance(item, Packet))
         if self.recv is not None:
             self.qp.completions.append(Completion(True, self.recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
             self.recv = None

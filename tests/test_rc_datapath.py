@@ -1,0 +1,190 @@
+"""RC data path through the verbs API: every operation at the sizes around the path MTU and
+at 1 MiB, with one and several SGEs; every byte and every completion field checked."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+import pyroce.verbs.enums as e
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
+from tests.rc_pair import Endpoint, connected_pair
+
+PMTU = 1024
+SIZES = [0, 1, PMTU - 1, PMTU, PMTU + 1, 1 << 20]
+WC = e.ibv_wc_opcode
+WR = e.ibv_wr_opcode
+OK = e.ibv_wc_status.IBV_WC_SUCCESS
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def sges(ep: Endpoint, offset: int, size: int, count: int) -> list[SGE]:
+    """``size`` bytes at ``offset`` split into ``count`` SGEs (the last takes the rest),
+    each SGE separated by a 7-byte gap so a scatter error would show."""
+    if count == 1 or size < count:
+        return [SGE(ep.mr.buf + offset, size, ep.mr.lkey)]
+    part = size // count
+    out, at = [], offset
+    for index in range(count):
+        length = part if index < count - 1 else size - part * (count - 1)
+        out.append(SGE(ep.mr.buf + at, length, ep.mr.lkey))
+        at += length + 7
+    return out
+
+
+def gathered(ep: Endpoint, sg: list[SGE]) -> bytes:
+    return b"".join(ep.mr.read(s.length, s.addr - ep.mr.buf) for s in sg)
+
+
+def fill(ep: Endpoint) -> None:
+    ep.mr.write(os.urandom(ep.mr.length), ep.mr.length)
+
+
+@pytest.mark.parametrize("nsge", [1, 3])
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("with_imm", [False, True])
+def test_send(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_imm: bool) -> None:
+    a, b = pair
+    fill(a)
+    fill(b)
+    src, dst = sges(a, 0, size, nsge), sges(b, 0, size + 100, nsge)
+    b.qp.post_recv(RecvWR(wr_id=0xB0B, sg=dst))
+    opcode = WR.IBV_WR_SEND_WITH_IMM if with_imm else WR.IBV_WR_SEND
+    a.qp.post_send(SendWR(wr_id=0xA11, opcode=opcode, imm_data=0xDEADBEEF, sg=src))
+    (sent,) = a.poll()
+    (recv,) = b.poll()
+    assert (sent.status, sent.opcode, sent.wr_id, sent.qp_num) == (OK, WC.IBV_WC_SEND, 0xA11, a.qp.qp_num)
+    assert (recv.status, recv.opcode, recv.wr_id, recv.byte_len, recv.qp_num) == (
+        OK, WC.IBV_WC_RECV, 0xB0B, size, b.qp.qp_num)  # fmt: skip
+    if with_imm:
+        assert recv.wc_flags == e.ibv_wc_flags.IBV_WC_WITH_IMM and recv.imm_data == 0xDEADBEEF
+    else:
+        assert recv.wc_flags == 0
+    assert gathered(b, dst)[:size] == gathered(a, src)
+
+
+@pytest.mark.parametrize("nsge", [1, 3])
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("with_imm", [False, True])
+def test_rdma_write(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_imm: bool) -> None:
+    a, b = pair
+    fill(a)
+    fill(b)
+    before = b.mr.read(b.mr.length, 0)
+    src = sges(a, 0, size, nsge)
+    target = 4096 + 5
+    if with_imm:
+        b.qp.post_recv(RecvWR(wr_id=0x1111, sg=[]))
+    wr = SendWR(wr_id=0xC0, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM if with_imm else WR.IBV_WR_RDMA_WRITE,
+                imm_data=0x01020304, sg=src)  # fmt: skip
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + target)
+    a.qp.post_send(wr)
+    (done,) = a.poll()
+    assert (done.status, done.opcode, done.wr_id) == (OK, WC.IBV_WC_RDMA_WRITE, 0xC0)
+    if with_imm:
+        (recv,) = b.poll()
+        assert (recv.status, recv.opcode, recv.wr_id, recv.byte_len, recv.imm_data, recv.wc_flags) == (
+            OK, WC.IBV_WC_RECV_RDMA_WITH_IMM, 0x1111, size, 0x01020304, e.ibv_wc_flags.IBV_WC_WITH_IMM)  # fmt: skip
+    after = b.mr.read(b.mr.length, 0)
+    assert after[target : target + size] == gathered(a, src)
+    assert after[:target] == before[:target] and after[target + size :] == before[target + size :]
+
+
+@pytest.mark.parametrize("nsge", [1, 3])
+@pytest.mark.parametrize("size", SIZES)
+def test_rdma_read(pair: tuple[Endpoint, Endpoint], size: int, nsge: int) -> None:
+    a, b = pair
+    fill(a)
+    fill(b)
+    before = a.mr.read(a.mr.length, 0)
+    dst = sges(a, 8192, size, nsge)
+    wr = SendWR(wr_id=0xEAD, opcode=WR.IBV_WR_RDMA_READ, sg=dst)
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + 3)
+    a.qp.post_send(wr)
+    (done,) = a.poll()
+    assert (done.status, done.opcode, done.wr_id, done.byte_len) == (OK, WC.IBV_WC_RDMA_READ, 0xEAD, size)
+    assert gathered(a, dst) == b.mr.read(size, 3)
+    after = a.mr.read(a.mr.length, 0)
+    assert after[:8192] == before[:8192]  # nothing written outside the scatter list
+    end = dst[-1].addr - a.mr.buf + dst[-1].length
+    assert after[end:] == before[end:]
+
+
+def test_atomics_match_a_reference(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    word = struct.Struct("=Q")
+    b.mr.write(word.pack(1000), 8, 64)
+    reference = 1000
+    for step in range(20):
+        wr = SendWR(wr_id=step, sg=[SGE(a.mr.buf + 8 * step, 8, a.mr.lkey)])
+        if step % 2:
+            wr.opcode = WR.IBV_WR_ATOMIC_CMP_AND_SWP
+            compare = reference if step % 4 == 1 else reference + 1  # half succeed, half do not
+            wr.set_wr_atomic(b.mr.rkey, b.mr.buf + 64, compare, step * 7)
+            expected_new = step * 7 if compare == reference else reference
+            opcode = WC.IBV_WC_COMP_SWAP
+        else:
+            wr.opcode = WR.IBV_WR_ATOMIC_FETCH_AND_ADD
+            wr.set_wr_atomic(b.mr.rkey, b.mr.buf + 64, (1 << 64) - 3)  # adds wrap around 2**64
+            expected_new = (reference - 3) % (1 << 64)
+            opcode = WC.IBV_WC_FETCH_ADD
+        a.qp.post_send(wr)
+        (done,) = a.poll()
+        assert (done.status, done.opcode, done.wr_id, done.byte_len) == (OK, opcode, step, 8)
+        assert word.unpack(a.mr.read(8, 8 * step))[0] == reference  # the original value comes back
+        reference = expected_new
+        assert word.unpack(b.mr.read(8, 64))[0] == reference
+
+
+def test_inline_send_and_unsignaled_writes(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    fill(a)
+    writes = []
+    for index in range(5):
+        wr = SendWR(wr_id=100 + index, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf + 100, 10, a.mr.lkey)],
+                    send_flags=0)  # fmt: skip
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf + 1000 + 10 * index)
+        writes.append(wr)
+    for first, second in itertools.pairwise(writes):
+        first.next_wr = second
+    a.qp.post_send(writes[0])
+    payload = a.mr.read(50, 0)
+    b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    send = SendWR(wr_id=7, sg=[SGE(a.mr.buf, 50, a.mr.lkey)],
+                  send_flags=e.ibv_send_flags.IBV_SEND_INLINE | e.ibv_send_flags.IBV_SEND_SIGNALED)  # fmt: skip
+    a.qp.post_send(send)
+    a.mr.write(b"\0" * 50, 50)  # inline data was copied at post time: changing the buffer now changes nothing
+    (done,) = a.poll()  # only the signaled SEND completes; the unsignaled writes before it retire silently
+    assert (done.wr_id, done.status, done.opcode) == (7, OK, WC.IBV_WC_SEND)
+    (recv,) = b.poll()
+    assert recv.byte_len == 50 and b.mr.read(50, 0) == payload
+    assert b.mr.read(50, 1000) == a.mr.read(10, 100) * 5
+
+
+def test_solicited_and_fenced_work_completes_in_order(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    fill(b)
+    read = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_READ, sg=[SGE(a.mr.buf, 4000, a.mr.lkey)])
+    read.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    b.qp.post_recv(RecvWR(wr_id=9, sg=[SGE(b.mr.buf + 65536, 4000, b.mr.lkey)]))
+    fenced = SendWR(wr_id=2, sg=[SGE(a.mr.buf, 4000, a.mr.lkey)],
+                    send_flags=e.ibv_send_flags.IBV_SEND_SIGNALED | e.ibv_send_flags.IBV_SEND_FENCE
+                    | e.ibv_send_flags.IBV_SEND_SOLICITED)  # fmt: skip
+    read.next_wr = fenced
+    a.qp.post_send(read)
+    assert [wc.wr_id for wc in a.poll(2)] == [1, 2]
+    (recv,) = b.poll()
+    # The fenced SEND waited for the READ, so it carries the bytes the READ brought back.
+    assert b.mr.read(4000, 65536) == b.mr.read(4000, 0)
+    assert recv.wr_id == 9

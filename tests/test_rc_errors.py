@@ -1,0 +1,138 @@
+"""RC errors as rxe reports them (rocev2.md): the responder checks before it touches memory,
+NAKs, and both sides complete with the right status; nothing outside an MR changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import pyroce.verbs.enums as e
+from pyroce.verbs.mr import MR
+from pyroce.verbs.pd import PD
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+
+S = e.ibv_wc_status
+WR = e.ibv_wr_opcode
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def rdma(opcode: int, a: Endpoint, length: int, rkey: int, raddr: int, wr_id: int = 5) -> SendWR:
+    wr = SendWR(wr_id=wr_id, opcode=opcode, sg=[SGE(a.mr.buf, length, a.mr.lkey)])
+    wr.set_wr_rdma(rkey, raddr)
+    return wr
+
+
+def snapshot(ep: Endpoint) -> bytes:
+    return ep.mr.read(ep.mr.length, 0)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["past the end", "before the start", "wrapping 2**64", "unknown rkey", "stale key byte", "no remote write"],
+)
+def test_remote_write_violations_nak_and_change_nothing(pair: tuple[Endpoint, Endpoint], case: str) -> None:
+    a, b = pair
+    a.mr.write(b"\xaa" * 8192, 8192)
+    small = MR(b.pd, 4096, e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | e.ibv_access_flags.IBV_ACCESS_REMOTE_READ)
+    before_b, before_small = snapshot(b), small.read(4096, 0)
+    rkey, raddr, length = b.mr.rkey, b.mr.buf, 4096
+    if case == "past the end":
+        raddr = b.mr.buf + b.mr.length - 100
+    elif case == "before the start":
+        raddr = b.mr.buf - 8
+    elif case == "wrapping 2**64":
+        raddr = (1 << 64) - 16
+    elif case == "unknown rkey":
+        rkey = b.mr.rkey ^ 0x7F000000
+    elif case == "stale key byte":
+        rkey = b.mr.rkey ^ 0x01
+    else:
+        rkey, raddr = small.rkey, small.buf
+    a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, length, rkey, raddr))
+    (done,) = a.poll()
+    assert (done.status, done.wr_id) == (S.IBV_WC_REM_ACCESS_ERR, 5)
+    assert snapshot(b) == before_b and small.read(4096, 0) == before_small
+    assert a.qp.ctx.device.qps[a.qp.qp_num].rc.state.name == "ERR"
+
+
+def test_another_pds_mr_is_out_of_reach(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    other = MR(PD(b.ctx), 4096, ALL_ACCESS)
+    other.write(b"\x55" * 4096, 4096)
+    a.qp.post_send(rdma(WR.IBV_WR_RDMA_READ, a, 4096, other.rkey, other.buf))
+    (done,) = a.poll()
+    assert done.status == S.IBV_WC_REM_ACCESS_ERR
+    assert a.mr.read(4096, 0) != other.read(4096, 0)
+
+
+def test_read_without_remote_read_access(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    write_only = MR(b.pd, 4096, e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | e.ibv_access_flags.IBV_ACCESS_REMOTE_WRITE)
+    a.qp.post_send(rdma(WR.IBV_WR_RDMA_READ, a, 64, write_only.rkey, write_only.buf))
+    assert a.poll()[0].status == S.IBV_WC_REM_ACCESS_ERR
+
+
+def test_misaligned_atomic_is_an_invalid_request(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    before = snapshot(b)
+    wr = SendWR(wr_id=1, opcode=WR.IBV_WR_ATOMIC_FETCH_AND_ADD, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+    wr.set_wr_atomic(b.mr.rkey, b.mr.buf + 4, 1)
+    a.qp.post_send(wr)
+    assert a.poll()[0].status == S.IBV_WC_REM_INV_REQ_ERR
+    assert snapshot(b) == before
+
+
+def test_receive_buffer_too_small(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    before = snapshot(b)
+    b.qp.post_recv(RecvWR(wr_id=3, sg=[SGE(b.mr.buf, 100, b.mr.lkey)]))
+    b.qp.post_recv(RecvWR(wr_id=4, sg=[SGE(b.mr.buf + 200, 100, b.mr.lkey)]))
+    a.qp.post_send(SendWR(wr_id=9, sg=[SGE(a.mr.buf, 3000, a.mr.lkey)]))
+    (sent,) = a.poll()
+    assert (sent.status, sent.wr_id) == (S.IBV_WC_REM_INV_REQ_ERR, 9)
+    recv, flushed = b.poll(2)
+    assert (recv.wr_id, recv.status) == (3, S.IBV_WC_LOC_LEN_ERR)
+    assert (flushed.wr_id, flushed.status) == (4, S.IBV_WC_WR_FLUSH_ERR)
+    assert snapshot(b)[100:] == before[100:]  # nothing past the 100-byte buffer
+
+
+def test_bad_lkey_on_the_sender(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    a.qp.post_send(SendWR(wr_id=11, sg=[SGE(a.mr.buf, 10, a.mr.lkey ^ 0xFF)]))
+    a.qp.post_send(SendWR(wr_id=12, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))
+    first, second = a.poll(2)
+    assert (first.wr_id, first.status) == (11, S.IBV_WC_LOC_PROT_ERR)
+    assert (second.wr_id, second.status) == (12, S.IBV_WC_WR_FLUSH_ERR)
+
+
+def test_operation_not_enabled_on_the_responder_qp() -> None:
+    a, b = Endpoint.open(), Endpoint.open()
+    try:
+        a.connect(b)
+        b.connect(a, access=e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)  # no remote access on b's QP
+        a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, 16, b.mr.rkey, b.mr.buf))
+        assert a.poll()[0].status == S.IBV_WC_REM_INV_REQ_ERR
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rnr_retry_exhausted() -> None:
+    a, b = Endpoint.open(), Endpoint.open()
+    try:
+        a.connect(b, rnr_retry=1)
+        b.connect(a)
+        a.qp.post_send(SendWR(wr_id=1, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))  # b posted no receive
+        assert a.poll()[0].status == S.IBV_WC_RNR_RETRY_EXC_ERR
+    finally:
+        a.close()
+        b.close()
