@@ -11,7 +11,7 @@ import pyroce.verbs.enums as e
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
-from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair, open_endpoint
 
 S = e.ibv_wc_status
 WR = e.ibv_wr_opcode
@@ -106,7 +106,7 @@ def test_receive_buffer_too_small(pair: tuple[Endpoint, Endpoint]) -> None:
 
 
 def test_bad_lkey_on_the_sender(pair: tuple[Endpoint, Endpoint]) -> None:
-    a, b = pair
+    a, _ = pair
     a.qp.post_send(SendWR(wr_id=11, sg=[SGE(a.mr.buf, 10, a.mr.lkey ^ 0xFF)]))
     a.qp.post_send(SendWR(wr_id=12, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))
     first, second = a.poll(2)
@@ -115,10 +115,10 @@ def test_bad_lkey_on_the_sender(pair: tuple[Endpoint, Endpoint]) -> None:
 
 
 def test_operation_not_enabled_on_the_responder_qp() -> None:
-    a, b = Endpoint.open(), Endpoint.open()
+    a, b = open_endpoint(), open_endpoint()
     try:
-        a.connect(b)
-        b.connect(a, access=e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)  # no remote access on b's QP
+        a.connect(b.info())
+        b.connect(a.info(), access=e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)  # no remote access on b's QP
         a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, 16, b.mr.rkey, b.mr.buf))
         assert a.poll()[0].status == S.IBV_WC_REM_INV_REQ_ERR
     finally:
@@ -127,10 +127,10 @@ def test_operation_not_enabled_on_the_responder_qp() -> None:
 
 
 def test_rnr_retry_exhausted() -> None:
-    a, b = Endpoint.open(), Endpoint.open()
+    a, b = open_endpoint(), open_endpoint()
     try:
-        a.connect(b, rnr_retry=1)
-        b.connect(a)
+        a.connect(b.info(), rnr_retry=1)
+        b.connect(a.info())
         a.qp.post_send(SendWR(wr_id=1, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))  # b posted no receive
         assert a.poll()[0].status == S.IBV_WC_RNR_RETRY_EXC_ERR
     finally:

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyroce import __version__
-from pyroce.cli import decode
+from pyroce.cli import decode, demo
 from pyroce.wire import WireError
 
-_TOOLS = (decode,)
+_TOOLS = (demo, decode)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -226,7 +226,7 @@ class NicDevice:
             pass  # a wake-up is already pending
 
     def _run(self) -> None:
-        sources = [self.link.sock, self._wake_r]
+        sources: list[int] = [self.link.fileno(), self._wake_r]
         while not self._stopping:
             select.select(sources, [], [], self._wait_time())
             try:

@@ -210,16 +210,16 @@ class Responder:
             if flags & OpFlag.START:
                 self.recv = self.recv_queue.popleft()
                 self.offset = 0
-                data = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
-                if isinstance(data, MemFault):
+                resolved = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
+                if isinstance(resolved, MemFault):
                     self._error(pkt, RespState.ERR_RECV_PROT)
                     return
-                self.recv_data = data
+                self.recv_data = resolved
             data = self.recv_data
-            if self.offset + len(payload) > data.length:  # type: ignore[union-attr]
+            if data is None or self.offset + len(payload) > data.length:
                 self._error(pkt, RespState.ERR_RECV_LENGTH)
                 return
-            data.write(self.offset, payload)  # type: ignore[union-attr]
+            data.write(self.offset, payload)
         else:
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
         self.offset += len(payload)
@@ -322,7 +322,8 @@ class Responder:
         while queue and len(out) < budget:
             item = queue[0]
             if isinstance(item, Packet):
-                out.append(queue.popleft())
+                out.append(item)
+                queue.popleft()
                 continue
             index, count = item.index, item.count
             opcode = (

@@ -58,7 +58,7 @@ class ScatterGather:
                 view, start = self.views[index], 0
         return b"".join(parts)
 
-    def write(self, offset: int, data: bytes | memoryview) -> None:
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Place ``data`` at message offset ``offset`` (caller keeps it within ``length``)."""
         length = len(data)
         if length == 0:

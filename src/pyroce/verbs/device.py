@@ -138,7 +138,9 @@ class Context(PyverbsObject):
         try:
             self.device: NicDevice = open_device(device_name)
         except LinkError as exc:
-            raise PyverbsRDMAError(f"Failed to open device {device_name}: {exc.strerror}", exc.errno) from None
+            raise PyverbsRDMAError(
+                f"Failed to open device {device_name}: {exc.strerror}", exc.errno or errno.EIO
+            ) from None
         self.name = device_name
         self.gid = gid_of_ipv4(self.device.address)
         self.active_mtu = mtu_for_netdev(interface_mtu(self.device.address))

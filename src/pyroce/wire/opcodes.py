@@ -9,7 +9,7 @@ Names are generated as scapy does: transport prefix plus operation, e.g. ``RC_SE
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 
 class Transport(enum.IntEnum):
@@ -201,7 +201,7 @@ def _table() -> tuple[OpInfo | None, ...]:
 OPCODES: tuple[OpInfo | None, ...] = _table()
 """256 entries indexed by BTH opcode; ``None`` for opcodes pyroce does not accept."""
 
-Opcode = enum.IntEnum("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])  # type: ignore[misc]
+Opcode: Any = cast(Any, enum.IntEnum)("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])
 """Every supported opcode by name: ``Opcode.RC_SEND_FIRST == 0x00``, ``Opcode.CNP == 0x81``."""
 
 

@@ -1,0 +1,1 @@
+"""pyroce.apps: small building blocks the tools share (the demo, pingpong, benchmarks)."""
