@@ -274,7 +274,12 @@ class Pingpong:
         data = self.mr.read(self.size, 0)
         page = mmap.PAGESIZE
         expected = b"\0" + bytes([FILL]) * (page - 1)
-        return [i // page for i in range(0, self.size, page) if data[i : i + page] != expected[: len(data[i : i + page])]]
+        bad = []
+        for offset in range(0, self.size, page):
+            got = data[offset : offset + page]
+            if got != expected[: len(got)]:
+                bad.append(offset // page)
+        return bad
 
 
 def read_exact(sock: socket.socket, count: int) -> bytes:

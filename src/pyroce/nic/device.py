@@ -108,10 +108,11 @@ class HwQp:
 class NicDevice:
     """One pyroce device: memory table, queues, link and engine thread."""
 
-    def __init__(self, name: str, address: str, *, verify_icrc: bool = True) -> None:
+    def __init__(self, name: str, address: str, *, verify_icrc: bool = True, inline_progress: bool = True) -> None:
         self.name = name
         self.address = address
         self.verify_icrc = verify_icrc
+        self.inline_progress = inline_progress  # False: only the engine thread runs the engine
         self.link = UdpLink(address)
         self.mrs = MrTable()
         self.counters: Counter[str] = Counter()
@@ -180,9 +181,14 @@ class NicDevice:
                 setattr(qp.rc.config, name, value)
             if peer is not None:
                 qp.peer = peer
+            if state is QpState.RESET:
+                # IBA 10.3.1: a reset QP starts with empty queues; what it had not reported is gone
+                qp.rc.completions.clear()
+                qp.sq_consumer = qp.rq_consumer = 0
+                self._rung.discard(qp)
             qp.rc.modify(state)
             self._active.add(qp)
-        self.kick()
+        self._wake()
 
     def destroy_qp(self, qpn: int) -> None:
         with self._lock:
@@ -197,17 +203,18 @@ class NicDevice:
         qp = self.qps.get(qpn)
         if qp is not None:
             self._rung.add(qp)
-            self.kick(wake=True)
+            if self.inline_progress:
+                self.kick()
+            else:
+                self._wake()
 
-    def kick(self, wake: bool = False) -> None:
-        """Run the engine in this thread if it is free; else (``wake``) tell its thread."""
-        if self._lock.acquire(blocking=False):
-            try:
+    def kick(self) -> None:
+        """Run the engine in the calling thread (inline progress). If the engine thread holds
+        the lock, wait for it in ``acquire``, which releases the GIL: spinning instead would
+        keep the GIL from the engine thread for a whole switch interval (performance.md)."""
+        if self.inline_progress:
+            with self._lock:
                 self._progress()
-            finally:
-                self._lock.release()
-        elif wake:
-            self._wake()
 
     def close(self) -> None:
         self._stopping = True
@@ -343,7 +350,9 @@ class NicDevice:
             completions.clear()
         if rc.get_timer() is not None:
             self._timed.add(qp)
-        if not rc.has_output:
+        if len(packets) < TX_BUDGET:
+            # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
+            # packet, a doorbell or a timer makes the QP active again.
             self._active.discard(qp)
         return bool(packets)
 

@@ -4,7 +4,9 @@
 this host, e.g. a veth or Ethernet address, to talk to other hosts). Without it, each process
 takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two processes on one
 host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
-``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
+``PYROCE_PROGRESS=thread`` leaves all engine work to the engine thread (the default, ``inline``,
+also runs it in the caller's thread on a doorbell or an empty poll; docs/architecture.md
+measures both). ``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
 such as rxe that send a varying IPv4 ID; see ``pyroce.link.udp``).
 
 A device opens on the first ``open_device`` and closes when its last user releases it.
@@ -45,13 +47,16 @@ def _loopback_addresses() -> list[str]:
 
 
 def _create(name: str) -> NicDevice:
-    verify = os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0"
+    options = {
+        "verify_icrc": os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
+        "inline_progress": os.environ.get("PYROCE_PROGRESS", "inline") != "thread",
+    }
     address = configured_address()
     if address is not None:
-        return NicDevice(name, address, verify_icrc=verify)
+        return NicDevice(name, address, **options)
     for candidate in _loopback_addresses():
         try:
-            return NicDevice(name, candidate, verify_icrc=verify)
+            return NicDevice(name, candidate, **options)
         except LinkError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise

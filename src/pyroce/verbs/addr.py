@@ -71,7 +71,7 @@ class AHAttr:
         self.sl = sl
         self.src_path_bits = src_path_bits
         self.static_rate = static_rate
-        self.is_global = 1 if gr is not None else is_global
+        self.is_global = is_global  # as in pyverbs: a GlobalRoute counts only with is_global=1
         self.port_num = port_num
         self.gr = gr if gr is not None else GlobalRoute()
 

@@ -38,6 +38,14 @@ class PyverbsObject:
 
     CLOSE_ORDER = 0  # children close in this order: QPs (0) before CQs and MRs (1) before PDs (2)
 
+    def __del__(self) -> None:
+        """Like pyverbs' ``__dealloc__``: an object dropped without ``close()`` still lets go
+        of what it holds on the device (an MR's registration above all)."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown or a half-built object
+            pass
+
     def _release(self) -> None:
         """Undo what the constructor did on the device (override)."""
 

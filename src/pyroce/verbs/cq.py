@@ -96,22 +96,30 @@ class CQ(PyverbsObject):
         """Up to ``num_entries`` completions, oldest first: ``(count, [WC, ...])``."""
         self._check_open()
         wcs: list[WC] = []
+        if num_entries <= 0:
+            return 0, wcs
         cqe = self.ring.poll(self.consumer)
         if cqe is None:
             self.ctx.device.kick()
             cqe = self.ring.poll(self.consumer)
         while cqe is not None:
-            wcs.append(self._wc(cqe))
+            wc = self._wc(cqe)
             self.consumer += 1
-            if len(wcs) == num_entries:
-                break
+            if wc is not None:
+                wcs.append(wc)
+                if len(wcs) == num_entries:
+                    break
             cqe = self.ring.poll(self.consumer)
         if wcs:
             self._consumer_record[:] = (self.consumer & 0xFFFFFF).to_bytes(4, "big")
         return len(wcs), wcs
 
-    def _wc(self, cqe: Cqe) -> WC:
+    def _wc(self, cqe: Cqe) -> WC | None:
+        """The WC of ``cqe``; None for a CQE of a QP reset since it was written (libmlx5 cleans
+        those out of the CQ on reset, ``mlx5_cq_clean``)."""
         qp = self.qps.get(cqe.qpn)
+        if qp is not None and self.consumer < qp.reset_at.get(self.hw.cqn, 0):
+            return None
         is_recv = cqe.opcode in (CqeOpcode.RESP_SEND, CqeOpcode.RESP_SEND_IMM, CqeOpcode.RESP_SEND_INV,
                                  CqeOpcode.RESP_WR_IMM, CqeOpcode.RESP_ERR)  # fmt: skip
         wr_id = (qp.retire_recv(cqe.wqe_counter) if is_recv else qp.retire_send(cqe.wqe_counter)) if qp else 0

@@ -114,6 +114,29 @@ class QPAttr:
         self.cap = QPCap()
 
 
+# The QPAttr field each ibv_qp_attr_mask bit sets (what query() reports back).
+ATTR_MASK_BITS = {
+    "qp_access_flags": M.IBV_QP_ACCESS_FLAGS,
+    "pkey_index": M.IBV_QP_PKEY_INDEX,
+    "port_num": M.IBV_QP_PORT,
+    "qkey": M.IBV_QP_QKEY,
+    "ah_attr": M.IBV_QP_AV,
+    "path_mtu": M.IBV_QP_PATH_MTU,
+    "timeout": M.IBV_QP_TIMEOUT,
+    "retry_cnt": M.IBV_QP_RETRY_CNT,
+    "rnr_retry": M.IBV_QP_RNR_RETRY,
+    "rq_psn": M.IBV_QP_RQ_PSN,
+    "max_rd_atomic": M.IBV_QP_MAX_QP_RD_ATOMIC,
+    "alt_ah_attr": M.IBV_QP_ALT_PATH,
+    "min_rnr_timer": M.IBV_QP_MIN_RNR_TIMER,
+    "sq_psn": M.IBV_QP_SQ_PSN,
+    "max_dest_rd_atomic": M.IBV_QP_MAX_DEST_RD_ATOMIC,
+    "path_mig_state": M.IBV_QP_PATH_MIG_STATE,
+    "dest_qp_num": M.IBV_QP_DEST_QPN,
+    "en_sqd_async_notify": M.IBV_QP_EN_SQD_ASYNC_NOTIFY,
+    "rate_limit": M.IBV_QP_RATE_LIMIT,
+}
+
 # attribute -> (mask bit, largest value accepted or None, QpConfig field or None)
 _LIMITS = {
     "timeout": (M.IBV_QP_TIMEOUT, 31, "timeout"),
@@ -178,6 +201,7 @@ class QP(PyverbsObject):
         self.rq_producer = 0
         self.rq_completed = 0
         self.rq_wr_ids = [0] * self.rq_count
+        self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset
         device = ctx.device
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
@@ -210,10 +234,21 @@ class QP(PyverbsObject):
         changes, peer = self._changes(qp_attr, attr_mask, name)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
         self.qp_state = ibv_qp_state(target)
-        for field in vars(qp_attr):
-            if field not in ("qp_state", "cur_qp_state"):
-                setattr(self.attr, field, getattr(qp_attr, field))
+        if target == ibv_qp_state.IBV_QPS_RESET:
+            self._empty_queues()
+        for field, bit in ATTR_MASK_BITS.items():
+            if attr_mask & bit:
+                setattr(self.attr, field, copy.copy(getattr(qp_attr, field)))
         self.attr.qp_state = self.qp_state
+
+    def _empty_queues(self) -> None:
+        """After a reset the queues start empty, and CQEs already written for this QP are
+        skipped by the CQs (they report work of the QP's previous life)."""
+        self.sq_producer = self.sq_retired = self.rq_producer = self.rq_completed = 0
+        self.sq_outstanding.clear()
+        self._doorbell_buf[:] = bytes(DoorbellRecord.SIZE)
+        for cq in (self.scq, self.rcq):
+            self.reset_at[cq.hw.cqn] = cq.hw.producer
 
     def _changes(self, attr: QPAttr, mask: int, state_name: str) -> tuple[dict[str, object], str | None]:
         """The transport settings an attribute mask asks for, after the limits rxe checks."""
