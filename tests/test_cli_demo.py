@@ -46,7 +46,7 @@ def test_demo_between_two_processes() -> None:
 
 
 def test_demo_connect_error_is_one_line() -> None:
-    result = pyroce("demo", "--connect", "127.0.0.1:1", env={})
+    result = pyroce("demo", "--connect", "256.0.0.1:18515")  # not an address: fails at once
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 

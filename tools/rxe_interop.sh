@@ -135,8 +135,9 @@ check() {
   echo "  FAILED: $name"; return 1
 }
 
-wait_guest_listen() {
-  guest --timeout 60 "for i in \$(seq 1 300); do ss -Hltn 'sport = :$PORT' | grep -q . && exit 0; sleep 0.2; done; exit 1"
+wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens on TCP PORT, 1 if JOB ended first
+  guest --timeout 70 "for i in \$(seq 1 300); do ss -Hltn 'sport = :$PORT' | grep -q . && exit 0;
+    [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
@@ -156,7 +157,7 @@ echo "=== run 1: guest ibv_rc_pingpong server <- pyroce rc_pingpong.py client"
 start_capture rc1
 echo "--- guest ($GUEST_IP, rxe0): ibv_rc_pingpong $GUEST_ARGS"
 JOB="$(guest --bg "ibv_rc_pingpong $GUEST_ARGS")" || die "cannot start the guest server"
-if wait_guest_listen >/dev/null; then
+if wait_guest_listen "$JOB" >/dev/null 2>&1; then
   "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" "$GUEST_IP" >"$WORK/pyroce.out" 2>&1
   HRC=$?
 else

@@ -34,6 +34,7 @@ ATOMIC_OFFSET = MR_SIZE - 64
 ATOMIC_ROUNDS = 64
 WORD = struct.Struct("=Q")
 DEADLINE_S = 60.0
+CONNECT_RETRY_S = 10.0
 
 
 def digest(data: bytes) -> str:
@@ -77,8 +78,8 @@ def from_wire(fields: list[Any]) -> PeerInfo:
 
 
 def connect(address: tuple[str, int]) -> socket.socket:
-    """A TCP connection to the server, retried while it is still starting (refused)."""
-    deadline = time.monotonic() + DEADLINE_S
+    """A TCP connection to the server, retried while it may still be starting (refused)."""
+    deadline = time.monotonic() + CONNECT_RETRY_S
     while True:
         try:
             return socket.create_connection(address, DEADLINE_S)
