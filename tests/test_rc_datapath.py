@@ -11,8 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 import pyroce.verbs.enums as e
+from pyroce.verbs.device import MAX_MSG_SZ
+from pyroce.verbs.mr import MR
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
-from tests.rc_pair import Endpoint, connected_pair
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
 
 PMTU = 1024
 SIZES = [0, 1, PMTU - 1, PMTU, PMTU + 1, 1 << 20]
@@ -188,3 +190,82 @@ def test_solicited_and_fenced_work_completes_in_order(pair: tuple[Endpoint, Endp
     # The fenced SEND waited for the READ, so it carries the bytes the READ brought back.
     assert b.mr.read(4000, 65536) == b.mr.read(4000, 0)
     assert recv.wr_id == 9
+
+
+@pytest.mark.parametrize("mtu", list(e.ibv_mtu))
+def test_every_path_mtu_segments_and_reassembles(mtu: int) -> None:
+    a, b = connected_pair(path_mtu=mtu)
+    try:
+        fill(a)
+        fill(b)
+        b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 20000, b.mr.lkey)]))
+        a.qp.post_send(SendWR(wr_id=2, sg=[SGE(a.mr.buf, 10007, a.mr.lkey)]))
+        read = SendWR(wr_id=3, opcode=WR.IBV_WR_RDMA_READ, sg=[SGE(a.mr.buf + 65536, 10007, a.mr.lkey)])
+        read.set_wr_rdma(b.mr.rkey, b.mr.buf + 100000)
+        a.qp.post_send(read)
+        assert [(wc.wr_id, wc.status) for wc in a.poll(2)] == [(2, OK), (3, OK)]
+        assert b.poll()[0].byte_len == 10007
+        assert b.mr.read(10007, 0) == a.mr.read(10007, 0)
+        assert a.mr.read(10007, 65536) == b.mr.read(10007, 100000)
+        packets = a.ctx.device.counters["tx_packets"]
+        assert packets >= 2 * -(-10007 // (128 << mtu))  # segmented by the path MTU
+    finally:
+        a.close()
+        b.close()
+
+
+def test_reads_and_atomics_outstanding_up_to_max_rd_atomic() -> None:
+    a, b = connected_pair(rd_atomic=2)
+    try:
+        fill(b)
+        b.mr.write(struct.pack("=Q", 0), 8, 1 << 20)
+        chain = []
+        for index in range(8):
+            if index % 2:
+                wr = SendWR(wr_id=index, opcode=WR.IBV_WR_ATOMIC_FETCH_AND_ADD, sg=[SGE(a.mr.buf + 8 * index, 8,
+                            a.mr.lkey)])  # fmt: skip
+                wr.set_wr_atomic(b.mr.rkey, b.mr.buf + (1 << 20), 1)
+            else:
+                wr = SendWR(wr_id=index, opcode=WR.IBV_WR_RDMA_READ,
+                            sg=[SGE(a.mr.buf + 4096 * (index + 1), 3000, a.mr.lkey)])  # fmt: skip
+                wr.set_wr_rdma(b.mr.rkey, b.mr.buf + 3000 * index)
+            chain.append(wr)
+        for first, second in itertools.pairwise(chain):
+            first.next_wr = second
+        a.qp.post_send(chain[0])
+        wcs = a.poll(8)
+        assert [(wc.wr_id, wc.status) for wc in wcs] == [(index, OK) for index in range(8)]
+        originals = [struct.unpack("=Q", a.mr.read(8, 8 * index))[0] for index in range(1, 8, 2)]
+        assert originals == [0, 1, 2, 3]  # executed once each, in order
+        for index in range(0, 8, 2):
+            assert a.mr.read(3000, 4096 * (index + 1)) == b.mr.read(3000, 3000 * index)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_write_of_max_msg_sz(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    big_a = MR(a.pd, MAX_MSG_SZ, ALL_ACCESS)
+    big_b = MR(b.pd, MAX_MSG_SZ, ALL_ACCESS)
+    data = os.urandom(MAX_MSG_SZ)
+    big_a.write(data, MAX_MSG_SZ)
+    wr = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(big_a.buf, MAX_MSG_SZ, big_a.lkey)])
+    wr.set_wr_rdma(big_b.rkey, big_b.buf)
+    a.qp.post_send(wr)
+    assert a.poll()[0].status == OK
+    assert big_b.read(MAX_MSG_SZ, 0) == data
+
+
+def test_cq_resize_keeps_unpolled_completions(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    for index in range(5):
+        wr = SendWR(wr_id=index, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+        a.qp.post_send(wr)
+    first = a.poll(1)
+    while a.cq.hw.producer - a.cq.consumer < 4:  # the other four are written, not yet polled
+        a.ctx.device.kick()
+    a.cq.resize(1000)
+    assert a.cq.cqe >= 1000
+    assert [wc.wr_id for wc in first + a.poll(4)] == [0, 1, 2, 3, 4]

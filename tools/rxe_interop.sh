@@ -20,7 +20,7 @@
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit, default <repo>/../shared/rxevm), PYTHON (python3),
-#   RXEVM_DIR / RXEVM_NS as in the kit. Needs pyroce's dependencies (pip install -e .) for PYTHON.
+#   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. Needs pyroce's dependencies (pip install -e .) for PYTHON.
 # Not part of CI: it needs root, qemu and ~1 minute (build.sh is idempotent; a boot is ~15 s).
 set -uo pipefail
 
@@ -29,13 +29,14 @@ REPO="$(dirname "$HERE")"
 RXEVM="${RXEVM:-$REPO/../shared/rxevm}"
 PYTHON="${PYTHON:-python3}"
 NS="${RXEVM_NS:-rxevm}"
-HOST_IP=10.77.0.1
-GUEST_IP=10.77.0.2
+NET="${RXEVM_NET:-10.77.0}"
+HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
+GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 
 ITERS=1000; SIZE=4096; MTU=1024; RXD=500; PORT=18515; GIDX=1; CHK=""; CAPTURE=""; KEEP=0; TIMEOUT=300
 VM_MTU=1500
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -n) ITERS="$2"; shift 2;;

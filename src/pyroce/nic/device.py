@@ -157,6 +157,23 @@ class NicDevice:
             self.cqs[cq.cqn] = cq
             return cq
 
+    def resize_cq(self, cq: HwCq, buf: memoryview, cqe_count: int, consumer: int) -> None:
+        """Move the CQ to a new ring; the CQEs not yet polled (from ``consumer`` on) move with
+        it, in order, to the start of the new ring, and the consumer index restarts at 0."""
+        with self._lock:
+            pending = []
+            for index in range(consumer, cq.producer):
+                cqe = cq.ring.poll(index)
+                if cqe is not None:
+                    pending.append(cqe)
+            if len(pending) > cqe_count:
+                raise ValueError(f"{len(pending)} completions do not fit {cqe_count} entries")
+            cq.ring = CqRing(buf, cqe_count)
+            cq.producer = 0
+            cq.consumer_record[:] = bytes(4)
+            for cqe in pending:
+                cq.producer = cq.ring.produce(cq.producer, cqe)
+
     def destroy_cq(self, cq: HwCq) -> None:
         with self._lock:
             self.cqs.pop(cq.cqn, None)

@@ -73,14 +73,12 @@ class CQ(PyverbsObject):
                  comp_vector: int = 0) -> None:  # fmt: skip
         super().__init__()
         creator._check_open()
-        max_cqe = creator.query_device().max_cqe
-        if cqe < 1 or cqe > max_cqe:
-            raise PyverbsRDMAError(f"Failed to create CQ: cqe {cqe} is outside 1..{max_cqe}", errno.EINVAL)
+        _check_cqe(creator, cqe, "create")
         if channel is not None:
             raise PyverbsRDMAError("Failed to create CQ: completion channels are not supported yet", errno.EOPNOTSUPP)
         if comp_vector >= creator.num_comp_vectors:
             raise PyverbsRDMAError(f"Failed to create CQ: no completion vector {comp_vector}", errno.EINVAL)
-        count = 1 << cqe.bit_length()  # room for cqe + 1 entries, a power of two (libmlx5)
+        count = _ring_size(cqe)
         self.ctx = creator
         self.cq_context = cq_context
         self._buf = bytearray(count * CQE_SIZE)
@@ -146,5 +144,35 @@ class CQ(PyverbsObject):
         wc.wc_flags = int(wc.wc_flags)
         return wc
 
+    def resize(self, cqe: int) -> None:
+        """``ibv_resize_cq``: at least ``cqe`` entries; completions not yet polled are kept.
+        EINVAL if ``cqe`` is out of range or smaller than what is waiting to be polled."""
+        self._check_open()
+        _check_cqe(self.ctx, cqe, "resize")
+        count = _ring_size(cqe)
+        buf = bytearray(count * CQE_SIZE)
+        try:
+            self.ctx.device.resize_cq(self.hw, memoryview(buf), count, self.consumer)
+        except ValueError as exc:
+            raise PyverbsRDMAError(f"Failed to resize CQ: {exc}", errno.EINVAL) from None
+        for qp in self.qps.values():  # CQE indexes restart at 0 in the new ring
+            if self.hw.cqn in qp.reset_at:
+                qp.reset_at[self.hw.cqn] = max(0, qp.reset_at[self.hw.cqn] - self.consumer)
+        self._buf = buf
+        self.ring = self.hw.ring
+        self.consumer = 0
+        self.cqe = count - 1
+
     def _release(self) -> None:
         self.ctx.device.destroy_cq(self.hw)
+
+
+def _ring_size(cqe: int) -> int:
+    """Room for ``cqe`` + 1 entries, a power of two (libmlx5)."""
+    return 1 << cqe.bit_length()
+
+
+def _check_cqe(ctx: Context, cqe: int, verb: str) -> None:
+    max_cqe = ctx.query_device().max_cqe
+    if cqe < 1 or cqe > max_cqe:
+        raise PyverbsRDMAError(f"Failed to {verb} CQ: cqe {cqe} is outside 1..{max_cqe}", errno.EINVAL)
