@@ -4,6 +4,7 @@ first. Using a closed object raises ``PyverbsRDMAError`` with EBADF."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import weakref
 from typing import Any
@@ -41,10 +42,8 @@ class PyverbsObject:
     def __del__(self) -> None:
         """Like pyverbs' ``__dealloc__``: an object dropped without ``close()`` still lets go
         of what it holds on the device (an MR's registration above all)."""
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown, or a half-built object
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown or a half-built object
-            pass
 
     def _release(self) -> None:
         """Undo what the constructor did on the device (override)."""
