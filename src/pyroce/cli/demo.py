@@ -27,7 +27,7 @@ from pyroce.verbs.enums import ibv_mtu, ibv_wc_status_str, ibv_wr_opcode
 from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
-SIZES = (0, 1, 1000, 4096, 65536, 1 << 20, 4 << 20)
+SIZES = (0, 1, 1000, 4095, 4096, 4097, 65536, 1 << 20, 4 << 20)  # around every path MTU up to 4 MiB
 MAX_SIZE = max(SIZES)
 MR_SIZE = 2 * MAX_SIZE
 ATOMIC_OFFSET = MR_SIZE - 64
