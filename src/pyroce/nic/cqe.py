@@ -86,9 +86,14 @@ def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) ->
 
 
 def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:
-    """The CQE at ``offset`` and its owner bit (the caller decides whether it is valid)."""
-    flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
+    """The CQE at ``offset`` and its owner bit (the caller decides whether it is valid).
+
+    The last word is read first, then the body: the mirror of ``write_cqe``'s order, so an
+    entry whose ``op_own`` is already valid has a whole body behind it (libmlx5 reads the owner
+    bit, then a read barrier, then the CQE). Reading the body first tore CQEs when the engine
+    thread wrote between the two reads."""
     wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + _TAIL_AT)
+    flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
     opcode = CqeOpcode(op_own >> 4) if (op_own >> 4) in CqeOpcode._value2member_map_ else CqeOpcode.INVALID
     syndrome = vendor_err = 0
     if opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR):

@@ -100,7 +100,8 @@ class Responder:
         self.recv: RecvWork | None = None  # receive WQE of the open SEND
         self.recv_data: ScatterGather | None = None
         self.offset = 0  # bytes placed in the open message
-        self.write_view: memoryview | None = None
+        self.write_view: memoryview | None = None  # target of the open RDMA WRITE
+        self.checked: memoryview | None = None  # what CHK_RKEY granted to the packet in hand
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
         self.out: deque[Packet | ReadJob] = deque()
@@ -173,7 +174,7 @@ class Responder:
             view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
             if isinstance(view, MemFault):
                 return RespState.ERR_RKEY_VIOLATION
-            self.write_view = view
+            self.checked = view
         elif flags & OpFlag.WRITE and self.offset + len(pkt.payload) > self.write_length:
             return RespState.ERR_LENGTH
         if flags & OpFlag.WRITE and flags & OpFlag.END and self.offset + len(pkt.payload) != self.write_length:
@@ -191,7 +192,7 @@ class Responder:
                 return RespState.ERR_LENGTH
             self.write_length = reth.dma_len  # type: ignore[union-attr]
             self.offset = 0
-        self.write_view = view
+        self.checked = view
         return RespState.EXECUTE
 
     # --- execution ----------------------------------------------------------------------
@@ -200,7 +201,7 @@ class Responder:
         flags = pkt.info.flags
         bth = pkt.bth
         if flags & OpFlag.READ:
-            self._read(pkt, self.write_view, bth.psn)  # type: ignore[arg-type]
+            self._read(self.checked, bth.psn)  # type: ignore[arg-type]
             return
         if flags & OpFlag.ATOMIC:
             self._atomic(pkt)
@@ -221,6 +222,8 @@ class Responder:
                 return
             data.write(self.offset, payload)
         else:
+            if flags & OpFlag.START:
+                self.write_view = self.checked
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
         self.offset += len(payload)
         self.epsn = psn_add(bth.psn, 1)
@@ -251,24 +254,22 @@ class Responder:
             Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags)  # type: ignore[union-attr]
         )
 
-    def _read(self, pkt: Packet, view: memoryview, psn: int) -> None:
+    def _read(self, view: memoryview, psn: int) -> None:
         count = max(1, -(-len(view) // self.qp.config.pmtu))
         if psn == self.epsn:
             self.msn = (self.msn + 1) & 0xFFFFFF
             self.epsn = psn_add(psn, count)
         self.out.append(ReadJob(view, psn, count, self.msn))
-        self.write_view = None
 
     def _atomic(self, pkt: Packet) -> None:
         atomic = pkt.atomiceth
-        view = self.write_view
+        view = self.checked
         (orig,) = ATOMIC_VALUE.unpack(view)  # type: ignore[arg-type]
         if pkt.bth.opcode == Opcode.RC_COMPARE_SWAP:
             new = atomic.swap_add if orig == atomic.compare else orig  # type: ignore[union-attr]
         else:
             new = (orig + atomic.swap_add) & 0xFFFFFFFFFFFFFFFF  # type: ignore[union-attr]
         ATOMIC_VALUE.pack_into(view, 0, new)  # type: ignore[arg-type]
-        self.write_view = None
         psn = pkt.bth.psn
         self.atomic_results[psn] = orig
         while len(self.atomic_results) > max(1, self.qp.config.max_dest_rd_atomic):
@@ -286,7 +287,7 @@ class Responder:
             reth = pkt.reth
             view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
             if not isinstance(view, MemFault):
-                self._read(pkt, view, pkt.bth.psn)
+                self._read(view, pkt.bth.psn)
         elif flags & OpFlag.ATOMIC:
             orig = self.atomic_results.get(pkt.bth.psn)
             if orig is not None:
