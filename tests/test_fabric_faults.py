@@ -71,7 +71,7 @@ def test_local_ack_timeout_within_and_beyond_the_retry_limit() -> None:
     assert a.done[0].status is WcStatus.SUCCESS  # the 4th try got through: 3 retries were allowed
     timeout = ACK_TIMEOUT_UNIT_S * (1 << 10)
     assert fabric.now == pytest.approx(3 * timeout, rel=0.01)
-    assert a.qp.counters["timeouts"] == 3
+    assert a.qp.counters["local_ack_timeout_err"] == 3
 
     # two SENDs in flight: each attempt sends both, so 4 attempts are 8 packets, all lost
     fabric, a, b = fabric_pair(script(*(f"drop:{n}:RC_SEND_ONLY" for n in range(1, 9))), timeout=10, retry_cnt=3)
@@ -87,7 +87,7 @@ def test_local_ack_timeout_within_and_beyond_the_retry_limit() -> None:
 def test_rnr_nak_within_and_beyond_the_limit(rnr_retry: int, expected: WcStatus) -> None:
     fabric, a, b = fabric_pair(rnr_retry=rnr_retry, min_rnr_timer=14)  # 1.28 ms
     a.qp.post_send(SendWork(1, WorkOp.SEND, (Sge(a.mr.addr, 10, a.mr.key),)))
-    fabric.run_until(lambda: b.qp.counters["tx_rnr_naks"] == 2)
+    fabric.run_until(lambda: b.qp.counters["send_rnr_err"] == 2)
     b.qp.post_recv(RecvWork(5, (Sge(b.mr.addr, 100, b.mr.key),)))
     fabric.run_until(lambda: bool(a.drain()))
     assert a.done[0].status is expected
@@ -103,7 +103,7 @@ def test_duplicate_atomic_is_executed_once() -> None:
     fabric.run_until(lambda: bool(a.drain()))
     assert int.from_bytes(b.buf[0:8], "little") == 42  # once, although it arrived twice (and then a third time)
     assert int.from_bytes(a.buf[0:8], "little") == 40
-    assert b.qp.counters["rx_duplicates"] >= 1
+    assert b.qp.counters["duplicate_request"] >= 1
 
 
 def test_ghost_ack_changes_nothing() -> None:
@@ -116,7 +116,7 @@ def test_ghost_ack_changes_nothing() -> None:
     ghost = Packet(BTH(Opcode.RC_ACKNOWLEDGE, 0x11, psn_add(START, 5)), aeth=Aeth(ack_syndrome(), 0))
     a.qp.post_send(write(a, b, 1, 100))
     a.qp.receive(ghost, 0.0)  # an ACK for a PSN never sent
-    assert a.drain() == [] and a.qp.counters["rx_ghost_responses"] == 1
+    assert a.drain() == [] and a.qp.counters["ghost_responses"] == 1
     fabric.run_until(lambda: bool(a.drain()))
     assert a.done[0].status is WcStatus.SUCCESS
 
@@ -177,5 +177,5 @@ def test_soak_delivers_exactly_once_in_order(seed: int) -> None:
     assert [(c.wqe_counter, c.byte_len, c.status) for c in b.done] == [(i, n, WcStatus.SUCCESS) for i, n in receives]
     assert a.buf == clean_a.buf  # read data and atomic results as in the fault-free run
     assert b.buf == clean_b.buf  # written, sent and atomically updated bytes too
-    assert a.qp.counters["retransmits"] > 0
+    assert a.qp.counters["completer_retry_err"] > 0
     assert fabric.now < 60  # virtual seconds: bounded

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyroce import __version__
-from pyroce.cli import decode, demo
+from pyroce.cli import decode, demo, stats
 from pyroce.wire import WireError
 
-_TOOLS = (demo, decode)
+_TOOLS = (demo, decode, stats)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,6 +110,7 @@ def serve(conn: Channel) -> None:
             "fill": lambda offset, length: _fill(ep, offset, length),
             "set_word": lambda offset, value: ep.mr.write(WORD.pack(value), 8, offset),
             "get_word": lambda offset: WORD.unpack(ep.mr.read(8, offset))[0],
+            "stats": lambda: ep.ctx.device.stats(),
         }
         while True:
             request, *args = conn.recv()
@@ -251,9 +252,16 @@ def run_client(conn: Channel, out: TextIO, sizes: tuple[int, ...] = SIZES) -> in
         for row in rows:
             rate = row.bytes / row.seconds / 1e6 if row.seconds else 0.0
             print(f"{row.operation:<22}{row.messages:>10}{row.bytes:>12}{rate:>10.2f}", file=out)
-        counters = ep.ctx.device.counters
-        print(f"packets: {counters['tx_packets']} sent, {counters['rx_packets']} received, "
-              f"{counters['rx_icrc_errors']} with a bad ICRC", file=out)  # fmt: skip
+        mine, theirs = ep.ctx.device.stats(), demo.ask("stats")
+        both = {name: mine.get(name, 0) + theirs.get(name, 0) for name in {*mine, *theirs}}
+        print(f"packets: {both.get('sent_pkts', 0)} sent, {both.get('rcvd_pkts', 0)} received, "
+              f"{both.get('icrc_errors', 0)} with a bad ICRC", file=out)  # fmt: skip
+        injected = {name[len("injected_") :]: n for name, n in sorted(both.items()) if name.startswith("injected_")}
+        if injected:
+            faults = ", ".join(f"{name} {n}" for name, n in injected.items())
+            print(f"faults injected: {faults}; retransmitted {both.get('retransmitted_pkts', 0)} packets "
+                  f"({both.get('local_ack_timeout_err', 0)} timeouts, {both.get('rcvd_seq_err', 0)} sequence NAKs, "
+                  f"{both.get('implied_naks', 0)} implied NAKs)", file=out)  # fmt: skip
         for error in demo.errors:
             print(f"MISMATCH: {error}", file=out)
         total = sum(row.bytes for row in rows)
@@ -291,10 +299,20 @@ def add_parser(subparsers: Any) -> None:
     where.add_argument("--serve", metavar="[HOST:]PORT", help="run only the server side, waiting on TCP PORT")
     where.add_argument("--connect", metavar="HOST:PORT", help="run only the client side, against a --serve")
     where.add_argument("--connect-server", metavar="HOST:PORT", help=argparse.SUPPRESS)  # the local child
+    for fault in ("loss", "reorder", "duplicate", "corrupt"):
+        parser.add_argument(f"--{fault}", type=float, default=0.0, metavar="P", help=f"{fault} probability per packet")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the injected faults")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
+    faults = {name: getattr(args, name) for name in ("loss", "reorder", "duplicate", "corrupt")}
+    if any(faults.values()):
+        if not all(0.0 <= p <= 1.0 for p in faults.values()):
+            print("pyroce demo: error: fault probabilities must be between 0 and 1", file=sys.stderr)
+            return 1
+        settings = ",".join(f"{name}={p}" for name, p in faults.items())
+        os.environ["PYROCE_FAULTS"] = f"{settings},seed={args.seed}"  # both processes inherit it
     try:
         if args.serve:
             with socket.create_server(parse_endpoint(args.serve)) as listener:

@@ -14,13 +14,19 @@ scheduled. All engine state is guarded by that one lock.
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
+import json
 import os
 import select
 import threading
 import time
+import traceback
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.udp import UdpLink
 from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode
 from pyroce.nic.memory import MemoryRegion, MrTable
@@ -38,6 +44,7 @@ MAX_DATAGRAM = 65536
 RX_BATCH = 64  # datagrams taken per engine pass before servicing QPs
 TX_BUDGET = 64  # packets one QP may send per pass
 IDLE_WAIT_S = 0.5  # longest engine sleep with no timer armed
+PUBLISH_EVERY_S = 1.0  # how often the engine thread writes its counters for ``pyroce stats``
 
 WORK_OPS = {
     WqeOpcode.SEND: WorkOp.SEND,
@@ -108,11 +115,14 @@ class HwQp:
 class NicDevice:
     """One pyroce device: memory table, queues, link and engine thread."""
 
-    def __init__(self, name: str, address: str, *, verify_icrc: bool = True, inline_progress: bool = True) -> None:
+    def __init__(self, name: str, address: str, *, verify_icrc: bool = True, inline_progress: bool = True,
+                 faults: FaultConfig | None = None, stats_dir: str | None = None) -> None:  # fmt: skip
         self.name = name
         self.address = address
         self.verify_icrc = verify_icrc
         self.inline_progress = inline_progress  # False: only the engine thread runs the engine
+        self.faults = FaultInjector(faults) if faults is not None and faults.active else None
+        self.stats_file = os.path.join(stats_dir, f"{os.getpid()}-{name}.json") if stats_dir else None
         self.link = UdpLink(address)
         self.mrs = MrTable()
         self.counters: Counter[str] = Counter()
@@ -126,6 +136,11 @@ class NicDevice:
         self._active: set[HwQp] = set()
         self._timed: set[HwQp] = set()
         self._loopback: deque[bytes] = deque()
+        self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
+        self._order = itertools.count()
+        self._retired: Counter[str] = Counter()  # counters of destroyed QPs
+        self._published = 0.0
+        self.last_error: str | None = None  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._tx_buf = bytearray(MAX_DATAGRAM)
         self._wake_r, self._wake_w = os.pipe()
@@ -211,6 +226,7 @@ class NicDevice:
         with self._lock:
             qp = self.qps.pop(qpn, None)
             if qp is not None:
+                self._retired.update(qp.rc.counters)
                 self._rung.discard(qp)
                 self._active.discard(qp)
                 self._timed.discard(qp)
@@ -233,10 +249,47 @@ class NicDevice:
             with self._lock:
                 self._progress()
 
+    def stats(self) -> dict[str, int]:
+        """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""
+        with self._lock:
+            return self._stats()
+
+    def _stats(self) -> dict[str, int]:
+        total = Counter(self.counters)
+        total.update(self._retired)
+        for qp in self.qps.values():
+            total.update(qp.rc.counters)
+        if self.faults is not None:
+            total.update({f"injected_{name}": n for name, n in self.faults.counters.items()})
+        return dict(sorted(total.items()))
+
+    def qp_stats(self, qpn: int) -> dict[str, int]:
+        """One QP's counters (``KeyError`` if there is no such QP)."""
+        with self._lock:
+            return dict(sorted(self.qps[qpn].rc.counters.items()))
+
+    def publish_stats(self) -> None:
+        """Write the counters where ``pyroce stats`` reads them (like rxe's sysfs hw_counters)."""
+        if self.stats_file is None:
+            return
+        with self._lock:
+            document = {"device": self.name, "address": self.address, "pid": os.getpid(), "counters": self._stats(),
+                        "qps": {f"0x{qpn:x}": dict(sorted(qp.rc.counters.items())) for qpn, qp in self.qps.items()}}  # fmt: skip
+        partial = self.stats_file + ".tmp"
+        try:
+            with open(partial, "w") as handle:
+                json.dump(document, handle)
+            os.replace(partial, self.stats_file)
+        except OSError:
+            self.stats_file = None  # nowhere to write: stop trying
+
     def close(self) -> None:
         self._stopping = True
         self._wake()
         self._thread.join()
+        if self.stats_file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.stats_file)
         self.link.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -258,12 +311,24 @@ class NicDevice:
             except BlockingIOError:
                 pass
             with self._lock:
-                self._progress()
+                try:
+                    self._progress()
+                except Exception:  # noqa: BLE001 - the engine must outlive any bug; keep the evidence
+                    self.counters["engine_errors"] += 1
+                    self.last_error = traceback.format_exc()
+            now = time.monotonic()
+            if now - self._published >= PUBLISH_EVERY_S:
+                self._published = now
+                self.publish_stats()
 
     def _wait_time(self) -> float:
         if self._rung or self._active or self._loopback:
             return 0.0
         deadlines = [t for qp in self._timed if (t := qp.rc.get_timer()) is not None]
+        if self._delayed:
+            deadlines.append(self._delayed[0][0])
+        if self.stats_file is not None:
+            deadlines.append(self._published + PUBLISH_EVERY_S)
         if not deadlines:
             return IDLE_WAIT_S
         return max(0.0, min(deadlines) - time.monotonic())
@@ -279,6 +344,10 @@ class NicDevice:
         moved = False
         while self._rung:
             self._fetch(self._rung.pop())
+            moved = True
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, peer, data = heapq.heappop(self._delayed)
+            self._transmit(peer, data)
             moved = True
         for _ in range(RX_BATCH):
             if self._loopback:
@@ -327,38 +396,50 @@ class NicDevice:
 
     def _deliver(self, data: memoryview | bytes, peer: str, sport: int, now: float) -> None:
         if self.verify_icrc and not self.link.rx_path(peer, sport).verify(data):
-            self.counters["rx_icrc_errors"] += 1
+            self.counters["icrc_errors"] += 1
             return
         try:
             pkt = parse_packet(data)
         except MalformedPacket as exc:
-            self.counters[f"rx_malformed_{type(exc).__name__}"] += 1
+            self.counters[f"malformed_{type(exc).__name__}"] += 1
             return
         qp = self.qps.get(pkt.bth.dqpn)
         if qp is None:
-            self.counters["rx_unknown_qpn"] += 1
+            self.counters["drop_unknown_qpn"] += 1
             return
-        self.counters["rx_packets"] += 1
+        self.counters["rcvd_pkts"] += 1
+        self.counters["rcvd_bytes"] += len(data)
         qp.rc.receive(pkt, now)
         self._active.add(qp)
+
+    def _transmit(self, peer: str, data: memoryview | bytes) -> None:
+        if peer == self.address:
+            self._loopback.append(bytes(data))  # internal loopback: the same bytes, no socket
+        elif not self.link.send(data, peer):
+            self.counters["drop_tx_full"] += 1
 
     def _service(self, qp: HwQp, now: float) -> bool:
         """Send what the QP has to send and write its completions; False if it had nothing."""
         rc = qp.rc
         packets = rc.packets_to_send(now, TX_BUDGET) if qp.peer is not None else []
         if packets:
-            peer = qp.peer
-            path = self.link.tx_path(peer)  # type: ignore[arg-type]
+            peer: str = qp.peer  # type: ignore[assignment]
+            path = self.link.tx_path(peer)
             buf = self._tx_buf
             view = memoryview(buf)
-            local = peer == self.address
+            faults = self.faults
             for pkt in packets:
                 size = path.build_into(buf, 0, pkt)
-                if local:
-                    self._loopback.append(bytes(view[:size]))
-                elif not self.link.send(view[:size], peer):  # type: ignore[arg-type]
-                    self.counters["tx_dropped_full"] += 1
-            self.counters["tx_packets"] += len(packets)
+                self.counters["sent_bytes"] += size
+                if faults is None:
+                    self._transmit(peer, view[:size])
+                    continue
+                for delay, data in faults.apply(bytes(view[:size])):
+                    if delay:
+                        heapq.heappush(self._delayed, (now + delay, next(self._order), peer, data))
+                    else:
+                        self._transmit(peer, data)
+            self.counters["sent_pkts"] += len(packets)
         completions = rc.completions
         if completions:
             for completion in completions:

@@ -6,7 +6,9 @@ takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two proce
 host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
 ``PYROCE_PROGRESS=thread`` leaves all engine work to the engine thread (the default, ``inline``,
 also runs it in the caller's thread on a doorbell or an empty poll; docs/architecture.md
-measures both). ``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
+measures both). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
+misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
+``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
 such as rxe that send a varying IPv4 ID; see ``pyroce.link.udp``).
 
 A device opens on the first ``open_device`` and closes when its last user releases it.
@@ -17,8 +19,10 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import tempfile
 import threading
 
+from pyroce.link.faults import FaultConfig
 from pyroce.link.udp import LinkError
 from pyroce.nic.device import NicDevice
 
@@ -41,22 +45,39 @@ def configured_address() -> str | None:
         raise LinkError(errno.EINVAL, f"PYROCE_ADDR={value!r} is not an IPv4 address") from None
 
 
+def stats_dir() -> str | None:
+    """Where running devices publish their counters (``PYROCE_STATS_DIR``, else a per-user
+    folder in the temporary directory); None if it cannot be made."""
+    path = os.environ.get("PYROCE_STATS_DIR") or os.path.join(tempfile.gettempdir(), f"pyroce-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
 def _loopback_addresses() -> list[str]:
     start = os.getpid() % LOOPBACK_SIZE
     return [str(ipaddress.IPv4Address(LOOPBACK_BASE + (start + i) % LOOPBACK_SIZE)) for i in range(16)]
 
 
 def _create(name: str) -> NicDevice:
-    options = {
-        "verify_icrc": os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
-        "inline_progress": os.environ.get("PYROCE_PROGRESS", "inline") != "thread",
-    }
+    try:
+        faults = FaultConfig.parse(os.environ.get("PYROCE_FAULTS", ""))
+    except ValueError as exc:
+        raise LinkError(errno.EINVAL, f"PYROCE_FAULTS: {exc}") from None
+
+    def make(address: str) -> NicDevice:
+        return NicDevice(name, address, verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
+                         inline_progress=os.environ.get("PYROCE_PROGRESS", "inline") != "thread",
+                         faults=faults, stats_dir=stats_dir())  # fmt: skip
+
     address = configured_address()
     if address is not None:
-        return NicDevice(name, address, **options)
+        return make(address)
     for candidate in _loopback_addresses():
         try:
-            return NicDevice(name, candidate, **options)
+            return make(candidate)
         except LinkError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise

@@ -40,7 +40,7 @@ class Completer:
         psn = pkt.bth.psn
         # A response can only name a PSN that was sent and is not yet acknowledged.
         if psn_diff(psn, req.comp_psn) < 0 or psn_diff(psn, req.psn) >= 0:
-            self.qp.counters["rx_ghost_responses"] += 1
+            self.qp.counters["ghost_responses"] += 1
             return
         opcode = pkt.bth.opcode
         if opcode == Opcode.RC_ACKNOWLEDGE:
@@ -50,7 +50,7 @@ class Completer:
         elif pkt.info.flags & OpFlag.READ:
             self._read_response(pkt, psn, now)
         else:
-            self.qp.counters["rx_bad_response_opcode"] += 1
+            self.qp.counters["bad_response"] += 1
 
     def _ack_through(self, psn: int) -> bool:
         """Retire the sends and writes acknowledged by a response at ``psn``. Returns False
@@ -73,9 +73,15 @@ class Completer:
         return True
 
     def _implied_nak(self) -> None:
-        self.qp.counters["rx_implied_naks"] += 1
         req = self.qp.requester
+        if req.retrying:
+            # Responses still in flight from before the resend skip ahead too: one retry per
+            # gap, not one per stale packet (rxe's comp.started_retry).
+            self.qp.counters["stale_responses"] += 1
+            return
+        self.qp.counters["implied_naks"] += 1
         if req.retry_left == 0:
+            self.qp.counters["retry_exceeded_err"] += 1
             req.fail_head(WcStatus.RETRY_EXC_ERR)
             return
         req.retry_left -= 1
@@ -92,13 +98,16 @@ class Completer:
             elif req.comp_psn != before:
                 req.progress(now)
             return
-        previous = psn_add(psn, -1)
-        if not self._ack_through(previous):
+        before = req.comp_psn
+        if not self._ack_through(psn_add(psn, -1)):  # a NAK acknowledges everything before it
             self._implied_nak()
             return
+        if req.comp_psn != before:
+            req.progress(now)  # forward progress refills the retry budgets (IBA 9.7.5.1.4)
         if kind is AethKind.RNR_NAK:
-            self.qp.counters["rx_rnr_naks"] += 1
+            self.qp.counters["rcvd_rnr_err"] += 1
             if req.rnr_left == 0:
+                self.qp.counters["retry_rnr_exceeded_err"] += 1
                 req.fail_head(WcStatus.RNR_RETRY_EXC_ERR)
                 return
             if self.qp.config.rnr_retry != 7:
@@ -107,18 +116,19 @@ class Completer:
             req.rnr_until = now + rnr_timer_to_us(syndrome_value(syndrome)) / 1e6
             return
         if kind is not AethKind.NAK:
-            self.qp.counters["rx_bad_syndrome"] += 1
+            self.qp.counters["bad_response"] += 1
             return
         code = syndrome_value(syndrome)
         if code == NakCode.PSN_SEQ_ERR:
-            self.qp.counters["rx_seq_naks"] += 1
+            self.qp.counters["rcvd_seq_err"] += 1
             if req.retry_left == 0:
+                self.qp.counters["retry_exceeded_err"] += 1
                 req.fail_head(WcStatus.RETRY_EXC_ERR)
                 return
             req.retry_left -= 1
             req.rewind(psn)
             return
-        self.qp.counters["rx_error_naks"] += 1
+        self.qp.counters["rcvd_nak_err"] += 1
         req.fail_head(NAK_STATUS.get(NakCode(code), WcStatus.REM_OP_ERR) if code in NAK_STATUS else WcStatus.REM_OP_ERR)
 
     def _atomic_ack(self, pkt: Packet, psn: int, now: float) -> None:
@@ -128,7 +138,7 @@ class Completer:
             return
         entry = req.queue[0]
         if entry.work.op not in ATOMICS or entry.first_psn != psn:
-            self.qp.counters["rx_bad_response_opcode"] += 1
+            self.qp.counters["bad_response"] += 1
             return
         result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
         entry.data.write(0, result)  # type: ignore[union-attr]
@@ -143,7 +153,7 @@ class Completer:
             return
         entry = req.queue[0]
         if entry.work.op is not WorkOp.RDMA_READ:
-            self.qp.counters["rx_bad_response_opcode"] += 1
+            self.qp.counters["bad_response"] += 1
             return
         index = psn_diff(psn, entry.first_psn)
         if index != entry.placed:
@@ -156,7 +166,7 @@ class Completer:
         expected = min(pmtu, entry.length - offset)
         last = index == entry.npsn - 1
         if len(pkt.payload) != expected or bool(pkt.info.flags & OpFlag.END) != last:
-            self.qp.counters["rx_bad_read_response"] += 1
+            self.qp.counters["bad_response"] += 1
             return
         entry.data.write(offset, pkt.payload)  # type: ignore[union-attr]
         entry.placed += 1

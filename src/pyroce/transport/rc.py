@@ -113,7 +113,7 @@ class RcQp:
         if pkt.bth.pkey != self.config.pkey:
             self.counters["drop_pkey"] += 1
             return
-        self.counters["rx_packets"] += 1
+        self.counters["rcvd_pkts"] += 1
         if pkt.info.flags & OpFlag.ACK:
             if self.state is not QpState.RTR:
                 self.completer.receive(pkt, now)
@@ -135,7 +135,7 @@ class RcQp:
             self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.state is QpState.RTS:
             self.requester.emit(out, budget, now)
-        self.counters["tx_packets"] += len(out)
+        self.counters["sent_pkts"] += len(out)
         return out
 
     def get_timer(self) -> float | None:

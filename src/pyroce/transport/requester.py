@@ -96,16 +96,18 @@ class Requester:
         self.send_pkt = 0  # packet index inside it
         self.psn = 0
         self.comp_psn = 0  # oldest unacknowledged PSN
+        self.high_psn = 0  # the first PSN never sent: anything before it that goes out is a resend
         self.rd_atomic_outstanding = 0
         self.noack_pkts = 0
         self.ack_deadline: float | None = None
         self.rnr_until: float | None = None
+        self.retrying = False  # resent from comp_psn; responses past it are stale until progress
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
 
     def start(self, psn: int) -> None:
         """Entering RTS: the first request goes out with ``sq_psn``."""
-        self.psn = self.comp_psn = psn
+        self.psn = self.comp_psn = self.high_psn = psn
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
 
@@ -136,7 +138,11 @@ class Requester:
             entry = self.queue[self.send_index]
             if not entry.started and not self._start(entry):
                 return
+            if psn_diff(self.psn, self.high_psn) < 0:
+                self.qp.counters["retransmitted_pkts"] += 1
             out.append(self._packet(entry, self.send_pkt, config.dqpn))
+            if psn_diff(self.psn, self.high_psn) > 0:
+                self.high_psn = self.psn
             if self.ack_deadline is None and config.ack_timeout_s is not None:
                 self.ack_deadline = now + config.ack_timeout_s
 
@@ -221,7 +227,8 @@ class Requester:
                 self.send_index = index
                 self.send_pkt = psn_diff(psn, entry.first_psn)
                 self.psn = psn
-                self.qp.counters["retransmits"] += 1
+                self.retrying = True
+                self.qp.counters["completer_retry_err"] += 1
                 return
 
     def handle_timer(self, now: float) -> None:
@@ -230,8 +237,9 @@ class Requester:
             self.ack_deadline = None
             if not self.outstanding:
                 return
-            self.qp.counters["timeouts"] += 1
+            self.qp.counters["local_ack_timeout_err"] += 1
             if self.retry_left == 0:
+                self.qp.counters["retry_exceeded_err"] += 1
                 self.fail_head(WcStatus.RETRY_EXC_ERR)
                 return
             self.retry_left -= 1
@@ -247,6 +255,7 @@ class Requester:
         config = self.qp.config
         self.retry_left = config.retry_cnt
         self.rnr_left = config.rnr_retry
+        self.retrying = False
         timeout = config.ack_timeout_s
         self.ack_deadline = now + timeout if timeout is not None and self.outstanding else None
 

@@ -29,7 +29,7 @@ from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, AtomicAckEth
 from pyroce.wire.opcodes import Opcode, OpFlag
 from pyroce.wire.packet import Packet
-from pyroce.wire.psn import psn_add, psn_diff
+from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
@@ -130,11 +130,12 @@ class Responder:
         elif state is RespState.ERR_PSN_OUT_OF_SEQ:
             self._nak(self.epsn, nak_syndrome(NakCode.PSN_SEQ_ERR))
             self.nak_sent = True
-            self.qp.counters["tx_seq_naks"] += 1
+            self.qp.counters["out_of_seq_request"] += 1
+            self.qp.counters["send_seq_nak"] += 1
         elif state is RespState.ERR_RNR:
             self._nak(pkt.bth.psn, rnr_nak_syndrome(self.qp.config.min_rnr_timer))
             self.nak_sent = True
-            self.qp.counters["tx_rnr_naks"] += 1
+            self.qp.counters["send_rnr_err"] += 1
         elif state is not RespState.DROP:
             self._error(pkt, state)
 
@@ -142,7 +143,7 @@ class Responder:
         diff = psn_diff(pkt.bth.psn, self.epsn)
         if diff > 0:
             if self.nak_sent:
-                self.qp.counters["drop_out_of_sequence"] += 1
+                self.qp.counters["out_of_seq_request"] += 1
                 return RespState.DROP
             return RespState.ERR_PSN_OUT_OF_SEQ
         if diff < 0:
@@ -279,7 +280,7 @@ class Responder:
         self._atomic_ack(psn, orig)
 
     def _duplicate(self, pkt: Packet) -> None:
-        self.qp.counters["rx_duplicates"] += 1
+        self.qp.counters["duplicate_request"] += 1
         flags = pkt.info.flags
         if flags & (OpFlag.SEND | OpFlag.WRITE):
             self._ack(psn_add(self.epsn, -1))  # C9-105: ACK again, do nothing else
@@ -287,7 +288,11 @@ class Responder:
             reth = pkt.reth
             view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
             if not isinstance(view, MemFault):
-                self._read(view, pkt.bth.psn)
+                # The retried range replaces what is still queued of the first execution.
+                psn = pkt.bth.psn
+                self.out = deque(item for item in self.out
+                                 if not (isinstance(item, ReadJob) and psn_in_window(psn, item.psn, item.count)))  # fmt: skip
+                self._read(view, psn)
         elif flags & OpFlag.ATOMIC:
             orig = self.atomic_results.get(pkt.bth.psn)
             if orig is not None:
