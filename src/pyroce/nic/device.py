@@ -39,6 +39,7 @@ from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.packet import parse_packet
 
+MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 MAX_DATAGRAM = 65536
 RX_BATCH = 64  # datagrams taken per engine pass before servicing QPs
@@ -200,7 +201,7 @@ class NicDevice:
             while qpn in self.qps or qpn < FIRST_QPN:
                 qpn = (qpn + 1) & 0xFFFFFF
             self._next_qpn = (qpn + 1) & 0xFFFFFF
-            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn), self.mrs)
+            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn, max_msg_sz=MAX_MSG_SZ), self.mrs)
             self.qps[qpn] = HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), rq_buf, rq_count, rq_stride,
                                  DoorbellRecord(doorbell), send_cq, recv_cq)  # fmt: skip
             return qpn

@@ -18,7 +18,7 @@ from pyroce.transport.memory import Access, MemoryTable
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
-from pyroce.wire.opcodes import OpFlag
+from pyroce.wire.opcodes import OpFlag, Transport
 from pyroce.wire.packet import Packet
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
@@ -57,6 +57,7 @@ class QpConfig:
     rnr_retry: int = 7
     min_rnr_timer: int = 12
     pkey: int = 0xFFFF
+    max_msg_sz: int = 0x800000  # the port's largest message; a longer RETH length is an invalid request
 
     @property
     def ack_timeout_s(self) -> float | None:
@@ -112,6 +113,10 @@ class RcQp:
             return
         if pkt.bth.pkey != self.config.pkey:
             self.counters["drop_pkey"] += 1
+            return
+        if pkt.bth.opcode >> 5 != Transport.RC >> 5:
+            # UC, UD or CNP opcodes at an RC QP: not this transport's packets (rxe check_type_state)
+            self.counters["drop_wrong_transport"] += 1
             return
         self.counters["rcvd_pkts"] += 1
         if pkt.info.flags & OpFlag.ACK:

@@ -53,6 +53,7 @@ class RespState(enum.Enum):
     ERR_MISALIGNED_ATOMIC = "atomic address not 8-byte aligned"
     ERR_RECV_PROT = "receive WQE buffer not accessible"
     ERR_RECV_LENGTH = "message longer than the receive WQE"
+    ERR_TOO_MANY_RD_ATOMIC = "more reads and atomics outstanding than max_dest_rd_atomic"
 
 
 class ErrorAction(NamedTuple):
@@ -70,11 +71,13 @@ ERRORS = {
     RespState.ERR_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_RKEY_VIOLATION: ErrorAction(NakCode.REMOTE_ACCESS_ERR, None, True),
     RespState.ERR_MISALIGNED_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    RespState.ERR_TOO_MANY_RD_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_RECV_PROT: ErrorAction(NakCode.REMOTE_OP_ERR, WcStatus.LOC_PROT_ERR, True),
     RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True),
 }
 
 OP_ACCESS = {OpFlag.WRITE: Access.REMOTE_WRITE, OpFlag.READ: Access.REMOTE_READ, OpFlag.ATOMIC: Access.REMOTE_ATOMIC}
+NOT_EXECUTED = OpFlag.FLUSH | OpFlag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
 
 
 class ReadJob:
@@ -159,9 +162,13 @@ class Responder:
                 return RespState.ERR_OP_SEQ
         elif not flags & OpFlag.START:
             return RespState.ERR_OP_SEQ
+        if flags & NOT_EXECUTED:
+            return RespState.ERR_UNSUPPORTED_OPCODE
         for kind, access in OP_ACCESS.items():
             if flags & kind and not self.qp.config.access & access:
                 return RespState.ERR_UNSUPPORTED_OPCODE
+        if flags & (OpFlag.READ | OpFlag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
+            return RespState.ERR_TOO_MANY_RD_ATOMIC
         if flags & OpFlag.RWR and self.recv is None and not self.recv_queue:
             return RespState.ERR_RNR
         if not pkt.info.payload.allows(len(pkt.payload), self.qp.config.pmtu):
@@ -182,8 +189,14 @@ class Responder:
             return RespState.ERR_LENGTH
         return RespState.EXECUTE
 
+    def read_jobs(self) -> int:
+        """READ responses queued and not fully sent: the responder resources in use."""
+        return sum(isinstance(item, ReadJob) for item in self.out)
+
     def _check_rkey(self, pkt: Packet, flags: OpFlag) -> RespState:
         reth = pkt.reth
+        if reth.dma_len > self.qp.config.max_msg_sz:  # type: ignore[union-attr]
+            return RespState.ERR_LENGTH
         access = Access.REMOTE_READ if flags & OpFlag.READ else Access.REMOTE_WRITE
         view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, access, self.qp.config.pdn)  # type: ignore[union-attr]
         if isinstance(view, MemFault):
@@ -287,12 +300,17 @@ class Responder:
         elif flags & OpFlag.READ:
             reth = pkt.reth
             view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
-            if not isinstance(view, MemFault):
-                # The retried range replaces what is still queued of the first execution.
+            if not isinstance(view, MemFault) and reth.dma_len <= self.qp.config.max_msg_sz:  # type: ignore[union-attr]
+                # The retried range replaces what is still queued of the first execution; a
+                # duplicate that replaces nothing is answered only while resources are free.
                 psn = pkt.bth.psn
-                self.out = deque(item for item in self.out
-                                 if not (isinstance(item, ReadJob) and psn_in_window(psn, item.psn, item.count)))  # fmt: skip
-                self._read(view, psn)
+                kept = deque(item for item in self.out
+                             if not (isinstance(item, ReadJob) and psn_in_window(psn, item.psn, item.count)))  # fmt: skip
+                if len(kept) < len(self.out) or self.read_jobs() < max(1, self.qp.config.max_dest_rd_atomic):
+                    self.out = kept
+                    self._read(view, psn)
+                else:
+                    self.qp.counters["drop_duplicate_read"] += 1
         elif flags & OpFlag.ATOMIC:
             orig = self.atomic_results.get(pkt.bth.psn)
             if orig is not None:
@@ -312,7 +330,13 @@ class Responder:
     # --- output -------------------------------------------------------------------------
 
     def _ack(self, psn: int) -> None:
-        self.out.append(Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn)))
+        ack = Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn))
+        out = self.out
+        if out and isinstance(out[-1], Packet) and out[-1].bth.opcode == Opcode.RC_ACKNOWLEDGE and (
+                out[-1].aeth.syndrome == _ACK):  # type: ignore[union-attr]  # fmt: skip
+            out[-1] = ack  # coalesce: the newer ACK acknowledges everything the queued one did
+        else:
+            out.append(ack)
 
     def _nak(self, psn: int, syndrome: int) -> None:
         self.out.append(Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(syndrome, self.msn)))

@@ -7,7 +7,7 @@ import errno
 from dataclasses import dataclass, fields
 
 from pyroce.link.udp import LinkError, interface_mtu
-from pyroce.nic.device import NicDevice
+from pyroce.nic.device import MAX_MSG_SZ, NicDevice
 from pyroce.nic.registry import DEVICE_NAMES, open_device, release_device
 from pyroce.verbs.addr import GID, gid_of_ipv4
 from pyroce.verbs.base import PyverbsObject
@@ -80,7 +80,6 @@ class DeviceAttr(_Attr):
 
 
 MAX_INLINE_DATA = 400  # bytes an inline send may carry (rxe's RXE_MAX_INLINE_DATA)
-MAX_MSG_SZ = 0x800000  # rxe's RXE_PORT_MAX_MSG_SZ: 8 MiB
 
 
 @dataclass
