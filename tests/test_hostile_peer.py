@@ -1,0 +1,298 @@
+"""A hostile peer controls every byte it sends (hostile-inputs.md). Whatever arrives, nothing
+outside a registered region is read or written, the QP keeps answering, and a counter moves.
+
+The responder and the requester here are real transport QPs with a real MR table; the
+registered regions sit inside larger buffers whose guard bytes must never change."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from pyroce.nic.memory import MrTable
+from pyroce.transport import Access, QpConfig, QpState, RcQp, RecvWork, SendWork, Sge, WcStatus, WorkOp
+from pyroce.wire.aeth import NakCode, ack_syndrome, nak_syndrome, syndrome_kind, syndrome_value
+from pyroce.wire.bth import BTH
+from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Feth, Reth
+from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag
+from pyroce.wire.packet import Packet, build_packet_into, parse_packet
+from pyroce.wire.psn import psn_add
+
+ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+GUARD = 4096
+REGION = 65536
+BASE = 0x7F0000000000
+PDN, OTHER_PDN = 1, 2
+EPSN = 0x100
+
+
+class Target:
+    """A responder QP with: the target MR (all access) between guard bytes, an MR of another PD,
+    an MR without remote access, and the key of a deregistered MR."""
+
+    def __init__(self) -> None:
+        self.memory = MrTable()
+        self.arena = bytearray(os.urandom(GUARD + REGION + GUARD))
+        self.guarded = memoryview(self.arena)[GUARD : GUARD + REGION]
+        self.mr = self.memory.register(PDN, self.guarded, BASE, ALL)
+        self.other = bytearray(os.urandom(4096))
+        self.other_mr = self.memory.register(OTHER_PDN, memoryview(self.other), BASE + 0x100000, ALL)
+        self.local_only = bytearray(os.urandom(4096))
+        self.local_mr = self.memory.register(PDN, memoryview(self.local_only), BASE + 0x200000, Access.LOCAL_WRITE)
+        gone = self.memory.register(PDN, memoryview(bytearray(4096)), BASE + 0x300000, ALL)
+        self.memory.deregister(gone)
+        self.stale_key = gone.key
+        self.recv = bytearray(os.urandom(GUARD + 8192 + GUARD))
+        self.recv_mr = self.memory.register(PDN, memoryview(self.recv)[GUARD : GUARD + 8192], BASE + 0x400000, ALL)
+        self.snapshot = self.outside()
+        self.qp = self.fresh_qp()
+
+    def fresh_qp(self) -> RcQp:
+        qp = RcQp(QpConfig(qpn=0x22, pdn=PDN, dqpn=0x11, pmtu=1024, rq_psn=EPSN, sq_psn=0x500, access=ALL,
+                           max_dest_rd_atomic=4, max_rd_atomic=4), self.memory)  # fmt: skip
+        for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+            qp.modify(state)
+        for index in range(4):
+            qp.post_recv(RecvWork(index, (Sge(BASE + 0x400000, 8192, self.recv_mr.key),)))
+        return qp
+
+    def outside(self) -> tuple[bytes, ...]:
+        """Every byte a peer must not change: guards, the other PD's MR, the local-only MR."""
+        return (bytes(self.arena[:GUARD]), bytes(self.arena[-GUARD:]), bytes(self.other), bytes(self.local_only),
+                bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]))  # fmt: skip
+
+    def send(self, pkt: Packet) -> list[Packet]:
+        self.qp.receive(pkt, 0.0)
+        out = self.qp.packets_to_send(0.0, 1 << 20)
+        self.qp.completions.clear()
+        return out
+
+
+def nak_code(responses: list[Packet]) -> int | None:
+    naks = [p for p in responses if p.aeth is not None and syndrome_kind(p.aeth.syndrome) == 3]
+    return syndrome_value(naks[0].aeth.syndrome) if naks else None  # type: ignore[union-attr]
+
+
+def write(va: int, rkey: int, payload: bytes, dma_len: int | None = None, psn: int = EPSN) -> Packet:
+    length = len(payload) if dma_len is None else dma_len
+    return Packet(BTH(Opcode.RC_RDMA_WRITE_ONLY, 0x22, psn, True), payload, reth=Reth(va, rkey, length))
+
+
+def read(va: int, rkey: int, length: int, psn: int = EPSN) -> Packet:
+    return Packet(BTH(Opcode.RC_RDMA_READ_REQUEST, 0x22, psn, True), reth=Reth(va, rkey, length))
+
+
+@pytest.fixture
+def target() -> Target:
+    return Target()
+
+
+def case_packets(t: Target) -> dict[str, tuple[Packet, int | None]]:
+    """Each hostile request and the NAK code rxe answers it with (None: a silent drop)."""
+    key, end = t.mr.key, BASE + REGION
+    return {
+        "write past the end": (write(end - 10, key, b"x" * 20), NakCode.REMOTE_ACCESS_ERR),
+        "write before the start": (write(BASE - 8, key, b"x" * 16), NakCode.REMOTE_ACCESS_ERR),
+        "va + length wraps 2**64": (write((1 << 64) - 8, key, b"x" * 16), NakCode.REMOTE_ACCESS_ERR),
+        "dma length larger than the MR": (write(BASE, key, b"x" * 16, dma_len=REGION + 1), NakCode.REMOTE_ACCESS_ERR),
+        "payload longer than the dma length": (write(BASE, key, b"x" * 64, dma_len=8), NakCode.INVALID_REQUEST),
+        "read longer than max_msg_sz": (read(BASE, key, (8 << 20) + 1), NakCode.INVALID_REQUEST),
+        "read past the end": (read(end - 100, key, 200), NakCode.REMOTE_ACCESS_ERR),
+        "another PD's key": (write(BASE + 0x100000, t.other_mr.key, b"x" * 16), NakCode.REMOTE_ACCESS_ERR),
+        "no remote write access": (write(BASE + 0x200000, t.local_mr.key, b"x" * 16), NakCode.REMOTE_ACCESS_ERR),
+        "deregistered MR's key": (write(BASE + 0x300000, t.stale_key, b"x" * 16), NakCode.REMOTE_ACCESS_ERR),
+        "unaligned atomic": (
+            Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN, True), atomiceth=AtomicEth(BASE + 4, key, 1, 0)),
+            NakCode.INVALID_REQUEST,
+        ),
+        "atomic outside the MR": (
+            Packet(BTH(Opcode.RC_COMPARE_SWAP, 0x22, EPSN, True), atomiceth=AtomicEth(end, key, 1, 0)),
+            NakCode.REMOTE_ACCESS_ERR,
+        ),
+        "middle with no first": (
+            Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, EPSN), b"m" * 1024),
+            NakCode.INVALID_REQUEST,
+        ),
+        "last with no first": (
+            Packet(BTH(Opcode.RC_SEND_LAST, 0x22, EPSN, True), b"l" * 10),
+            NakCode.INVALID_REQUEST,
+        ),
+        "FIRST shorter than the path MTU": (
+            Packet(BTH(Opcode.RC_SEND_FIRST, 0x22, EPSN), b"f" * 100),
+            NakCode.INVALID_REQUEST,
+        ),
+        "a well-formed SEND (the control case)": (
+            Packet(BTH(Opcode.RC_SEND_ONLY, 0x22, EPSN, True), b"s" * 1024),
+            None,
+        ),
+        "PSN far ahead": (write(BASE, key, b"x" * 16, psn=psn_add(EPSN, 1 << 22)), NakCode.PSN_SEQ_ERR),
+        "PSN far behind": (write(BASE, key, b"x" * 16, psn=psn_add(EPSN, -(1 << 22))), None),  # re-ACKed duplicate
+        "FLUSH (not executed)": (
+            Packet(BTH(Opcode.RC_FLUSH, 0x22, EPSN, True), reth=Reth(BASE, key, 8), feth=Feth(1, 1)),
+            NakCode.INVALID_REQUEST,
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(case_packets(Target()).keys()))
+def test_hostile_request_gets_rxes_answer_and_touches_nothing(target: Target, case: str) -> None:
+    pkt, expected_nak = case_packets(target)[case]
+    region_before = bytes(target.guarded)
+    responses = target.send(pkt)
+    assert target.outside() == target.snapshot
+    assert nak_code(responses) == expected_nak, responses
+    if expected_nak is not None and expected_nak != NakCode.PSN_SEQ_ERR:
+        assert bytes(target.guarded) == region_before  # refused before a byte was written
+        assert target.qp.state is QpState.ERR  # RC class C/D errors are fatal (IBA 9.9.3)
+    assert sum(target.qp.counters.values()) > 0
+
+
+def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:
+    responses = target.send(write(0xDEAD, 0x12345678, b""))
+    assert [p.bth.opcode for p in responses] == [Opcode.RC_ACKNOWLEDGE] and nak_code(responses) is None
+    responses = target.send(read(0xBEEF, 0x87654321, 0, psn=EPSN + 1))
+    assert [(p.bth.opcode, len(p.payload)) for p in responses] == [(Opcode.RC_RDMA_READ_RESPONSE_ONLY, 0)]
+    assert target.outside() == target.snapshot
+
+
+def test_read_flood_beyond_max_dest_rd_atomic_is_refused(target: Target) -> None:
+    for index in range(4):  # four reads fill the responder's resources (nothing sent yet)
+        target.qp.receive(read(BASE, target.mr.key, 4096, psn=psn_add(EPSN, 4 * index)), 0.0)
+    assert target.qp.state is QpState.RTS
+    target.qp.receive(read(BASE, target.mr.key, 4096, psn=psn_add(EPSN, 16)), 0.0)
+    out = target.qp.packets_to_send(0.0, 1 << 20)
+    assert nak_code(out) == NakCode.INVALID_REQUEST
+    assert target.qp.counters["resp_err_too_many_rd_atomic"] == 1
+
+
+def test_duplicate_requests_after_the_qp_moved_on(target: Target) -> None:
+    key = target.mr.key
+    target.send(write(BASE, key, b"a" * 8))
+    target.send(Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN + 1, True), atomiceth=AtomicEth(BASE + 64, key, 5, 0)))
+    before = bytes(target.guarded)
+    for _ in range(3):  # replays of both: the write re-ACKed, the atomic answered from its saved result
+        ack = target.send(write(BASE, key, b"b" * 8))
+        assert [p.bth.opcode for p in ack] == [Opcode.RC_ACKNOWLEDGE]
+        replay = target.send(Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN + 1, True),
+                                    atomiceth=AtomicEth(BASE + 64, key, 5, 0)))  # fmt: skip
+        assert [p.bth.opcode for p in replay] == [Opcode.RC_ATOMIC_ACKNOWLEDGE]
+    assert bytes(target.guarded) == before  # neither executed again
+    assert target.qp.counters["duplicate_request"] == 6
+
+
+def test_packets_for_a_qp_in_the_wrong_state_are_dropped(target: Target) -> None:
+    target.qp.modify(QpState.ERR)
+    before = bytes(target.guarded)
+    assert target.send(write(BASE, target.mr.key, b"z" * 8)) == []
+    assert bytes(target.guarded) == before and target.qp.counters["drop_qp_state"] == 1
+
+
+def test_hostile_responses_never_write_outside_the_read_buffer() -> None:
+    memory = MrTable()
+    arena = bytearray(os.urandom(GUARD + 8192 + GUARD))
+    mr = memory.register(PDN, memoryview(arena)[GUARD : GUARD + 8192], BASE, ALL)
+    guards = bytes(arena[:GUARD]), bytes(arena[-GUARD:])
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL, max_rd_atomic=4), memory)
+    for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+        qp.modify(state)
+    qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, 3000, mr.key),), raddr=0x1000, rkey=7))
+    qp.post_send(SendWork(2, WorkOp.ATOMIC_FETCH_AND_ADD, (Sge(BASE + 4096, 8, mr.key),), raddr=0x2000, rkey=7))
+    assert len(qp.packets_to_send(0.0)) == 2  # READ (PSNs 0x10-0x12) and FETCH_ADD (0x13)
+    rng = random.Random(5)
+    for _ in range(3000):
+        opcode = rng.choice([Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+                             Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY,
+                             Opcode.RC_ACKNOWLEDGE, Opcode.RC_ATOMIC_ACKNOWLEDGE])  # fmt: skip
+        flags = OPCODES[opcode].flags  # type: ignore[union-attr]
+        psn = rng.choice([0x10, 0x11, 0x12, 0x13, 0x14, 0xF, rng.randrange(1 << 24)])
+        payload = b"" if not flags & OpFlag.READ else os.urandom(rng.choice([0, 1, 1000, 1024, 2000]))
+        syndrome = rng.choice([ack_syndrome(), nak_syndrome(NakCode.PSN_SEQ_ERR), 0x20 | rng.randrange(32),
+                               rng.randrange(256)])  # fmt: skip
+        pkt = Packet(BTH(opcode, 0x11, psn), payload[:1024] if flags & OpFlag.READ else b"",
+                     aeth=Aeth(syndrome, rng.randrange(1 << 24)) if flags & OpFlag.AETH else None,
+                     atomicacketh=AtomicAckEth(rng.randrange(1 << 64)) if flags & OpFlag.ATMACK else None)  # fmt: skip
+        qp.receive(pkt, rng.random())
+        qp.packets_to_send(rng.random())
+        qp.handle_timer(rng.random() * 10)
+    assert (bytes(arena[:GUARD]), bytes(arena[-GUARD:])) == guards
+    assert all(c.status in WcStatus for c in qp.completions)
+
+
+FUZZ_PACKETS = int(os.environ.get("PYROCE_FUZZ_PACKETS", "100000"))
+FUZZ_SEED = int(os.environ.get("PYROCE_FUZZ_SEED", "1"))
+
+
+def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Target) -> None:
+    """A seeded stream of mutated and random packets at a responder (``PYROCE_FUZZ_PACKETS``,
+    default 100 000; ``PYROCE_FUZZ_SEED``). Afterwards the guard bytes and the other regions
+    are unchanged, and the QP still answers a normal request."""
+    rng = random.Random(FUZZ_SEED)
+    executed = 0
+    key, keys = target.mr.key, [target.mr.key, target.other_mr.key, target.local_mr.key, target.stale_key]
+    rc_opcodes = [info.opcode for info in OPCODES if info is not None and info.opcode < 0x20]
+    buf = bytearray(8192)
+    psn = EPSN
+    resets = malformed = 0
+    for count in range(FUZZ_PACKETS):
+        opcode = rng.choice(rc_opcodes)
+        flags = OPCODES[opcode].flags  # type: ignore[union-attr]
+        va = rng.choice([BASE, BASE + rng.randrange(REGION), BASE + REGION - rng.randrange(64), BASE - 8,
+                         rng.randrange(1 << 64), (1 << 64) - rng.randrange(64)])  # fmt: skip
+        length = rng.choice([0, 1, 8, 1024, 4096, REGION, rng.randrange(1 << 32)])
+        payload = os.urandom(rng.choice([0, 1, 8, 1023, 1024, 1025]) if flags & OpFlag.REQ else 0)
+        if OPCODES[opcode].payload.name == "NONE":  # type: ignore[union-attr]
+            payload = b""
+        elif OPCODES[opcode].payload.name == "FIXED8":  # type: ignore[union-attr]
+            payload = payload[:8].ljust(8, b"\0")
+        fields: dict[str, object] = {}
+        if flags & OpFlag.RETH:
+            fields["reth"] = Reth(va & ((1 << 64) - 1), rng.choice(keys), length)
+        if flags & OpFlag.ATMETH:
+            fields["atomiceth"] = AtomicEth(va & ((1 << 64) - 1), rng.choice(keys), rng.randrange(1 << 64), 0)
+        if flags & OpFlag.AETH:
+            fields["aeth"] = Aeth(rng.randrange(256), 0)
+        if flags & OpFlag.ATMACK:
+            fields["atomicacketh"] = AtomicAckEth(0)
+        if flags & OpFlag.IMMDT:
+            fields["immdt"] = rng.randrange(1 << 32)
+        if flags & OpFlag.IETH:
+            fields["ieth"] = rng.choice(keys)
+        if flags & OpFlag.FETH:
+            fields["feth"] = Feth(1, 1)
+        psn_choice = rng.choice([psn, psn, psn, psn_add(psn, 1), psn_add(psn, -1), rng.randrange(1 << 24)])
+        pkt = Packet(BTH(opcode, 0x22, psn_choice, rng.random() < 0.5), payload, **fields)  # type: ignore[arg-type]
+        size = build_packet_into(buf, 0, pkt) + 4
+        data = bytearray(buf[:size])
+        for _ in range(rng.choice([0, 0, 1, 3])):  # mutate some bytes (lengths and headers disagree)
+            data[rng.randrange(size)] = rng.randrange(256)
+        if rng.random() < 0.05:
+            data = data[: rng.randrange(size + 1)]
+        try:
+            parsed = parse_packet(bytes(data))
+        except MalformedPacket:
+            malformed += 1
+            continue
+        before = target.qp.responder.msn
+        target.qp.receive(parsed, count * 1e-6)
+        executed += target.qp.responder.msn != before
+        target.qp.packets_to_send(count * 1e-6, 1 << 20)
+        target.qp.completions.clear()
+        psn = target.qp.responder.epsn
+        if target.qp.state is QpState.ERR:
+            resets += 1
+            for state in (QpState.RESET, QpState.INIT, QpState.RTR, QpState.RTS):
+                target.qp.modify(state)
+            target.qp.responder.start(psn)
+            for index in range(4):
+                target.qp.post_recv(RecvWork(index, (Sge(BASE + 0x400000, 8192, target.recv_mr.key),)))
+    assert target.outside() == target.snapshot
+    assert malformed > 0 and resets > 0
+    # still alive: a normal WRITE is executed and ACKed
+    psn = target.qp.responder.epsn
+    out = target.send(write(BASE + 8, key, b"alive!!!", psn=psn))
+    assert nak_code(out) is None and [p.bth.opcode for p in out] == [Opcode.RC_ACKNOWLEDGE]
+    assert bytes(target.guarded[8:16]) == b"alive!!!"
+    assert executed > FUZZ_PACKETS // 100  # a real share of the stream got through every check
