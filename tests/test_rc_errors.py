@@ -4,10 +4,12 @@ NAKs, and both sides complete with the right status; nothing outside an MR chang
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import pyroce.verbs.enums as e
+from pyroce.transport.reasons import Reason
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
@@ -136,3 +138,51 @@ def test_rnr_retry_exhausted() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_failed_completions_explain_themselves(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    bad_rkey = b.mr.rkey ^ 0x7F00
+    a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, 100, bad_rkey, b.mr.buf))
+    a.qp.post_send(SendWR(wr_id=6, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))
+    failed, flushed = a.poll(2)
+    prefix = f"qp 0x{a.qp.qp_num:x} -> {b.ctx.device.address} qp 0x{b.qp.qp_num:x}: "
+    assert failed.vendor_err == Reason.REMOTE_ACCESS
+    assert failed.reason == (f"{prefix}remote access error: rkey 0x{bad_rkey:x} va 0x{b.mr.buf:x} len 100 outside "
+                             "the peer's MR, another PD's, or without the access it needs")  # fmt: skip
+    assert flushed.vendor_err == Reason.FLUSHED and flushed.reason == prefix + Reason.FLUSHED.text
+
+
+def test_retry_exceeded_names_the_psn_and_the_timer() -> None:
+    a, b = open_endpoint(), open_endpoint()
+    try:
+        a.connect(b.info(), timeout=8)  # 1 ms: seven retries take a few milliseconds
+        b.connect(a.info())
+        attr, _ = b.qp.query()
+        attr.qp_state = e.ibv_qp_state.IBV_QPS_ERR
+        b.qp.modify(attr, e.ibv_qp_attr_mask.IBV_QP_STATE)  # the peer stops answering
+        a.qp.post_send(SendWR(wr_id=1, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))
+        (wc,) = a.poll(1, 30)
+        assert (wc.status, wc.vendor_err) == (S.IBV_WC_RETRY_EXC_ERR, Reason.ACK_TIMEOUT)
+        assert wc.reason.endswith(f"no ACK for PSN 0x{a.psn:06x} after 7 retries at timeout 8 (1 ms each): "
+                                  "peer unreachable or not in RTR")  # fmt: skip
+        assert a.ctx.device.stats()["retry_exceeded_err"] >= 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_receiver_side_length_error_says_how_long(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    b.qp.post_recv(RecvWR(wr_id=3, sg=[SGE(b.mr.buf, 100, b.mr.lkey)]))
+    a.qp.post_send(SendWR(wr_id=9, sg=[SGE(a.mr.buf, 3000, a.mr.lkey)]))
+    (recv,) = b.poll()
+    assert (recv.status, recv.vendor_err) == (S.IBV_WC_LOC_LEN_ERR, Reason.RECV_TOO_SHORT)
+    assert recv.reason.endswith("incoming SEND of at least 1024 bytes is longer than the 100-byte receive buffer")
+
+
+def test_every_reason_code_is_documented() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    for reason in Reason:
+        if reason is not Reason.NONE:
+            assert f"| {int(reason)} | `{reason.name}` |" in doc

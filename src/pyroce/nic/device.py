@@ -35,6 +35,7 @@ from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode, decode_recv_wqe
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
+from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.packet import parse_packet
@@ -264,6 +265,12 @@ class NicDevice:
             total.update({f"injected_{name}": n for name, n in self.faults.counters.items()})
         return dict(sorted(total.items()))
 
+    def qp_error_detail(self, qpn: int) -> str:
+        """One line on why the QP's last failed work request failed ("" if none has)."""
+        with self._lock:
+            qp = self.qps.get(qpn)
+            return qp.rc.error_detail if qp is not None else ""
+
     def qp_stats(self, qpn: int) -> dict[str, int]:
         """One QP's counters (``KeyError`` if there is no such QP)."""
         with self._lock:
@@ -382,9 +389,11 @@ class NicDevice:
             try:
                 wqe, qp.sq_consumer = qp.sq.fetch(qp.sq_consumer)
                 rc.post_send(work_from_wqe(wqe))
-            except WqeError:
+            except WqeError as exc:
                 self.counters["bad_wqes"] += 1
-                rc.completions.append(Completion(False, counter, WcStatus.LOC_QP_OP_ERR, WcOpcode.SEND))
+                rc.error_detail = f"WQE {counter}: {exc}"
+                rc.completions.append(Completion(False, counter, WcStatus.LOC_QP_OP_ERR, WcOpcode.SEND,
+                                                 vendor_err=Reason.BAD_WQE))  # fmt: skip
                 rc.enter_error()
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)

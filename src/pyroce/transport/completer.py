@@ -13,6 +13,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from pyroce.transport.completion import WcStatus
+from pyroce.transport.reasons import Reason
 from pyroce.transport.work import ATOMICS, WorkOp
 from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
 from pyroce.wire.opcodes import Opcode, OpFlag
@@ -22,11 +23,11 @@ from pyroce.wire.psn import psn_add, psn_diff
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
 
-NAK_STATUS = {
-    NakCode.INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR,
-    NakCode.REMOTE_ACCESS_ERR: WcStatus.REM_ACCESS_ERR,
-    NakCode.REMOTE_OP_ERR: WcStatus.REM_OP_ERR,
-    NakCode.INVALID_RD_REQUEST: WcStatus.REM_INV_RD_REQ_ERR,
+NAK_STATUS = {  # NAK code -> the requester's completion (rocev2.md's table)
+    NakCode.INVALID_REQUEST: (WcStatus.REM_INV_REQ_ERR, Reason.REMOTE_INVALID_REQUEST),
+    NakCode.REMOTE_ACCESS_ERR: (WcStatus.REM_ACCESS_ERR, Reason.REMOTE_ACCESS),
+    NakCode.REMOTE_OP_ERR: (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL),
+    NakCode.INVALID_RD_REQUEST: (WcStatus.REM_INV_RD_REQ_ERR, Reason.REMOTE_INVALID_REQUEST),
 }
 ATOMIC_RESULT = struct.Struct("=Q")  # the original value lands in host byte order, as a NIC writes it
 
@@ -82,7 +83,8 @@ class Completer:
         self.qp.counters["implied_naks"] += 1
         if req.retry_left == 0:
             self.qp.counters["retry_exceeded_err"] += 1
-            req.fail_head(WcStatus.RETRY_EXC_ERR)
+            req.fail_head(WcStatus.RETRY_EXC_ERR, Reason.RESPONSES_LOST,
+                          f"responses from PSN 0x{req.comp_psn:06x} on went missing {self.qp.config.retry_cnt} times")  # fmt: skip
             return
         req.retry_left -= 1
         req.rewind(req.comp_psn)
@@ -108,7 +110,10 @@ class Completer:
             self.qp.counters["rcvd_rnr_err"] += 1
             if req.rnr_left == 0:
                 self.qp.counters["retry_rnr_exceeded_err"] += 1
-                req.fail_head(WcStatus.RNR_RETRY_EXC_ERR)
+                timer_ms = rnr_timer_to_us(syndrome_value(syndrome)) / 1e3
+                req.fail_head(WcStatus.RNR_RETRY_EXC_ERR, Reason.RNR_EXHAUSTED,
+                              f"receiver not ready for PSN 0x{psn:06x} after {self.qp.config.rnr_retry} RNR retries "
+                              f"({timer_ms:g} ms apart): the peer posts no receive before this SEND arrives")  # fmt: skip
                 return
             if self.qp.config.rnr_retry != 7:
                 req.rnr_left -= 1
@@ -123,13 +128,27 @@ class Completer:
             self.qp.counters["rcvd_seq_err"] += 1
             if req.retry_left == 0:
                 self.qp.counters["retry_exceeded_err"] += 1
-                req.fail_head(WcStatus.RETRY_EXC_ERR)
+                req.fail_head(WcStatus.RETRY_EXC_ERR, Reason.SEQUENCE_NAKS,
+                              f"the peer NAKed PSN 0x{psn:06x} as out of sequence {self.qp.config.retry_cnt + 1} "
+                              "times: packets are lost on the way")  # fmt: skip
                 return
             req.retry_left -= 1
             req.rewind(psn)
             return
         self.qp.counters["rcvd_nak_err"] += 1
-        req.fail_head(NAK_STATUS.get(NakCode(code), WcStatus.REM_OP_ERR) if code in NAK_STATUS else WcStatus.REM_OP_ERR)
+        status, reason = NAK_STATUS.get(code, (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL))  # type: ignore[call-overload]
+        req.fail_head(status, reason, self._nak_detail(reason, psn))
+
+    def _nak_detail(self, reason: Reason, psn: int) -> str:
+        """What the NAKed request asked for, in the words of the refusal."""
+        queue = self.qp.requester.queue
+        if not queue:
+            return reason.text
+        work = queue[0].work
+        if reason is Reason.REMOTE_ACCESS:
+            return (f"remote access error: rkey 0x{work.rkey:x} va 0x{work.raddr:x} len {queue[0].length} "
+                    "outside the peer's MR, another PD's, or without the access it needs")  # fmt: skip
+        return f"{work.op.name} at PSN 0x{psn:06x}: {reason.text}"
 
     def _atomic_ack(self, pkt: Packet, psn: int, now: float) -> None:
         req = self.qp.requester

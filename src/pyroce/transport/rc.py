@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pyroce.transport.completer import Completer
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.memory import Access, MemoryTable
+from pyroce.transport.reasons import Reason
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
@@ -74,6 +75,7 @@ class RcQp:
         self.state = QpState.RESET
         self.completions: list[Completion] = []
         self.counters: Counter[str] = Counter()
+        self.error_detail = ""  # one line on why the QP's last failed work request failed
         self.requester = Requester(self)
         self.completer = Completer(self)
         self.responder = Responder(self)
@@ -96,13 +98,15 @@ class RcQp:
 
     def post_send(self, work: SendWork) -> None:
         if self.state is QpState.ERR:
-            self.completions.append(_flushed(work.wqe_counter, False, work))
+            self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.SEND,
+                                               vendor_err=Reason.FLUSHED))  # fmt: skip
             return
         self.requester.post(work)
 
     def post_recv(self, work: RecvWork) -> None:
         if self.state is QpState.ERR:
-            self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
+            self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
+                                               vendor_err=Reason.FLUSHED))  # fmt: skip
             return
         self.responder.post(work)
 
@@ -166,8 +170,3 @@ class RcQp:
     def flush(self) -> None:
         self.requester.flush()
         self.responder.flush()
-
-
-def _flushed(counter: int, is_recv: bool, work: SendWork | None = None) -> Completion:
-    opcode = WcOpcode.RECV if is_recv else WcOpcode.SEND
-    return Completion(is_recv, counter, WcStatus.WR_FLUSH_ERR, opcode)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.memory import Access, MemFault
+from pyroce.transport.reasons import Reason
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH
@@ -157,10 +158,12 @@ class Requester:
         if work.inline is None:
             data = ScatterGather.resolve(self.qp.memory, work.sges, LOCAL_ACCESS[work.op], self.qp.config.pdn)
             if isinstance(data, MemFault):
-                self.fail_unsent(entry, WcStatus.LOC_PROT_ERR)
+                sges = ", ".join(f"lkey 0x{s.lkey:x} addr 0x{s.addr:x} len {s.length}" for s in work.sges)
+                self.fail_unsent(entry, WcStatus.LOC_PROT_ERR, Reason.LOCAL_PROTECTION, f"{data.value}: {sges}")
                 return False
             if work.op in ATOMICS and data.length < 8:
-                self.fail_unsent(entry, WcStatus.LOC_LEN_ERR)
+                self.fail_unsent(entry, WcStatus.LOC_LEN_ERR, Reason.LOCAL_LENGTH,
+                                 f"an atomic needs an 8-byte local buffer, the SGEs give {data.length}")  # fmt: skip
                 return False
             entry.data = data
         entry.first_psn = self.psn
@@ -240,7 +243,11 @@ class Requester:
             self.qp.counters["local_ack_timeout_err"] += 1
             if self.retry_left == 0:
                 self.qp.counters["retry_exceeded_err"] += 1
-                self.fail_head(WcStatus.RETRY_EXC_ERR)
+                config = self.qp.config
+                self.fail_head(WcStatus.RETRY_EXC_ERR, Reason.ACK_TIMEOUT,
+                               f"no ACK for PSN 0x{self.comp_psn:06x} after {config.retry_cnt} retries at timeout "
+                               f"{config.timeout} ({(config.ack_timeout_s or 0) * 1e3:.0f} ms each): "
+                               "peer unreachable or not in RTR")  # fmt: skip
                 return
             self.retry_left -= 1
             self.rewind(self.comp_psn)
@@ -261,7 +268,7 @@ class Requester:
 
     # --- completion ---------------------------------------------------------------------
 
-    def complete_head(self, status: WcStatus = WcStatus.SUCCESS) -> None:
+    def complete_head(self, status: WcStatus = WcStatus.SUCCESS, reason: Reason = Reason.NONE) -> None:
         entry = self.queue.popleft()
         if self.send_index:
             self.send_index -= 1
@@ -270,25 +277,29 @@ class Requester:
         work = entry.work
         if work.signaled or status is not WcStatus.SUCCESS:
             byte_len = entry.length if status is WcStatus.SUCCESS and entry.rd_atomic else 0
-            self.qp.completions.append(Completion(False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len))
+            self.qp.completions.append(
+                Completion(False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len, vendor_err=reason)
+            )
 
-    def fail_head(self, status: WcStatus) -> None:
-        """The oldest WQE failed: complete it with ``status``; the QP goes to ERROR."""
+    def fail_head(self, status: WcStatus, reason: Reason, detail: str) -> None:
+        """The oldest WQE failed: complete it with ``status`` and ``reason``, keep ``detail``
+        for the one-line explanation; the QP goes to ERROR."""
+        self.qp.error_detail = detail
         if self.queue:
-            self.complete_head(status)
+            self.complete_head(status, reason)
         self.qp.enter_error()
 
-    def fail_unsent(self, entry: SendEntry, status: WcStatus) -> None:
+    def fail_unsent(self, entry: SendEntry, status: WcStatus, reason: Reason, detail: str) -> None:
         """A WQE failed before its first packet: earlier WQEs may still be in flight, so it
         completes in order once they do; the QP goes to ERROR now (IBA 10.3.1.2)."""
         # Everything before it is flushed by the error state; report it with its own status.
         index = self.queue.index(entry)
         for _ in range(index):
-            self.complete_head(WcStatus.WR_FLUSH_ERR)
-        self.fail_head(status)
+            self.complete_head(WcStatus.WR_FLUSH_ERR, Reason.FLUSHED)
+        self.fail_head(status, reason, detail)
 
     def flush(self) -> None:
         while self.queue:
-            self.complete_head(WcStatus.WR_FLUSH_ERR)
+            self.complete_head(WcStatus.WR_FLUSH_ERR, Reason.FLUSHED)
         self.send_index = self.send_pkt = 0
         self.ack_deadline = self.rnr_until = None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.memory import Access, MemFault
+from pyroce.transport.reasons import Reason
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
@@ -58,11 +59,12 @@ class RespState(enum.Enum):
 
 class ErrorAction(NamedTuple):
     """How the responder answers a failed check: which NAK, the receive WQE's completion
-    status (if it completes one), whether the QP goes to ERROR, and its counter."""
+    status and reason (if it completes one), and whether the QP goes to ERROR."""
 
     nak: NakCode | None
     recv_status: WcStatus | None
     fatal: bool
+    reason: Reason = Reason.NONE
 
 
 ERRORS = {
@@ -72,8 +74,8 @@ ERRORS = {
     RespState.ERR_RKEY_VIOLATION: ErrorAction(NakCode.REMOTE_ACCESS_ERR, None, True),
     RespState.ERR_MISALIGNED_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_TOO_MANY_RD_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
-    RespState.ERR_RECV_PROT: ErrorAction(NakCode.REMOTE_OP_ERR, WcStatus.LOC_PROT_ERR, True),
-    RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True),
+    RespState.ERR_RECV_PROT: ErrorAction(NakCode.REMOTE_OP_ERR, WcStatus.LOC_PROT_ERR, True, Reason.RECV_PROTECTION),
+    RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True, Reason.RECV_TOO_SHORT),
 }
 
 OP_ACCESS = {OpFlag.WRITE: Access.REMOTE_WRITE, OpFlag.READ: Access.REMOTE_READ, OpFlag.ATOMIC: Access.REMOTE_ATOMIC}
@@ -319,9 +321,14 @@ class Responder:
     def _error(self, pkt: Packet, state: RespState) -> None:
         action = ERRORS[state]
         self.qp.counters[f"resp_{state.name.lower()}"] += 1
+        self.qp.error_detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
         if action.recv_status is not None and self.recv is not None:
             recv, self.recv = self.recv, None
-            self.qp.completions.append(Completion(True, recv.wqe_counter, action.recv_status, WcOpcode.RECV))
+            if state is RespState.ERR_RECV_LENGTH and self.recv_data is not None:
+                self.qp.error_detail = (f"incoming SEND of at least {self.offset + len(pkt.payload)} bytes is longer "
+                                        f"than the {self.recv_data.length}-byte receive buffer")  # fmt: skip
+            completion = Completion(True, recv.wqe_counter, action.recv_status, WcOpcode.RECV, vendor_err=action.reason)
+            self.qp.completions.append(completion)
         if action.nak is not None:
             self._nak(pkt.bth.psn, nak_syndrome(action.nak))
         if action.fatal:
@@ -371,9 +378,9 @@ class Responder:
         """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2); read
         responses not yet sent are dropped, a queued NAK still goes out."""
         self.out = deque(item for item in self.out if isinstance(item, Packet))
-        if self.recv is not None:
-            self.qp.completions.append(Completion(True, self.recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
-            self.recv = None
-        while self.recv_queue:
-            recv = self.recv_queue.popleft()
-            self.qp.completions.append(Completion(True, recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV))
+        pending = ([self.recv] if self.recv is not None else []) + list(self.recv_queue)
+        self.recv = None
+        self.recv_queue.clear()
+        for recv in pending:
+            self.qp.completions.append(Completion(True, recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
+                                                  vendor_err=Reason.FLUSHED))  # fmt: skip

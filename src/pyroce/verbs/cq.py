@@ -55,13 +55,14 @@ class WC:
         self.slid = slid
         self.sl = sl
         self.dlid_path_bits = dlid_path_bits
+        self.reason = ""  # pyroce: one line on why a failed WR failed (the QP, its peer, the cause)
 
     def __repr__(self) -> str:
         status = WcStatus(self.status).name if self.status in WcStatus._value2member_map_ else self.status
         opcode = WcOpcode(self.opcode).name if self.opcode in WcOpcode._value2member_map_ else self.opcode
         return (f"WC(wr_id={self.wr_id}, status={status}, opcode={opcode}, byte_len={self.byte_len}, "
                 f"qp_num=0x{self.qp_num:x}, imm_data=0x{self.imm_data:x}, wc_flags={self.wc_flags}, "
-                f"vendor_err={self.vendor_err})")  # fmt: skip
+                f"vendor_err={self.vendor_err}{', reason=' + repr(self.reason) if self.reason else ''})")  # fmt: skip
 
 
 class CQ(PyverbsObject):
@@ -125,6 +126,7 @@ class CQ(PyverbsObject):
         if cqe.is_error:
             wc.status = STATUS_OF_SYNDROME.get(cqe.syndrome, WcStatus.GENERAL_ERR)  # type: ignore[call-overload]
             wc.vendor_err = cqe.vendor_err
+            wc.reason = qp.explain(cqe.vendor_err) if qp is not None else ""
             wc.opcode = WcOpcode.RECV if is_recv else WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, WcOpcode.SEND)  # type: ignore[call-overload]
             return wc
         wc.byte_len = cqe.byte_cnt

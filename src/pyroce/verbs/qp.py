@@ -20,6 +20,7 @@ from pyroce.nic.rings import DoorbellRecord, SendRing
 from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, WqeOpcode, encode_recv_wqe
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpState
+from pyroce.transport.reasons import Reason
 from pyroce.transport.work import Sge
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.base import PyverbsObject
@@ -201,6 +202,7 @@ class QP(PyverbsObject):
         self.rq_producer = 0
         self.rq_completed = 0
         self.rq_wr_ids = [0] * self.rq_count
+        self.peer_address = ""  # IPv4 address of the connected peer, once the AV is set
         self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset
         device = ctx.device
         self.device = device
@@ -234,6 +236,8 @@ class QP(PyverbsObject):
         changes, peer = self._changes(qp_attr, attr_mask, name)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
         self.qp_state = ibv_qp_state(target)
+        if peer is not None:
+            self.peer_address = peer
         if target == ibv_qp_state.IBV_QPS_RESET:
             self._empty_queues()
         for field, bit in ATTR_MASK_BITS.items():
@@ -430,6 +434,14 @@ class QP(PyverbsObject):
             self.device.ring_doorbell(self.qp_num)
         if error is not None:
             raise error
+
+    def explain(self, vendor_err: int) -> str:
+        """One line on a failed completion: this QP, its peer and the cause, e.g.
+        ``qp 0x11 -> 10.0.0.2 qp 0x12: no ACK for PSN 0x001234 after 7 retries ...``."""
+        reason = Reason(vendor_err) if vendor_err in Reason._value2member_map_ else Reason.NONE
+        detail = reason.text if reason in (Reason.FLUSHED, Reason.NONE) else self.device.qp_error_detail(self.qp_num)
+        peer = f"{self.peer_address or '?'} qp 0x{self.attr.dest_qp_num:x}"
+        return f"qp 0x{self.qp_num:x} -> {peer}: {detail or reason.text}"
 
     def retire_send(self, wqe_counter: int) -> int:
         """The WQEs up to the one at ``wqe_counter`` are done; returns that one's ``wr_id``."""
