@@ -179,3 +179,68 @@ def test_soak_delivers_exactly_once_in_order(seed: int) -> None:
     assert b.buf == clean_b.buf  # written, sent and atomically updated bytes too
     assert a.qp.counters["completer_retry_err"] > 0
     assert fabric.now < 60  # virtual seconds: bounded
+
+
+def test_lost_read_request_is_resent_after_the_sequence_nak() -> None:
+    fabric, a, b = fabric_pair(script("drop:1:RC_RDMA_READ_REQUEST"))
+    b.buf[:3000] = random.Random(4).randbytes(3000)
+    b.qp.post_recv(RecvWork(9, (Sge(b.mr.addr + 8192, 100, b.mr.key),)))
+    a.qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key))
+    a.qp.post_send(SendWork(2, WorkOp.SEND, (Sge(a.mr.addr + 4096, 10, a.mr.key),)))
+    fabric.run_until(lambda: len(a.drain()) == 2)
+    assert [(c.wqe_counter, c.status) for c in a.done] == [(1, WcStatus.SUCCESS), (2, WcStatus.SUCCESS)]
+    assert a.buf[:3000] == b.buf[:3000]
+    # the SEND (PSN +3) arrived first: one sequence NAK for the READ's PSN, then the READ again
+    assert a.qp.counters["rcvd_seq_err"] == 1
+    assert [name for name, _ in requests(fabric)] == ["RC_RDMA_READ_REQUEST", "RC_SEND_ONLY",
+                                                       "RC_RDMA_READ_REQUEST", "RC_SEND_ONLY"]  # fmt: skip
+
+
+def test_read_responses_lost_beyond_the_retry_limit() -> None:
+    rules = [f"drop:{n}:RC_RDMA_READ_RESPONSE_ONLY" for n in range(1, 10)]
+    fabric, a, b = fabric_pair(script(*rules), retry_cnt=2, timeout=8)
+    a.qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(a.mr.addr, 100, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key))
+    fabric.run_until(lambda: bool(a.drain()))
+    assert a.done[0].status is WcStatus.RETRY_EXC_ERR
+    assert a.qp.counters["local_ack_timeout_err"] == 3  # the first try and two retries, each timed out
+
+
+def test_a_response_of_the_wrong_kind_is_ignored() -> None:
+    from pyroce.wire.aeth import ack_syndrome
+    from pyroce.wire.bth import BTH
+    from pyroce.wire.headers import Aeth, AtomicAckEth
+    from pyroce.wire.packet import Packet
+
+    fabric, a, b = fabric_pair()
+    a.qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(a.mr.addr, 100, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key))
+    (request,) = a.qp.packets_to_send(0.0)
+    bogus = Packet(BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, 0x11, request.bth.psn), aeth=Aeth(ack_syndrome(), 1),
+                   atomicacketh=AtomicAckEth(0xDEAD))  # fmt: skip
+    a.qp.receive(bogus, 0.0)
+    assert a.drain() == [] and a.qp.counters["bad_response"] == 1
+    b.qp.receive(request, 0.0)
+    fabric.run_until(lambda: bool(a.drain()))
+    assert a.done[0].status is WcStatus.SUCCESS and a.buf[:100] == b.buf[:100]
+
+
+def test_receive_buffer_with_a_bad_lkey_is_a_remote_operational_error() -> None:
+    fabric, a, b = fabric_pair()
+    b.qp.post_recv(RecvWork(9, (Sge(b.mr.addr, 100, b.mr.key ^ 0xFF),)))
+    a.qp.post_send(SendWork(1, WorkOp.SEND, (Sge(a.mr.addr, 10, a.mr.key),)))
+    fabric.run_until(lambda: bool(a.drain()) and bool(b.drain()))
+    assert a.done[0].status is WcStatus.REM_OP_ERR
+    assert (b.done[0].wqe_counter, b.done[0].status) == (9, WcStatus.LOC_PROT_ERR)
+
+
+def test_wrong_pkey_and_other_transports_are_dropped_and_counted() -> None:
+    from pyroce.wire.bth import BTH
+    from pyroce.wire.headers import Reth
+    from pyroce.wire.packet import Packet
+
+    _, _, b = fabric_pair()
+    before = bytes(b.buf)
+    b.qp.receive(Packet(BTH(Opcode.RC_RDMA_WRITE_ONLY, 0x22, START, True, pkey=0x7FFF), b"x",
+                        reth=Reth(b.mr.addr, b.mr.key, 1)), 0.0)  # fmt: skip
+    b.qp.receive(Packet(BTH(Opcode.UC_RDMA_WRITE_ONLY, 0x22, START), b"x", reth=Reth(b.mr.addr, b.mr.key, 1)), 0.0)
+    assert b.qp.packets_to_send(0.0) == [] and bytes(b.buf) == before
+    assert (b.qp.counters["drop_pkey"], b.qp.counters["drop_wrong_transport"]) == (1, 1)

@@ -186,3 +186,17 @@ def test_every_reason_code_is_documented() -> None:
     for reason in Reason:
         if reason is not Reason.NONE:
             assert f"| {int(reason)} | `{reason.name}` |" in doc
+
+
+def test_packets_for_a_destroyed_qp_are_dropped_and_counted() -> None:
+    a, b = open_endpoint(), open_endpoint()
+    try:
+        a.connect(b.info(), timeout=8)
+        b.connect(a.info())
+        b.qp.close()
+        a.qp.post_send(SendWR(wr_id=1, sg=[SGE(a.mr.buf, 10, a.mr.lkey)]))
+        assert a.poll(1, 30)[0].status == S.IBV_WC_RETRY_EXC_ERR
+        assert a.ctx.device.stats()["drop_unknown_qpn"] >= 8  # the first try and seven retries
+    finally:
+        a.close()
+        b.close()
