@@ -1,0 +1,45 @@
+"""The RC transport packet by packet on the fabric (no faults): opcodes, PSNs, AckReq and SE
+as rxe puts them on the wire, MSN in the responses, ACK coalescing."""
+
+from __future__ import annotations
+
+from pyroce.transport import RecvWork, SendWork, Sge, WcStatus, WorkOp
+from pyroce.wire.opcodes import opcode_name
+from pyroce.wire.psn import psn_add
+from tests.fabric_pair import fabric_pair
+
+START = 0xFFFF00
+
+
+def test_ackreq_on_the_last_packet_and_every_64() -> None:
+    fabric, a, b = fabric_pair()
+    a.qp.post_send(SendWork(1, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 70 * 1024, a.mr.key),), raddr=b.mr.addr,
+                            rkey=b.mr.key))  # fmt: skip
+    fabric.run_until(lambda: bool(a.drain()))
+    requests = [p for p in fabric.sent if p.bth.dqpn == 0x22]
+    assert [p.bth.psn for p in requests] == [psn_add(START, i) for i in range(70)]  # crosses 2**24
+    assert [i for i, p in enumerate(requests) if p.bth.ackreq] == [63, 69]  # rxe: 64 packets, then the last
+    # All 70 arrived before the responder's next turn to send: the ACK it owed for packet 63 was
+    # replaced by the one for 69, which acknowledges everything up to it (coalescing).
+    acks = [p for p in fabric.sent if p.bth.dqpn == 0x11]
+    assert [(opcode_name(p.bth.opcode), p.bth.psn, p.aeth.msn) for p in acks] == [  # type: ignore[union-attr]
+        ("RC_ACKNOWLEDGE", psn_add(START, 69), 1)]  # fmt: skip
+
+
+def test_solicited_event_bit_on_the_last_packet_only() -> None:
+    fabric, a, b = fabric_pair()
+    b.qp.post_recv(RecvWork(1, (Sge(b.mr.addr, 4096, b.mr.key),)))
+    a.qp.post_send(SendWork(1, WorkOp.SEND, (Sge(a.mr.addr, 3000, a.mr.key),), solicited=True))
+    fabric.run_until(lambda: bool(a.drain()))
+    sends = [(opcode_name(p.bth.opcode), p.bth.se) for p in fabric.sent if p.bth.dqpn == 0x22]
+    assert sends == [("RC_SEND_FIRST", False), ("RC_SEND_MIDDLE", False), ("RC_SEND_LAST", True)]
+
+
+def test_unsignaled_work_completes_silently_but_errors_always_report() -> None:
+    fabric, a, b = fabric_pair()
+    a.qp.post_send(SendWork(1, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), signaled=False,
+                            raddr=b.mr.addr, rkey=b.mr.key))  # fmt: skip
+    a.qp.post_send(SendWork(2, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), signaled=False,
+                            raddr=b.mr.addr, rkey=b.mr.key ^ 0x100))  # fmt: skip
+    fabric.run_until(lambda: bool(a.drain()))
+    assert [(c.wqe_counter, c.status) for c in a.done] == [(2, WcStatus.REM_ACCESS_ERR)]
