@@ -107,7 +107,9 @@ def main() -> None:
     results = {mode: client(mode, args.iters, args.seconds) for mode in ("inline", "thread")}
     print(f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'WRITE 64 KiB MB/s':>20}")
     for mode, figures in results.items():
-        print(f"{mode:<10}{figures['lat_us_p50']:>26.1f}{figures['lat_us_p99']:>10.1f}{figures['write_64k_MBps']:>20.1f}")
+        print(
+            f"{mode:<10}{figures['lat_us_p50']:>26.1f}{figures['lat_us_p99']:>10.1f}{figures['write_64k_MBps']:>20.1f}"
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

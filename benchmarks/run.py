@@ -1,0 +1,453 @@
+"""pyroce's benchmark: the ceilings of this machine and pyroce between two processes, in one run.
+
+    python benchmarks/run.py [--quick] [--json FILE]
+
+First the ceilings (``udp_ceiling.py``: plain Python UDP latency and bandwidth, and the bare
+Python RoCEv2 pipeline), then pyroce over real RoCEv2/UDP on loopback between this process
+and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte latency
+(perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
+bandwidth against message size, against the number of QPs and with many registered MRs, and
+CPU seconds per GB. Each figure is printed beside its ceiling as a ratio. Every run checks the
+bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import udp_ceiling  # noqa: E402
+
+from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint  # noqa: E402
+from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode  # noqa: E402
+from pyroce.verbs.mr import MR  # noqa: E402
+from pyroce.verbs.qp import QP, QPCap, QPInitAttr  # noqa: E402
+from pyroce.verbs.wr import SGE, RecvWR, SendWR  # noqa: E402
+
+REGION = 16 << 20  # each side's memory region; messages wrap around inside it
+DEPTH = 64  # work requests in flight per QP for bandwidth (perftest's tx depth is 128)
+EXTRA_QP_DEPTH = 16  # send queue depth of the QPs of the many-QP runs
+TOTAL_IN_FLIGHT = 256  # across all QPs: what the CQ (4 x 256 entries) can always hold
+WR = ibv_wr_opcode
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+# --- the server process ---------------------------------------------------------------
+
+
+class Server:
+    """The passive side: WRITE/READ target, SEND receiver, latency reflector."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ep = RcEndpoint.open(REGION, max_wr=256)
+        self.extra: list[QP] = []
+        self.mrs: list[MR] = []
+        self.ep.mr.write(os.urandom(REGION), REGION)
+
+    def run(self) -> None:
+        while True:
+            request, *args = self.conn.recv()
+            if request == "quit":
+                self.ep.close()
+                return
+            self.conn.send(getattr(self, request)(*args))
+
+    def info(self) -> tuple[Any, ...]:
+        return tuple(self.ep.info())
+
+    def connect(self, peer: tuple[Any, ...], mtu: int) -> None:
+        self.ep.connect(PeerInfo(*peer), path_mtu=mtu)
+
+    def more_qps(self, peers: list[tuple[Any, ...]], mtu: int) -> list[int]:
+        """QPs beyond the first, connected to the client's (same CQ, PD and MR)."""
+        ep = self.ep
+        qpns = []
+        for peer in peers:
+            qp = QP(
+                ep.pd, QPInitAttr(qp_type=2, scq=ep.cq, rcq=ep.cq, cap=QPCap(max_send_wr=EXTRA_QP_DEPTH, max_recv_wr=4))
+            )
+            attr_ep = RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn)
+            attr_ep.connect(PeerInfo(*peer), path_mtu=mtu)
+            self.extra.append(qp)
+            qpns.append(qp.qp_num)
+        return qpns
+
+    def drop_qps(self) -> None:
+        for qp in self.extra:
+            qp.close()
+        self.extra.clear()
+
+    def register_mrs(self, count: int) -> int:
+        """``count`` more MRs (64 bytes each, in one buffer), to show they cost nothing per packet."""
+        memory = bytearray(64 * count)
+        view = memoryview(memory)
+        self.mrs = [MR(self.ep.pd, 64, ALL_ACCESS, address=view[64 * i : 64 * (i + 1)]) for i in range(count)]
+        return len(self.ep.ctx.device.mrs)
+
+    def drop_mrs(self) -> None:
+        for mr in self.mrs:
+            mr.close()
+        self.mrs.clear()
+
+    def region_digest(self, offset: int, length: int) -> str:
+        return digest(self.ep.mr.read(length, offset))
+
+    def receive(self, count: int, size: int) -> tuple[int, str]:
+        """Take ``count`` SENDs of ``size`` bytes, keeping the receive queue full; returns how many
+        arrived intact and the digest of the last one."""
+        ep = self.ep
+        posted = done = 0
+        while posted < min(count, 200):
+            ep.qp.post_recv(RecvWR(wr_id=posted, sg=[SGE(ep.mr.buf, size, ep.mr.lkey)]))
+            posted += 1
+        self.conn.send("ready")
+        good = 0
+        while done < count:
+            for wc in ep.poll(1, 60):
+                done += 1
+                good += wc.status == 0 and wc.byte_len == size
+                if posted < count:
+                    ep.qp.post_recv(RecvWR(wr_id=posted, sg=[SGE(ep.mr.buf, size, ep.mr.lkey)]))
+                    posted += 1
+        return good, digest(ep.mr.read(size, 0))
+
+    def reflect(self, op: str, iters: int) -> None:
+        """Latency partner: answer each 2-byte SEND with a SEND, or each WRITE with a WRITE."""
+        ep = self.ep
+        peer = self.peer
+        if op == "send":
+            for _ in range(2):
+                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+        self.conn.send("ready")
+        outstanding = 0  # our WRITEs not yet completed
+        for index in range(iters):
+            if op == "send":
+                ep.poll(1, 60)
+                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+                ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)]))
+                ep.poll(1, 60)
+            else:
+                expected = (index & 0xFFFF).to_bytes(2, "little")
+                while ep.mr.read(2, 0) != expected:
+                    outstanding -= ep.cq.poll()[0]  # drives the engine; reaps our earlier WRITEs
+                wr = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 2, ep.mr.lkey)])
+                wr.set_wr_rdma(peer.rkey, peer.addr)
+                ep.qp.post_send(wr)
+                outstanding += 1
+        if outstanding:
+            ep.poll(outstanding, 60)
+
+    def set_peer(self, peer: tuple[Any, ...]) -> None:
+        self.peer = PeerInfo(*peer)
+
+    def cpu(self) -> float:
+        times = os.times()
+        return times.user + times.system
+
+
+def serve(conn: Connection) -> None:
+    Server(conn).run()
+
+
+# --- the client -----------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, child = spawn.Pipe()
+        self.server = spawn.Process(target=serve, args=(child,), daemon=True)
+        self.server.start()
+        self.ep = RcEndpoint.open(REGION, max_wr=256)
+        self.ep.mr.write(os.urandom(REGION), REGION)
+        self.mtu = ibv_mtu(int(self.ep.ctx.active_mtu))
+        self.peer = PeerInfo(*self.ask("info"))
+        self.ask("connect", tuple(self.ep.info()), self.mtu)
+        self.ep.connect(self.peer, path_mtu=self.mtu)
+        self.ask("set_peer", tuple(self.ep.info()))
+        self.errors: list[str] = []
+
+    def ask(self, *request: Any) -> Any:
+        self.conn.send(request)
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send(("quit",))
+        self.server.join(30)
+        self.ep.close()
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.errors.append(what)
+
+    def stream(self, op: int, size: int, seconds: float, qps: list[QP] | None = None) -> tuple[int, float]:
+        """Keep DEPTH requests of ``size`` bytes in flight (over ``qps``) for ``seconds``;
+        returns the messages completed and the time taken."""
+        ep = self.ep
+        qps = qps or [ep.qp]
+        depth = DEPTH if len(qps) == 1 else max(1, min(EXTRA_QP_DEPTH, TOTAL_IN_FLIGHT // len(qps)))
+        slots = max(1, REGION // max(size, 1))
+        posted = done = 0
+        outstanding: dict[int, int] = {}
+        start = time.perf_counter()
+        deadline = start + seconds
+        turn = 0
+        while True:
+            now = time.perf_counter()
+            if now < deadline:
+                for _ in range(len(qps)):
+                    qp = qps[turn % len(qps)]
+                    turn += 1
+                    if outstanding.get(qp.qp_num, 0) >= depth or posted - done >= TOTAL_IN_FLIGHT:
+                        continue
+                    offset = (posted % slots) * size
+                    wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)])
+                    if op != WR.IBV_WR_SEND:
+                        wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
+                    qp.post_send(wr)
+                    outstanding[qp.qp_num] = outstanding.get(qp.qp_num, 0) + 1
+                    posted += 1
+            elif done == posted:
+                break
+            _, wcs = ep.cq.poll(16)
+            for wc in wcs:
+                if wc.status:
+                    raise RuntimeError(f"work completion failed: {wc.reason or wc.status}")
+                outstanding[wc.wr_id] -= 1
+                done += 1
+        return done, time.perf_counter() - start
+
+    def bandwidth(self, name: str, size: int, seconds: float, qps: list[QP] | None = None) -> dict[str, Any]:
+        op = {"write": WR.IBV_WR_RDMA_WRITE, "read": WR.IBV_WR_RDMA_READ, "send": WR.IBV_WR_SEND}[name]
+        cpu0, server_cpu0 = _cpu(), self.ask("cpu")
+        if name == "send":
+            count = max(50, int(seconds * 20e6 / max(size, 64)))
+            self.conn.send(("receive", count, size))
+            assert self.conn.recv() == "ready"
+            start = time.perf_counter()
+            self._send_count(count, size)
+            good, last = self.conn.recv()
+            elapsed = time.perf_counter() - start
+            self.check(
+                good == count
+                and last == digest(self.ep.mr.read(size, ((count - 1) % (REGION // max(size, 1))) * size)),
+                f"SEND {size} B: {good}/{count} arrived intact",
+            )
+            messages = count
+        else:
+            messages, elapsed = self.stream(op, size, seconds, qps)
+            self._verify(name, size, messages)
+        cpu = _cpu() - cpu0 + self.ask("cpu") - server_cpu0
+        moved = messages * size
+        return {
+            "op": name,
+            "metric": "bw",
+            "size": size,
+            "qps": len(qps or [1]),
+            "MBps": moved / elapsed / 1e6,
+            "msgs_per_s": messages / elapsed,
+            "cpu_s_per_GB": cpu / max(moved, 1) * 1e9,
+        }
+
+    def _send_count(self, count: int, size: int) -> None:
+        ep = self.ep
+        slots = max(1, REGION // max(size, 1))
+        posted = done = 0
+        while done < count:
+            while posted < count and posted - done < DEPTH:
+                offset = (posted % slots) * size
+                ep.qp.post_send(SendWR(wr_id=posted, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)]))
+                posted += 1
+            for wc in ep.cq.poll(16)[1]:
+                if wc.status:
+                    raise RuntimeError(f"SEND failed: {wc.reason or wc.status}")
+                done += 1
+
+    def _verify(self, name: str, size: int, messages: int) -> None:
+        """The bytes of the last message moved must be the source's."""
+        if not messages or not size:
+            return
+        offset = ((messages - 1) % max(1, REGION // size)) * size
+        mine = digest(self.ep.mr.read(size, offset))
+        theirs = self.ask("region_digest", offset, size)
+        self.check(mine == theirs, f"{name.upper()} {size} B: the bytes at offset {offset} differ")
+
+    def latency(self, name: str, iters: int) -> dict[str, Any]:
+        ep = self.ep
+        samples = []
+        if name in ("send", "write"):
+            self.conn.send(("reflect", name, iters))
+            assert self.conn.recv() == "ready"
+            if name == "send":
+                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+            for index in range(iters):
+                start = time.perf_counter()
+                if name == "send":
+                    ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)]))
+                    ep.poll(2, 60)  # our SEND's completion and the answer
+                    ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+                else:
+                    ep.mr.write((index & 0xFFFF).to_bytes(2, "little"), 2, 128)
+                    wr = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf + 128, 2, ep.mr.lkey)])
+                    wr.set_wr_rdma(self.peer.rkey, self.peer.addr)
+                    ep.qp.post_send(wr)
+                    expected = (index & 0xFFFF).to_bytes(2, "little")
+                    completed = 0
+                    while ep.mr.read(2, 0) != expected:  # the server writes the value back
+                        completed += ep.cq.poll()[0]
+                    if not completed:
+                        ep.poll(1, 60)  # our WRITE's completion
+                samples.append((time.perf_counter() - start) / 2)
+            self.conn.recv()
+        else:
+            for _ in range(iters):
+                wr = SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 256, 8 if name == "atomic" else 2, ep.mr.lkey)])
+                if name == "read":
+                    wr.opcode = WR.IBV_WR_RDMA_READ
+                    wr.set_wr_rdma(self.peer.rkey, self.peer.addr + 4096)
+                else:
+                    wr.opcode = WR.IBV_WR_ATOMIC_FETCH_AND_ADD
+                    wr.set_wr_atomic(self.peer.rkey, self.peer.addr + 8192, 1)
+                start = time.perf_counter()
+                ep.qp.post_send(wr)
+                ep.poll(1, 60)
+                samples.append(time.perf_counter() - start)
+        samples.sort()
+        return {
+            "op": name,
+            "metric": "lat",
+            "size": 8 if name == "atomic" else 2,
+            "qps": 1,
+            "lat_us_p50": statistics.median(samples) * 1e6,
+            "lat_us_p99": samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e6,
+        }
+
+    def extra_qps(self, count: int) -> list[QP]:
+        ep = self.ep
+        qps = []
+        for _ in range(count - 1):
+            qps.append(
+                QP(
+                    ep.pd,
+                    QPInitAttr(qp_type=2, scq=ep.cq, rcq=ep.cq, cap=QPCap(max_send_wr=EXTRA_QP_DEPTH, max_recv_wr=4)),
+                )
+            )
+        infos = [(ep.ctx.query_gid(1, 0).raw, qp.qp_num, ep.psn, ep.mr.rkey, ep.mr.buf) for qp in qps]
+        remote = self.ask("more_qps", infos, self.mtu)
+        for qp, qpn in zip(qps, remote):
+            RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn).connect(self.peer._replace(qpn=qpn), path_mtu=self.mtu)
+        return [ep.qp, *qps]
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def ratio(row: dict[str, Any], ceiling: dict[str, float]) -> float:
+    if row["metric"] == "lat":
+        return row["lat_us_p50"] / ceiling["lat_us"]
+    if row["metric"] == "rate":
+        return row["msgs_per_s"] / 500_000  # the issue's target rate
+    return row["MBps"] / ceiling["roce_pipe_MBps"]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    seconds = 0.5 if quick else 2.0
+    ceiling = {
+        "lat_us": round(udp_ceiling.latency(2000 if quick else 20000), 2),
+        "bw_plain_MBps": round(udp_ceiling.throughput(seconds, gso=False), 1),
+        "bw_gso_MBps": round(udp_ceiling.throughput(seconds, gso=True), 1),
+        "roce_pipe_MBps": round(udp_ceiling.roce_pipe(seconds), 1),
+        "crc": udp_ceiling.CRC_NAME,
+    }
+    client = Client(quick)
+    results: list[dict[str, Any]] = []
+    try:
+        sizes = (4096, 65536, 1 << 20)
+        for name in ("write", "read", "send"):
+            for size in sizes if not quick else (65536,):
+                results.append(client.bandwidth(name, size, seconds))
+        for name in ("write", "send"):
+            row = client.bandwidth(name, 2, seconds)
+            row["metric"] = "rate"  # 2-byte messages: what counts is messages per second
+            results.append(row)
+        for name in ("send", "write", "read", "atomic"):
+            results.append(client.latency(name, 200 if quick else 2000))
+        sweep = (2, 4096, 1 << 20) if quick else tuple(1 << k for k in range(1, 24))
+        for size in sweep:
+            row = client.bandwidth("write", size, seconds / 4 if not quick else seconds / 2)
+            row["series"] = "size"
+            results.append(row)
+        for count in (1, 10, 100) if quick else (1, 10, 100, 1000, 10000):
+            qps = client.extra_qps(count) if count > 1 else None
+            row = client.bandwidth("write", 65536, seconds, qps)
+            row["series"] = "qps"
+            results.append(row)
+            if qps:
+                for qp in qps[1:]:
+                    qp.close()
+                client.ask("drop_qps")
+        mrs = 10_000 if quick else 1_000_000
+        registered = client.ask("register_mrs", mrs)
+        row = client.bandwidth("write", 65536, seconds)
+        row["series"] = "mrs"
+        row["mrs"] = registered
+        results.append(row)
+        client.ask("drop_mrs")
+    finally:
+        errors = client.errors
+        client.close()
+    for row in results:
+        row["ratio"] = ratio(row, ceiling)
+    return {"ceiling": ceiling, "results": results, "errors": errors, "quick": quick}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    ceiling = report["ceiling"]
+    print("ceilings: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
+    print(
+        f"{'metric':<12}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
+        f"{'CPU s/GB':>10}{'ratio':>8}"
+    )
+    for row in report["results"]:
+        label = row["metric"] + (f"/{row['series']}" if "series" in row else "")
+        print(
+            f"{label:<12}{row['op']:<8}{row['size']:>9}{row['qps']:>6}{row.get('MBps', 0):>10.1f}"
+            f"{row.get('msgs_per_s', 0):>11.0f}{row.get('lat_us_p50', 0):>9.1f}{row.get('lat_us_p99', 0):>9.1f}"
+            f"{row.get('cpu_s_per_GB', 0):>10.2f}{row['ratio']:>8.3f}"
+        )
+    print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
+    errors = report["errors"]
+    print(f"verified: {'all bytes moved matched' if not errors else '; '.join(errors)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    args = parser.parse_args()
+    report = run(args.quick)
+    print_table(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
