@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-import udp_ceiling  # noqa: E402
+import udp_ceiling
 
-from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint  # noqa: E402
-from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode  # noqa: E402
-from pyroce.verbs.mr import MR  # noqa: E402
-from pyroce.verbs.qp import QP, QPCap, QPInitAttr  # noqa: E402
-from pyroce.verbs.wr import SGE, RecvWR, SendWR  # noqa: E402
+from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
+from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
+from pyroce.verbs.mr import MR
+from pyroce.verbs.qp import QP, QPCap, QPInitAttr
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
 REGION = 16 << 20  # each side's memory region; messages wrap around inside it
 DEPTH = 64  # work requests in flight per QP for bandwidth (perftest's tx depth is 128)
