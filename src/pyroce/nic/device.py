@@ -46,6 +46,7 @@ MAX_DATAGRAM = 65536
 RX_BATCH = 64  # datagrams taken per engine pass before servicing QPs
 TX_BUDGET = 64  # packets one QP may send per pass
 IDLE_WAIT_S = 0.5  # longest engine sleep with no timer armed
+INLINE_GRACE_S = 0.002  # the engine thread stands back while the application drove progress this recently
 PUBLISH_EVERY_S = 1.0  # how often the engine thread writes its counters for ``pyroce stats``
 
 WORK_OPS = {
@@ -142,6 +143,7 @@ class NicDevice:
         self._order = itertools.count()
         self._retired: Counter[str] = Counter()  # counters of destroyed QPs
         self._published = 0.0
+        self._inline_at = 0.0  # when a caller last ran the engine (inline progress)
         self.last_error: str | None = None  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._tx_buf = bytearray(MAX_DATAGRAM)
@@ -250,6 +252,7 @@ class NicDevice:
         if self.inline_progress:
             with self._lock:
                 self._progress()
+                self._inline_at = time.monotonic()
 
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""
@@ -318,6 +321,12 @@ class NicDevice:
                 os.read(self._wake_r, 4096)
             except BlockingIOError:
                 pass
+            busy = time.monotonic() - self._inline_at
+            if busy < INLINE_GRACE_S:
+                # The application is polling and runs the engine itself: taking the lock now
+                # would only make it wait. Look again when it may have gone quiet.
+                time.sleep(INLINE_GRACE_S - busy)
+                continue
             with self._lock:
                 try:
                     self._progress()

@@ -16,7 +16,7 @@ from pyroce.transport.completion import WcStatus
 from pyroce.transport.reasons import Reason
 from pyroce.transport.work import ATOMICS, WorkOp
 from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
-from pyroce.wire.opcodes import Opcode, OpFlag
+from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add, psn_diff
 
@@ -48,7 +48,7 @@ class Completer:
             self._acknowledge(pkt, psn, now)
         elif opcode == Opcode.RC_ATOMIC_ACKNOWLEDGE:
             self._atomic_ack(pkt, psn, now)
-        elif pkt.info.flags & OpFlag.READ:
+        elif OPCODE_FLAGS[pkt.bth.opcode] & Flag.READ:
             self._read_response(pkt, psn, now)
         else:
             self.qp.counters["bad_response"] += 1
@@ -184,7 +184,7 @@ class Completer:
         offset = index * pmtu
         expected = min(pmtu, entry.length - offset)
         last = index == entry.npsn - 1
-        if len(pkt.payload) != expected or bool(pkt.info.flags & OpFlag.END) != last:
+        if len(pkt.payload) != expected or bool(OPCODE_FLAGS[pkt.bth.opcode] & Flag.END) != last:
             self.qp.counters["bad_response"] += 1
             return
         entry.data.write(offset, pkt.payload)  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
-from pyroce.wire.opcodes import OpFlag, Transport
+from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Transport
 from pyroce.wire.packet import Packet
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
@@ -123,7 +123,7 @@ class RcQp:
             self.counters["drop_wrong_transport"] += 1
             return
         self.counters["rcvd_pkts"] += 1
-        if pkt.info.flags & OpFlag.ACK:
+        if OPCODE_FLAGS[pkt.bth.opcode] & Flag.ACK:
             if self.state is not QpState.RTR:
                 self.completer.receive(pkt, now)
             else:

@@ -20,7 +20,7 @@ from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import AtomicEth, Reth
-from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag
+from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
@@ -190,23 +190,23 @@ class Requester:
             self._advance(1, True)
             return pkt
         opcode = segment_opcode(SEGMENT_OPCODES[op], index, entry.npsn)
-        flags = OPCODES[opcode].flags  # type: ignore[union-attr]
+        flags = OPCODE_FLAGS[opcode]
         offset = index * pmtu
         length = min(pmtu, entry.length - offset)
         if work.inline is not None:
             payload: bytes | memoryview = work.inline[offset : offset + length]
         else:
             payload = entry.data.read(offset, length)  # type: ignore[union-attr]
-        end = bool(flags & OpFlag.END)
+        end = bool(flags & Flag.END)
         self.noack_pkts += 1
         ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
         bth = BTH(opcode, dqpn, psn, ackreq, end and work.solicited)
         pkt = Packet(
             bth,
             payload,
-            reth=Reth(work.raddr, work.rkey, entry.length) if flags & OpFlag.RETH else None,
-            immdt=work.imm if flags & OpFlag.IMMDT else None,
-            ieth=work.imm if flags & OpFlag.IETH else None,
+            reth=Reth(work.raddr, work.rkey, entry.length) if flags & Flag.RETH else None,
+            immdt=work.imm if flags & Flag.IMMDT else None,
+            ieth=work.imm if flags & Flag.IETH else None,
         )
         self._advance(1, ackreq, entry.npsn - index == 1)
         return pkt

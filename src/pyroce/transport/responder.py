@@ -28,7 +28,7 @@ from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, AtomicAckEth
-from pyroce.wire.opcodes import Opcode, OpFlag
+from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
@@ -78,8 +78,8 @@ ERRORS = {
     RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True, Reason.RECV_TOO_SHORT),
 }
 
-OP_ACCESS = {OpFlag.WRITE: Access.REMOTE_WRITE, OpFlag.READ: Access.REMOTE_READ, OpFlag.ATOMIC: Access.REMOTE_ATOMIC}
-NOT_EXECUTED = OpFlag.FLUSH | OpFlag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
+OP_ACCESS = {Flag.WRITE: Access.REMOTE_WRITE, Flag.READ: Access.REMOTE_READ, Flag.ATOMIC: Access.REMOTE_ATOMIC}
+NOT_EXECUTED = Flag.FLUSH | Flag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
 
 
 class ReadJob:
@@ -101,7 +101,7 @@ class Responder:
         self.epsn = 0  # expected PSN
         self.msn = 0
         self.nak_sent = False  # a sequence/RNR NAK is out; drop until the expected PSN comes
-        self.in_message: OpFlag = OpFlag.NONE  # SEND or WRITE while a multi-packet message is open
+        self.in_message = Flag.NONE  # SEND or WRITE while a multi-packet message is open
         self.recv: RecvWork | None = None  # receive WQE of the open SEND
         self.recv_data: ScatterGather | None = None
         self.offset = 0  # bytes placed in the open message
@@ -158,26 +158,26 @@ class Responder:
 
     def _check_request(self, pkt: Packet) -> RespState:
         """CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY in order."""
-        flags = pkt.info.flags
+        flags = OPCODE_FLAGS[pkt.bth.opcode]
         if self.in_message:
-            if not flags & self.in_message or flags & OpFlag.START:
+            if not flags & self.in_message or flags & Flag.START:
                 return RespState.ERR_OP_SEQ
-        elif not flags & OpFlag.START:
+        elif not flags & Flag.START:
             return RespState.ERR_OP_SEQ
         if flags & NOT_EXECUTED:
             return RespState.ERR_UNSUPPORTED_OPCODE
         for kind, access in OP_ACCESS.items():
             if flags & kind and not self.qp.config.access & access:
                 return RespState.ERR_UNSUPPORTED_OPCODE
-        if flags & (OpFlag.READ | OpFlag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
+        if flags & (Flag.READ | Flag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
             return RespState.ERR_TOO_MANY_RD_ATOMIC
-        if flags & OpFlag.RWR and self.recv is None and not self.recv_queue:
+        if flags & Flag.RWR and self.recv is None and not self.recv_queue:
             return RespState.ERR_RNR
         if not pkt.info.payload.allows(len(pkt.payload), self.qp.config.pmtu):
             return RespState.ERR_LENGTH
-        if flags & OpFlag.RETH:
+        if flags & Flag.RETH:
             return self._check_rkey(pkt, flags)
-        if flags & OpFlag.ATMETH:
+        if flags & Flag.ATMETH:
             atomic = pkt.atomiceth
             if atomic.va & 7:  # type: ignore[union-attr]
                 return RespState.ERR_MISALIGNED_ATOMIC
@@ -185,9 +185,9 @@ class Responder:
             if isinstance(view, MemFault):
                 return RespState.ERR_RKEY_VIOLATION
             self.checked = view
-        elif flags & OpFlag.WRITE and self.offset + len(pkt.payload) > self.write_length:
+        elif flags & Flag.WRITE and self.offset + len(pkt.payload) > self.write_length:
             return RespState.ERR_LENGTH
-        if flags & OpFlag.WRITE and flags & OpFlag.END and self.offset + len(pkt.payload) != self.write_length:
+        if flags & Flag.WRITE and flags & Flag.END and self.offset + len(pkt.payload) != self.write_length:
             return RespState.ERR_LENGTH
         return RespState.EXECUTE
 
@@ -195,16 +195,16 @@ class Responder:
         """READ responses queued and not fully sent: the responder resources in use."""
         return sum(isinstance(item, ReadJob) for item in self.out)
 
-    def _check_rkey(self, pkt: Packet, flags: OpFlag) -> RespState:
+    def _check_rkey(self, pkt: Packet, flags: int) -> RespState:
         reth = pkt.reth
         if reth.dma_len > self.qp.config.max_msg_sz:  # type: ignore[union-attr]
             return RespState.ERR_LENGTH
-        access = Access.REMOTE_READ if flags & OpFlag.READ else Access.REMOTE_WRITE
+        access = Access.REMOTE_READ if flags & Flag.READ else Access.REMOTE_WRITE
         view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, access, self.qp.config.pdn)  # type: ignore[union-attr]
         if isinstance(view, MemFault):
             return RespState.ERR_RKEY_VIOLATION
-        if flags & OpFlag.WRITE:
-            if len(pkt.payload) > reth.dma_len or (flags & OpFlag.END and len(pkt.payload) != reth.dma_len):  # type: ignore[union-attr]
+        if flags & Flag.WRITE:
+            if len(pkt.payload) > reth.dma_len or (flags & Flag.END and len(pkt.payload) != reth.dma_len):  # type: ignore[union-attr]
                 return RespState.ERR_LENGTH
             self.write_length = reth.dma_len  # type: ignore[union-attr]
             self.offset = 0
@@ -214,17 +214,17 @@ class Responder:
     # --- execution ----------------------------------------------------------------------
 
     def _execute(self, pkt: Packet) -> None:
-        flags = pkt.info.flags
+        flags = OPCODE_FLAGS[pkt.bth.opcode]
         bth = pkt.bth
-        if flags & OpFlag.READ:
+        if flags & Flag.READ:
             self._read(self.checked, bth.psn)  # type: ignore[arg-type]
             return
-        if flags & OpFlag.ATOMIC:
+        if flags & Flag.ATOMIC:
             self._atomic(pkt)
             return
         payload = pkt.payload
-        if flags & OpFlag.SEND:
-            if flags & OpFlag.START:
+        if flags & Flag.SEND:
+            if flags & Flag.START:
                 self.recv = self.recv_queue.popleft()
                 self.offset = 0
                 resolved = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
@@ -238,24 +238,24 @@ class Responder:
                 return
             data.write(self.offset, payload)
         else:
-            if flags & OpFlag.START:
+            if flags & Flag.START:
                 self.write_view = self.checked
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
         self.offset += len(payload)
         self.epsn = psn_add(bth.psn, 1)
-        if flags & OpFlag.END:
-            self.in_message = OpFlag.NONE
+        if flags & Flag.END:
+            self.in_message = Flag.NONE
             self.msn = (self.msn + 1) & 0xFFFFFF
-            if flags & OpFlag.COMP:
+            if flags & Flag.COMP:
                 self._complete_recv(pkt, flags)
             self.write_view = None
         else:
-            self.in_message = flags & (OpFlag.SEND | OpFlag.WRITE)
+            self.in_message = flags & (Flag.SEND | Flag.WRITE)
         if bth.ackreq:
             self._ack(bth.psn)
 
-    def _complete_recv(self, pkt: Packet, flags: OpFlag) -> None:
-        if flags & OpFlag.WRITE:  # RDMA WRITE with immediate consumes a receive WQE here
+    def _complete_recv(self, pkt: Packet, flags: int) -> None:
+        if flags & Flag.WRITE:  # RDMA WRITE with immediate consumes a receive WQE here
             self.recv = self.recv_queue.popleft()
         recv = self.recv
         self.recv = self.recv_data = None
@@ -265,7 +265,7 @@ class Responder:
             wc_flags, imm = WcFlag.WITH_IMM, pkt.immdt
         elif pkt.ieth is not None:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
-        opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & OpFlag.WRITE else WcOpcode.RECV
+        opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
         self.qp.completions.append(
             Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags)  # type: ignore[union-attr]
         )
@@ -296,10 +296,10 @@ class Responder:
 
     def _duplicate(self, pkt: Packet) -> None:
         self.qp.counters["duplicate_request"] += 1
-        flags = pkt.info.flags
-        if flags & (OpFlag.SEND | OpFlag.WRITE):
+        flags = OPCODE_FLAGS[pkt.bth.opcode]
+        if flags & (Flag.SEND | Flag.WRITE):
             self._ack(psn_add(self.epsn, -1))  # C9-105: ACK again, do nothing else
-        elif flags & OpFlag.READ:
+        elif flags & Flag.READ:
             reth = pkt.reth
             view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
             if not isinstance(view, MemFault) and reth.dma_len <= self.qp.config.max_msg_sz:  # type: ignore[union-attr]
@@ -313,7 +313,7 @@ class Responder:
                     self._read(view, psn)
                 else:
                     self.qp.counters["drop_duplicate_read"] += 1
-        elif flags & OpFlag.ATOMIC:
+        elif flags & Flag.ATOMIC:
             orig = self.atomic_results.get(pkt.bth.psn)
             if orig is not None:
                 self._atomic_ack(pkt.bth.psn, orig)

@@ -9,6 +9,7 @@ Names are generated as scapy does: transport prefix plus operation, e.g. ``RC_SE
 from __future__ import annotations
 
 import enum
+import types
 from typing import Any, NamedTuple, cast
 
 
@@ -200,6 +201,13 @@ def _table() -> tuple[OpInfo | None, ...]:
 
 OPCODES: tuple[OpInfo | None, ...] = _table()
 """256 entries indexed by BTH opcode; ``None`` for opcodes pyroce does not accept."""
+
+OPCODE_FLAGS: tuple[int, ...] = tuple(int(info.flags) if info is not None else 0 for info in OPCODES)
+"""Each opcode's ``OpFlag`` bits as a plain int, for per-packet code: arithmetic on an
+``IntFlag`` builds a new enum member each time (about 1 µs here), an int does not."""
+
+Flag: Any = types.SimpleNamespace(**{name: int(member) for name, member in OpFlag.__members__.items()})
+"""``OpFlag``'s bits as plain ints (``Flag.END``), to test against ``OPCODE_FLAGS``."""
 
 Opcode: Any = cast(Any, enum.IntEnum)("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])
 """Every supported opcode by name: ``Opcode.RC_SEND_FIRST == 0x00``, ``Opcode.CNP == 0x81``."""
