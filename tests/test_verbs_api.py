@@ -669,3 +669,10 @@ def test_reset_empties_the_receive_queue(ctx, pd, cq, mr, peer):
     while not set(fresh) <= seen and time.monotonic() < deadline:
         seen.update(wc.wr_id for wc in cq.poll(16)[1])
     assert set(fresh) <= seen
+
+
+def test_query_device_ex_wraps_the_basic_attributes() -> None:
+    with Context(name="pyroce0") as ctx:
+        attr_ex = ctx.query_device_ex()
+        assert attr_ex.orig_attr == ctx.query_device()
+        assert attr_ex.phys_port_cnt_ex == 1

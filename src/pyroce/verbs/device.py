@@ -79,6 +79,20 @@ class DeviceAttr(_Attr):
     phys_port_cnt: int = 1
 
 
+@dataclass
+class DeviceAttrEx(_Attr):
+    """``ibv_device_attr_ex``: the basic attributes in ``orig_attr``; no extended capability
+    (ODP, TSO, RSS, device memory ...) is offered yet."""
+
+    orig_attr: DeviceAttr
+    comp_mask: int = 0
+    completion_timestamp_mask: int = 0
+    hca_core_clock: int = 0
+    device_cap_flags_ex: int = 0
+    max_dm_size: int = 0
+    phys_port_cnt_ex: int = 1
+
+
 MAX_INLINE_DATA = 400  # bytes an inline send may carry (rxe's RXE_MAX_INLINE_DATA)
 
 
@@ -156,9 +170,8 @@ class Context(PyverbsObject):
         guid = int.from_bytes(self.gid.raw[8:], "big")
         return DeviceAttr(node_guid=guid, sys_image_guid=guid)
 
-    def query_device_ex(self) -> DeviceAttr:
-        """The extended attributes start with ``orig_attr`` in pyverbs; pyroce has no more."""
-        return self.query_device()
+    def query_device_ex(self) -> DeviceAttrEx:
+        return DeviceAttrEx(self.query_device())
 
     def _check_port(self, port_num: int) -> None:
         self._check_open()
