@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -201,26 +202,21 @@ class Client:
         ep = self.ep
         qps = qps or [ep.qp]
         depth = DEPTH if len(qps) == 1 else max(1, min(EXTRA_QP_DEPTH, TOTAL_IN_FLIGHT // len(qps)))
+        by_qpn = {qp.qp_num: qp for qp in qps}
+        ready = deque(qp for _ in range(depth) for qp in qps)  # one entry per free send slot, round robin
         slots = max(1, REGION // max(size, 1))
         posted = done = 0
-        outstanding: dict[int, int] = {}
         start = time.perf_counter()
         deadline = start + seconds
-        turn = 0
         while True:
-            now = time.perf_counter()
-            if now < deadline:
-                for _ in range(len(qps)):
-                    qp = qps[turn % len(qps)]
-                    turn += 1
-                    if outstanding.get(qp.qp_num, 0) >= depth or posted - done >= TOTAL_IN_FLIGHT:
-                        continue
+            if time.perf_counter() < deadline:
+                while ready and posted - done < TOTAL_IN_FLIGHT:
+                    qp = ready.popleft()
                     offset = (posted % slots) * size
                     wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)])
                     if op != WR.IBV_WR_SEND:
                         wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
                     qp.post_send(wr)
-                    outstanding[qp.qp_num] = outstanding.get(qp.qp_num, 0) + 1
                     posted += 1
             elif done == posted:
                 break
@@ -228,7 +224,7 @@ class Client:
             for wc in wcs:
                 if wc.status:
                     raise RuntimeError(f"work completion failed: {wc.reason or wc.status}")
-                outstanding[wc.wr_id] -= 1
+                ready.append(by_qpn[wc.wr_id])
                 done += 1
         return done, time.perf_counter() - start
 

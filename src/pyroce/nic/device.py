@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.udp import UdpLink
@@ -112,7 +112,7 @@ class HwQp:
     peer: str | None = None
     sq_consumer: int = 0
     rq_consumer: int = 0
-    counters: Counter[str] = field(default_factory=Counter)
+    timer_at: float | None = None  # the deadline this QP has in the engine's timer heap
 
 
 class NicDevice:
@@ -137,7 +137,7 @@ class NicDevice:
         self._lock = threading.Lock()
         self._rung: set[HwQp] = set()
         self._active: set[HwQp] = set()
-        self._timed: set[HwQp] = set()
+        self._timers: list[tuple[float, int, HwQp]] = []  # (deadline, order, QP); stale entries skipped
         self._loopback: deque[bytes] = deque()
         self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
         self._order = itertools.count()
@@ -233,7 +233,6 @@ class NicDevice:
                 self._retired.update(qp.rc.counters)
                 self._rung.discard(qp)
                 self._active.discard(qp)
-                self._timed.discard(qp)
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new producer counters."""
@@ -341,7 +340,7 @@ class NicDevice:
     def _wait_time(self) -> float:
         if self._rung or self._active or self._loopback:
             return 0.0
-        deadlines = [t for qp in self._timed if (t := qp.rc.get_timer()) is not None]
+        deadlines = [self._timers[0][0]] if self._timers else []
         if self._delayed:
             deadlines.append(self._delayed[0][0])
         if self.stats_file is not None:
@@ -377,13 +376,14 @@ class NicDevice:
                 size, (peer, sport) = got
                 self._deliver(memoryview(self._rx_buf)[:size], peer, sport, now)
             moved = True
-        for qp in list(self._timed):
-            deadline = qp.rc.get_timer()
-            if deadline is None:
-                self._timed.discard(qp)
-            elif now >= deadline:
-                qp.rc.handle_timer(now)
-                self._active.add(qp)
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            deadline, _, qp = heapq.heappop(timers)
+            if qp.timer_at != deadline or qp.qpn not in self.qps:
+                continue  # the QP's deadline moved since (a later entry stands for it) or it is gone
+            qp.timer_at = None
+            qp.rc.handle_timer(now)
+            self._active.add(qp)
         for qp in list(self._active):
             if self._service(qp, now):
                 moved = True
@@ -465,8 +465,11 @@ class NicDevice:
                 cq = qp.recv_cq if completion.is_recv else qp.send_cq
                 cq.push(cqe_from_completion(qp.qpn, completion))
             completions.clear()
-        if rc.get_timer() is not None:
-            self._timed.add(qp)
+        deadline = rc.get_timer()
+        if deadline != qp.timer_at:
+            qp.timer_at = deadline
+            if deadline is not None:
+                heapq.heappush(self._timers, (deadline, next(self._order), qp))
         if len(packets) < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
             # packet, a doorbell or a timer makes the QP active again.

@@ -17,7 +17,9 @@ class PyverbsObject:
 
     def __init__(self) -> None:
         self.closed = False
-        self._children: weakref.WeakSet[PyverbsObject] = weakref.WeakSet()
+        # made on the first child: most objects (a million MRs, say) have none, and a WeakSet
+        # is several objects the garbage collector would walk on every full pass
+        self._children: weakref.WeakSet[PyverbsObject] | None = None
 
     def __enter__(self) -> Any:
         return self
@@ -26,13 +28,15 @@ class PyverbsObject:
         self.close()
 
     def add_ref(self, child: PyverbsObject) -> None:
+        if self._children is None:
+            self._children = weakref.WeakSet()
         self._children.add(child)
 
     def close(self) -> None:
         """Release the object and its children; safe to call again."""
         if self.closed:
             return
-        for child in sorted(self._children, key=lambda c: c.CLOSE_ORDER):
+        for child in sorted(self._children or (), key=lambda c: c.CLOSE_ORDER):
             child.close()
         self._release()
         self.closed = True

@@ -396,7 +396,7 @@ class QP(PyverbsObject):
 
     def _read_local(self, sge: Sge) -> bytes:
         """Inline data is copied at post time from memory this process registered."""
-        for child in list(self.pd._children):
+        for child in list(self.pd._children or ()):
             region = getattr(child, "region", None)
             if region is not None and region.addr <= sge.addr and sge.addr + sge.length <= region.addr + region.length:
                 start = sge.addr - region.addr
