@@ -136,6 +136,7 @@ class NicDevice:
         self._next_qpn = FIRST_QPN
         self._lock = threading.Lock()
         self._rung: set[HwQp] = set()
+        self._pending_receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
         self._active: set[HwQp] = set()
         self._timers: list[tuple[float, int, HwQp]] = []  # (deadline, order, QP); stale entries skipped
         self._loopback: deque[bytes] = deque()
@@ -222,6 +223,10 @@ class NicDevice:
                 qp.rc.completions.clear()
                 qp.sq_consumer = qp.rq_consumer = 0
                 self._rung.discard(qp)
+                self._pending_receives.discard(qp)
+            elif qp in self._pending_receives:
+                self._pending_receives.discard(qp)
+                self._rung.add(qp)  # e.g. to ERROR: its posted receives must be there to be flushed
             qp.rc.modify(state)
             self._active.add(qp)
         self._wake()
@@ -232,6 +237,7 @@ class NicDevice:
             if qp is not None:
                 self._retired.update(qp.rc.counters)
                 self._rung.discard(qp)
+                self._pending_receives.discard(qp)
                 self._active.discard(qp)
 
     def ring_doorbell(self, qpn: int) -> None:
@@ -243,6 +249,13 @@ class NicDevice:
                 self.kick()
             else:
                 self._wake()
+
+    def note_receives(self, qpn: int) -> None:
+        """New receive WQEs: the engine reads them when a message needs one (as a NIC reads its
+        receive queue on arrival), so posting receives costs no engine pass."""
+        qp = self.qps.get(qpn)
+        if qp is not None:
+            self._pending_receives.add(qp)
 
     def kick(self) -> None:
         """Run the engine in the calling thread (inline progress). If the engine thread holds
@@ -428,6 +441,9 @@ class NicDevice:
             return
         self.counters["rcvd_pkts"] += 1
         self.counters["rcvd_bytes"] += len(data)
+        if qp in self._pending_receives:
+            self._pending_receives.discard(qp)
+            self._fetch(qp)
         qp.rc.receive(pkt, now)
         self._active.add(qp)
 

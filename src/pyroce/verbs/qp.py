@@ -431,7 +431,7 @@ class QP(PyverbsObject):
             chain = chain.next_wr
         if posted:
             self.doorbell.publish(DoorbellRecord.RECV, self.rq_producer)
-            self.device.ring_doorbell(self.qp_num)
+            self.device.note_receives(self.qp_num)
         if error is not None:
             raise error
 
