@@ -269,3 +269,16 @@ def test_cq_resize_keeps_unpolled_completions(pair: tuple[Endpoint, Endpoint]) -
     a.cq.resize(1000)
     assert a.cq.cqe >= 1000
     assert [wc.wr_id for wc in first + a.poll(4)] == [0, 1, 2, 3, 4]
+
+
+def test_counters_per_qp_and_per_device(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    before = a.ctx.device.qp_stats(a.qp.qp_num).get("sent_pkts", 0)
+    b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 5000, b.mr.lkey)]))
+    a.qp.post_send(SendWR(wr_id=2, sg=[SGE(a.mr.buf, 3000, a.mr.lkey)]))
+    a.poll()
+    b.poll()
+    assert a.ctx.device.qp_stats(a.qp.qp_num)["sent_pkts"] - before == 3  # 3000 bytes at a 1024 path MTU
+    assert b.ctx.device.qp_stats(b.qp.qp_num)["rcvd_pkts"] >= 3
+    device = a.ctx.device.stats()
+    assert device["sent_pkts"] >= 4 and device["sent_bytes"] > 3000

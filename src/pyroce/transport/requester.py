@@ -290,9 +290,8 @@ class Requester:
         self.qp.enter_error()
 
     def fail_unsent(self, entry: SendEntry, status: WcStatus, reason: Reason, detail: str) -> None:
-        """A WQE failed before its first packet: earlier WQEs may still be in flight, so it
-        completes in order once they do; the QP goes to ERROR now (IBA 10.3.1.2)."""
-        # Everything before it is flushed by the error state; report it with its own status.
+        """A WQE failed before its first packet left: the QP goes to ERROR now (IBA 10.3.1.2),
+        so the WQEs before it, still waiting for their ACKs, are flushed ahead of it in order."""
         index = self.queue.index(entry)
         for _ in range(index):
             self.complete_head(WcStatus.WR_FLUSH_ERR, Reason.FLUSHED)
