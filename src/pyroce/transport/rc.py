@@ -37,6 +37,7 @@ class QpState(enum.IntEnum):
     ERR = 6
 
 
+RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -118,7 +119,7 @@ class RcQp:
         if pkt.bth.pkey != self.config.pkey:
             self.counters["drop_pkey"] += 1
             return
-        if pkt.bth.opcode >> 5 != Transport.RC >> 5:
+        if pkt.bth.opcode >> 5 != RC_TRANSPORT:
             # UC, UD or CNP opcodes at an RC QP: not this transport's packets (rxe check_type_state)
             self.counters["drop_wrong_transport"] += 1
             return

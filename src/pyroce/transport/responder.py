@@ -28,7 +28,7 @@ from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, AtomicAckEth
-from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
+from pyroce.wire.opcodes import OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
@@ -107,6 +107,8 @@ class Responder:
         self.offset = 0  # bytes placed in the open message
         self.write_view: memoryview | None = None  # target of the open RDMA WRITE
         self.checked: memoryview | None = None  # what CHK_RKEY granted to the packet in hand
+        self._refused_for = -1  # the qp_access_flags _refused was computed for
+        self._refused = 0
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
         self.out: deque[Packet | ReadJob] = deque()
@@ -164,16 +166,13 @@ class Responder:
                 return RespState.ERR_OP_SEQ
         elif not flags & Flag.START:
             return RespState.ERR_OP_SEQ
-        if flags & NOT_EXECUTED:
+        if flags & self._refused_ops():
             return RespState.ERR_UNSUPPORTED_OPCODE
-        for kind, access in OP_ACCESS.items():
-            if flags & kind and not self.qp.config.access & access:
-                return RespState.ERR_UNSUPPORTED_OPCODE
         if flags & (Flag.READ | Flag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
             return RespState.ERR_TOO_MANY_RD_ATOMIC
         if flags & Flag.RWR and self.recv is None and not self.recv_queue:
             return RespState.ERR_RNR
-        if not pkt.info.payload.allows(len(pkt.payload), self.qp.config.pmtu):
+        if not OPCODE_PAYLOAD[pkt.bth.opcode].allows(len(pkt.payload), self.qp.config.pmtu):
             return RespState.ERR_LENGTH
         if flags & Flag.RETH:
             return self._check_rkey(pkt, flags)
@@ -190,6 +189,15 @@ class Responder:
         if flags & Flag.WRITE and flags & Flag.END and self.offset + len(pkt.payload) != self.write_length:
             return RespState.ERR_LENGTH
         return RespState.EXECUTE
+
+    def _refused_ops(self) -> int:
+        """The operation flags this QP refuses: not executed at all, or not enabled by its
+        qp_access_flags (kept until the access flags change, as they rarely do)."""
+        access = int(self.qp.config.access)
+        if access != self._refused_for:
+            self._refused_for = access
+            self._refused = int(NOT_EXECUTED) | sum(int(kind) for kind, need in OP_ACCESS.items() if not access & need)
+        return self._refused
 
     def read_jobs(self) -> int:
         """READ responses queued and not fully sent: the responder resources in use."""

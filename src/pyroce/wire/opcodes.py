@@ -206,6 +206,11 @@ OPCODE_FLAGS: tuple[int, ...] = tuple(int(info.flags) if info is not None else 0
 """Each opcode's ``OpFlag`` bits as a plain int, for per-packet code: arithmetic on an
 ``IntFlag`` builds a new enum member each time (about 1 µs here), an int does not."""
 
+OPCODE_PAYLOAD: tuple[PayloadRule, ...] = tuple(
+    info.payload if info is not None else PayloadRule.NONE for info in OPCODES
+)
+"""Each opcode's payload rule, indexed by opcode (a tuple index, not a property chain)."""
+
 Flag: Any = types.SimpleNamespace(**{name: int(member) for name, member in OpFlag.__members__.items()})
 """``OpFlag``'s bits as plain ints (``Flag.END``), to test against ``OPCODE_FLAGS``."""
 
