@@ -3,6 +3,7 @@ NAKs, and both sides complete with the right status; nothing outside an MR chang
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +11,10 @@ import pytest
 
 import pyroce.verbs.enums as e
 from pyroce.transport.reasons import Reason
+from pyroce.verbs.cq import CQ
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
+from pyroce.verbs.qp import QP, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair, open_endpoint
 
@@ -200,3 +203,24 @@ def test_packets_for_a_destroyed_qp_are_dropped_and_counted() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_cq_overrun_loses_the_cqe_and_is_counted(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    small_cq = CQ(a.ctx, 1)  # room for 2 CQEs
+    qp = QP(a.pd, QPInitAttr(qp_type=e.ibv_qp_type.IBV_QPT_RC, scq=small_cq, rcq=small_cq, cap=QPCap(max_send_wr=8)))
+    sender = Endpoint(a.ctx, a.pd, small_cq, qp, a.mr, a.psn)
+    target = Endpoint(b.ctx, b.pd, b.cq, QP(b.pd, QPInitAttr(qp_type=e.ibv_qp_type.IBV_QPT_RC, scq=b.cq, rcq=b.cq)),
+                      b.mr, b.psn)  # fmt: skip
+    sender.connect(target.info())
+    target.connect(sender.info())
+    before = a.ctx.device.stats().get("cq_overflow", 0)
+    for index in range(5):  # five signaled completions for a CQ of two, none polled
+        wr = SendWR(wr_id=index, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+        qp.post_send(wr)
+    deadline = time.monotonic() + 10
+    while a.ctx.device.stats().get("cq_overflow", 0) - before < 3 and time.monotonic() < deadline:
+        a.ctx.device.kick()
+    assert a.ctx.device.stats()["cq_overflow"] - before == 3
+    assert [wc.wr_id for wc in sender.poll(2)] == [0, 1]  # the first two made it; the rest were lost

@@ -88,14 +88,14 @@ class HwCq:
     ring: CqRing
     consumer_record: memoryview
     producer: int = 0
-    overflowed: bool = False
 
-    def push(self, cqe: Cqe) -> None:
+    def push(self, cqe: Cqe) -> bool:
+        """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost)."""
         consumer = int.from_bytes(self.consumer_record, "big")
         if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count:
-            self.overflowed = True  # IBA 11.4.2.1: CQ overrun is a CQ error; the CQE is lost
-            return
+            return False
         self.producer = self.ring.produce(self.producer, cqe)
+        return True
 
 
 @dataclass(eq=False)
@@ -479,7 +479,8 @@ class NicDevice:
         if completions:
             for completion in completions:
                 cq = qp.recv_cq if completion.is_recv else qp.send_cq
-                cq.push(cqe_from_completion(qp.qpn, completion))
+                if not cq.push(cqe_from_completion(qp.qpn, completion)):
+                    self.counters["cq_overflow"] += 1
             completions.clear()
         deadline = rc.get_timer()
         if deadline != qp.timer_at:
