@@ -100,8 +100,11 @@ class CqRing:
         return producer + 1
 
     def poll(self, consumer: int) -> Cqe | None:
-        """The CQE at counter ``consumer`` if the engine has written it on this pass."""
-        cqe, owner = read_cqe(self.buf, (consumer % self.cqe_count) * CQE_SIZE)
-        if cqe.opcode is CqeOpcode.INVALID or owner != (consumer >> self._shift) & 1:
+        """The CQE at counter ``consumer`` if the engine has written it on this pass. The owner
+        byte is looked at first, so an empty poll decodes nothing."""
+        offset = (consumer % self.cqe_count) * CQE_SIZE
+        op_own = self.buf[offset + CQE_SIZE - 1]
+        if op_own >> 4 == CqeOpcode.INVALID or op_own & 1 != (consumer >> self._shift) & 1:
             return None
+        cqe, _ = read_cqe(self.buf, offset)
         return cqe
