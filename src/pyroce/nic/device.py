@@ -145,6 +145,7 @@ class NicDevice:
         self._retired: Counter[str] = Counter()  # counters of destroyed QPs
         self._published = 0.0
         self._inline_at = 0.0  # when a caller last ran the engine (inline progress)
+        self._rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         self.last_error: str | None = None  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._tx_buf = bytearray(MAX_DATAGRAM)
@@ -363,14 +364,18 @@ class NicDevice:
         return max(0.0, min(deadlines) - time.monotonic())
 
     def _progress(self) -> None:
-        """Engine passes until nothing moves (bounded, so a caller's poll returns)."""
+        """Engine passes while work is known to be waiting: the internal loopback, a rung
+        doorbell, a QP with more to send, or a full receive batch (bounded, so a caller's poll
+        returns). Packets sent to another host cannot be answered within this call, so a pass
+        that only sent them is the last: another would be a receive that finds nothing."""
         for _ in range(64):
-            if not self._pass():
+            if not self._pass() or not (self._loopback or self._rung or self._active or self._rx_full):
                 return
 
     def _pass(self) -> bool:
         now = time.monotonic()
         moved = False
+        self._rx_full = False
         while self._rung:
             self._fetch(self._rung.pop())
             moved = True
@@ -389,6 +394,8 @@ class NicDevice:
                 size, (peer, sport) = got
                 self._deliver(memoryview(self._rx_buf)[:size], peer, sport, now)
             moved = True
+        else:
+            self._rx_full = True  # the batch ran out before the socket did
         timers = self._timers
         while timers and timers[0][0] <= now:
             deadline, _, qp = heapq.heappop(timers)
