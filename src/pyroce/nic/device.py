@@ -148,7 +148,9 @@ class NicDevice:
         self._rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         self.last_error: str | None = None  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
+        self._rx_view = memoryview(self._rx_buf)
         self._tx_buf = bytearray(MAX_DATAGRAM)
+        self._tx_view = memoryview(self._tx_buf)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -392,7 +394,7 @@ class NicDevice:
                 if got is None:
                     break
                 size, (peer, sport) = got
-                self._deliver(memoryview(self._rx_buf)[:size], peer, sport, now)
+                self._deliver(self._rx_view[:size], peer, sport, now)
             moved = True
         else:
             self._rx_full = True  # the batch ran out before the socket did
@@ -467,11 +469,10 @@ class NicDevice:
         if packets:
             peer: str = qp.peer  # type: ignore[assignment]
             path = self.link.tx_path(peer)
-            buf = self._tx_buf
-            view = memoryview(buf)
+            view = self._tx_view
             faults = self.faults
             for pkt in packets:
-                size = path.build_into(buf, 0, pkt)
+                size = path.build_into(view, 0, pkt)
                 self.counters["sent_bytes"] += size
                 if faults is None:
                     self._transmit(peer, view[:size])

@@ -10,7 +10,6 @@ request for the rest of a read, as rxe does.
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -19,17 +18,14 @@ from pyroce.transport.memory import Access, MemFault
 from pyroce.transport.reasons import Reason
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
-from pyroce.wire.bth import BTH
+from pyroce.wire.bth import BTH, new_bth
 from pyroce.wire.headers import AtomicEth, Reth
 from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
-from pyroce.wire.packet import Packet
+from pyroce.wire.packet import Packet, new_packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
-
-_new_bth = functools.partial(tuple.__new__, BTH)
-_new_packet = functools.partial(tuple.__new__, Packet)
 
 MAX_UNACKED_PSNS = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
 MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
@@ -206,11 +202,11 @@ class Requester:
         ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
         # Built as plain tuples (the values NamedTuple.__new__ would make, without its Python
         # frame and keyword handling): this runs once per data packet.
-        bth = _new_bth((opcode, dqpn, psn, ackreq, end and work.solicited, False, self.qp.config.pkey, False, False))
+        bth = new_bth((opcode, dqpn, psn, ackreq, end and work.solicited, False, self.qp.config.pkey, False, False))
         reth = Reth(work.raddr, work.rkey, entry.length) if flags & Flag.RETH else None
         imm = work.imm if flags & Flag.IMMDT else None
         ieth = work.imm if flags & Flag.IETH else None
-        pkt = _new_packet((bth, payload, None, None, reth, None, None, None, imm, ieth, None))
+        pkt = new_packet((bth, payload, None, None, reth, None, None, None, imm, ieth, None))
         self._advance(1, ackreq, entry.npsn - index == 1)
         return pkt
 

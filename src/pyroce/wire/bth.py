@@ -42,7 +42,7 @@ class BTH(NamedTuple):
     becn: bool = False
 
 
-_new_bth = functools.partial(tuple.__new__, BTH)  # NamedTuple.__new__ without its Python frame
+new_bth = functools.partial(tuple.__new__, BTH)  # BTH from all nine fields, without NamedTuple.__new__'s Python frame
 
 
 def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BTH, int]:
@@ -52,7 +52,7 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     opcode, flags, pkey, word1, word2 = _BTH.unpack_from(buf, offset)
     if flags & _TVER_MASK:
         raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
-    bth = _new_bth(
+    bth = new_bth(
         (
             opcode,
             word1 & _LOW24,

@@ -50,7 +50,7 @@ class Packet(NamedTuple):
 
 _SLOT = {field: index for index, field in enumerate(Packet._fields)}
 _EMPTY_FIELDS = (None,) * len(Packet._fields)
-_new_packet = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
+new_packet = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
 
 
 class _Layout(NamedTuple):
@@ -110,7 +110,7 @@ def parse_packet(data: Buffer) -> Packet:
     fields[1] = view[info.hdr_len : payload_end]
     for slot, offset, unpack, _ in layout.present:
         fields[slot] = unpack(view, offset)  # type: ignore[operator]
-    return _new_packet(fields)
+    return new_packet(fields)
 
 
 def packet_length(pkt: Packet) -> int:
