@@ -165,8 +165,11 @@ def test_inline_send_and_unsignaled_writes(pair: tuple[Endpoint, Endpoint]) -> N
     b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
     send = SendWR(wr_id=7, sg=[SGE(a.mr.buf, 50, a.mr.lkey)],
                   send_flags=e.ibv_send_flags.IBV_SEND_INLINE | e.ibv_send_flags.IBV_SEND_SIGNALED)  # fmt: skip
+    slot = a.qp.sq_producer
     a.qp.post_send(send)
     a.mr.write(b"\0" * 50, 50)  # inline data was copied at post time: changing the buffer now changes nothing
+    wqe, _ = a.qp.sq.fetch(slot)  # the WQE in the ring carries the bytes themselves, no SGE
+    assert (wqe.inline, wqe.sges) == (payload, ())
     (done,) = a.poll()  # only the signaled SEND completes; the unsignaled writes before it retire silently
     assert (done.wr_id, done.status, done.opcode) == (7, OK, WC.IBV_WC_SEND)
     (recv,) = b.poll()
