@@ -5,6 +5,12 @@ is unconnected and sets ``IP_PMTUDISC_DO``: Linux then sends every datagram with
 exactly the header ``pyroce.wire.framing.IPv4Header`` assumes. A receiver on a UDP socket
 cannot see the sender's ID; ICRCs from peers that also send ID 0 (pyroce, hardware NICs with
 fixed IDs) verify, those from rxe (a counter) cannot be checked here (``verify_icrc=False``).
+
+System calls cost more than building a packet, so the link moves several packets per call
+when the kernel can: UDP GSO (``UDP_SEGMENT``) sends equal-sized packets to one peer in one
+``sendmsg``, each leaving as its own datagram with the IPv4 ID of its place in the send
+(``RocePath`` computes each one's ICRC for it); UDP GRO (``UDP_GRO``) hands back runs of
+datagrams from one sender in one ``recvmsg`` with their segment size.
 """
 
 from __future__ import annotations
@@ -20,6 +26,13 @@ ROCEV2_PORT = 4791
 SOCKET_BUFFER = 8 << 20
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
+SOL_UDP = 17
+UDP_SEGMENT = 103  # <linux/udp.h>: GSO segment size for sends (Linux 4.18)
+UDP_GRO = 104  # <linux/udp.h>: receive coalesced datagrams with their segment size (Linux 5.0)
+MAX_GSO_BYTES = 65507 - 8  # UDP payload of one send (IPv4 datagram limit), whatever the segments
+_GRO_CMSG = socket.CMSG_SPACE(4)
+_SEGMENT_SIZE = struct.Struct("=H")  # UDP_SEGMENT takes a u16
+_GRO_SIZE = struct.Struct("=i")  # UDP_GRO reports an int
 _SIOCGIFMTU = 0x8921
 _SIOCGIFADDR = 0x8915
 
@@ -50,6 +63,8 @@ class UdpLink:
             raise
         sock.setblocking(False)
         self.sock = sock
+        self.gso = _enable(sock, UDP_SEGMENT, 0)  # probe: sends may carry a segment size
+        self.gro = _enable(sock, UDP_GRO, 1)
         self._tx_paths: dict[str, RocePath] = {}
         self._rx_paths: dict[tuple[str, int], RocePath] = {}
 
@@ -81,15 +96,42 @@ class UdpLink:
             return False
         return True
 
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int]] | None:
-        """One datagram into ``buf``: its length and sender, or None when none is waiting."""
+    def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
+        """Send ``data`` as datagrams of ``segment_size`` bytes (the last may be shorter) in one
+        GSO call; the packets must have been built as segments 0, 1, ... (``RocePath``)."""
         try:
-            return self.sock.recvfrom_into(buf)
+            self.sock.sendmsg([data], [(SOL_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(segment_size))], 0,
+                              (peer, ROCEV2_PORT))  # fmt: skip
+        except (BlockingIOError, InterruptedError):
+            return False
+        return True
+
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
+        """Datagrams from one sender into ``buf``: their total length, the sender and the size
+        of each (all but the last; the total when GRO gave one), or None when none is waiting."""
+        try:
+            if not self.gro:
+                size, sender = self.sock.recvfrom_into(buf)
+                return size, sender, size
+            size, ancillary, _, sender = self.sock.recvmsg_into([buf], _GRO_CMSG)
         except (BlockingIOError, InterruptedError):
             return None
+        for level, kind, value in ancillary:
+            if level == SOL_UDP and kind == UDP_GRO:
+                return size, sender, _GRO_SIZE.unpack_from(value)[0]
+        return size, sender, size
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _enable(sock: socket.socket, option: int, value: int) -> bool:
+    """Set a UDP socket option the running kernel may not have; whether it took."""
+    try:
+        sock.setsockopt(SOL_UDP, option, value)
+    except OSError:
+        return False
+    return True
 
 
 def interface_mtu(address: str) -> int:

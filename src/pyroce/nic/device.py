@@ -27,7 +27,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from pyroce.link.faults import FaultConfig, FaultInjector
-from pyroce.link.udp import UdpLink
+from pyroce.link.udp import MAX_GSO_BYTES, UdpLink
 from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
@@ -38,7 +38,8 @@ from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
-from pyroce.wire.packet import parse_packet
+from pyroce.wire.framing import MAX_GSO_SEGMENTS
+from pyroce.wire.packet import Packet, packet_length, parse_packet
 
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
@@ -393,8 +394,10 @@ class NicDevice:
                 got = self.link.recv_into(self._rx_buf)
                 if got is None:
                     break
-                size, (peer, sport) = got
-                self._deliver(self._rx_view[:size], peer, sport, now)
+                size, (peer, sport), step = got
+                view = self._rx_view
+                for start in range(0, size, step or size):  # datagrams GRO handed over as one
+                    self._deliver(view[start : min(start + step, size)], peer, sport, now)
             moved = True
         else:
             self._rx_full = True  # the batch ran out before the socket did
@@ -462,18 +465,19 @@ class NicDevice:
         elif not self.link.send(data, peer):
             self.counters["drop_tx_full"] += 1
 
-    def _service(self, qp: HwQp, now: float) -> bool:
-        """Send what the QP has to send and write its completions; False if it had nothing."""
-        rc = qp.rc
-        packets = rc.packets_to_send(now, TX_BUDGET) if qp.peer is not None else []
-        if packets:
-            peer: str = qp.peer  # type: ignore[assignment]
-            path = self.link.tx_path(peer)
-            view = self._tx_view
-            faults = self.faults
+    def _send_packets(self, peer: str, packets: list[Packet], now: float) -> None:
+        """Build ``packets`` and send them to ``peer``. Runs of equal-sized packets (the last
+        may be shorter) go as one GSO send, each built as its segment; with faults injected
+        or to this device itself, each packet goes on its own."""
+        path = self.link.tx_path(peer)
+        view = self._tx_view
+        counters = self.counters
+        counters["sent_pkts"] += len(packets)
+        faults = self.faults
+        if faults is not None or not self.link.gso or peer == self.address:
             for pkt in packets:
                 size = path.build_into(view, 0, pkt)
-                self.counters["sent_bytes"] += size
+                counters["sent_bytes"] += size
                 if faults is None:
                     self._transmit(peer, view[:size])
                     continue
@@ -482,7 +486,35 @@ class NicDevice:
                         heapq.heappush(self._delayed, (now + delay, next(self._order), peer, data))
                     else:
                         self._transmit(peer, data)
-            self.counters["sent_pkts"] += len(packets)
+            return
+        end = segments = segment_size = 0  # the GSO send being gathered: view[:end]
+        for pkt in packets:
+            size = packet_length(pkt)
+            if segments and (size > segment_size or end + size > MAX_GSO_BYTES or segments == MAX_GSO_SEGMENTS):
+                self._send_run(peer, view[:end], segment_size, segments)
+                end = segments = 0
+            if not segments:
+                segment_size = size
+            end += path.build_into(view, end, pkt, segments)
+            segments += 1
+            if size < segment_size:  # only the last segment may be shorter
+                self._send_run(peer, view[:end], segment_size, segments)
+                end = segments = 0
+        if segments:
+            self._send_run(peer, view[:end], segment_size, segments)
+
+    def _send_run(self, peer: str, data: memoryview, segment_size: int, segments: int) -> None:
+        self.counters["sent_bytes"] += len(data)
+        sent = self.link.send(data, peer) if segments == 1 else self.link.send_segments(data, segment_size, peer)
+        if not sent:
+            self.counters["drop_tx_full"] += segments
+
+    def _service(self, qp: HwQp, now: float) -> bool:
+        """Send what the QP has to send and write its completions; False if it had nothing."""
+        rc = qp.rc
+        packets = rc.packets_to_send(now, TX_BUDGET) if qp.peer is not None else []
+        if packets:
+            self._send_packets(qp.peer, packets, now)  # type: ignore[arg-type]
         completions = rc.completions
         if completions:
             for completion in completions:

@@ -18,10 +18,12 @@ from pyroce.wire.icrc import (
     ICRC_LEN,
     IPV4_UDP_LEN,
     IPV6_UDP_LEN,
+    RESIDUE,
     compute_icrc,
     icrc_from_seed,
     icrc_seed,
-    verify_icrc_from_seed,
+    residue_from_seed,
+    seed_difference,
 )
 from pyroce.wire.packet import Buffer, Packet, build_packet_into, packet_length, parse_packet
 
@@ -140,44 +142,87 @@ def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: Udp
     return ip_len + _UDP_LEN
 
 
+MAX_GSO_SEGMENTS = 64  # segments of one UDP GSO send that carry their own IPv4 ID (UDP_MAX_SEGMENTS)
+_MAX_SEEDS = 4096  # cached (length, segment) seeds per path; a flood of odd lengths clears it
+
+
 class RocePath:
     """The IP and UDP headers that carry one flow's packets, with the ICRC state after them
     cached per UDP length (a flow sends few distinct lengths), so building or checking a
-    packet CRCs only its own bytes. This is what a UDP or raw link keeps per peer."""
+    packet CRCs only its own bytes. This is what a UDP or raw link keeps per peer.
 
-    __slots__ = ("_seeds", "header_len", "ip", "udp")
+    UDP GSO (rocev2.md's IPv4 trap, one level down): the kernel cuts one send into segments
+    and gives segment k of it the IPv4 ID k, and the ICRC covers the ID. So a packet built as
+    ``segment`` k of a GSO send carries the ICRC for ID k, and ``verify`` accepts the ICRC of
+    any ID a GSO segment can have (an IPv6 header has no ID: nothing changes there)."""
+
+    __slots__ = ("_deltas", "_seeds", "header_len", "ip", "udp")
 
     def __init__(self, ip: IpHeader, udp: UdpHeader) -> None:
         self.ip = ip
         self.udp = udp
         self.header_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
         self._seeds: dict[int, int] = {}
+        self._deltas: dict[int, frozenset[int]] = {}
 
-    def headers(self, udp_payload_len: int) -> bytearray:
-        """The raw IP and UDP headers of a datagram with ``udp_payload_len`` bytes of payload."""
+    def headers(self, udp_payload_len: int, segment: int = 0) -> bytearray:
+        """The raw IP and UDP headers of a datagram with ``udp_payload_len`` bytes of payload
+        (sent as GSO ``segment``: an IPv4 ID one higher per segment)."""
         buf = bytearray(self.header_len)
-        pack_ip_udp(buf, 0, self.ip, self.udp, udp_payload_len)
+        ip = self.ip
+        if segment and isinstance(ip, IPv4Header):
+            ip = ip._replace(ident=(ip.ident + segment) & 0xFFFF)
+        pack_ip_udp(buf, 0, ip, self.udp, udp_payload_len)
         return buf
 
-    def seed(self, udp_payload_len: int) -> int:
+    def seed(self, udp_payload_len: int, segment: int = 0) -> int:
         """ICRC state after the masked headers of a ``udp_payload_len``-byte datagram."""
-        seed = self._seeds.get(udp_payload_len)
+        if self.header_len == IPV6_UDP_LEN:
+            segment = 0
+        key = udp_payload_len * MAX_GSO_SEGMENTS + segment
+        seed = self._seeds.get(key)
         if seed is None:
-            seed = self._seeds[udp_payload_len] = icrc_seed(self.headers(udp_payload_len))
+            if len(self._seeds) >= _MAX_SEEDS:
+                self._seeds.clear()
+            seed = self._seeds[key] = icrc_seed(self.headers(udp_payload_len, segment))
         return seed
 
-    def build_into(self, buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
+    def build_into(self, buf: bytearray | memoryview, offset: int, pkt: Packet, segment: int = 0) -> int:
         """Write ``pkt`` and its ICRC at ``offset`` of ``buf``; returns the UDP payload length."""
         written = build_packet_into(buf, offset, pkt)
         size = written + ICRC_LEN
         view = buf if isinstance(buf, memoryview) else memoryview(buf)
-        icrc = icrc_from_seed(self.seed(size), view[offset : offset + written])
+        icrc = icrc_from_seed(self.seed(size, segment), view[offset : offset + written])
         _ICRC.pack_into(buf, offset + written, icrc)
         return size
 
     def verify(self, udp_payload: Buffer) -> bool:
-        """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path."""
-        return verify_icrc_from_seed(self.seed(len(udp_payload)), udp_payload)
+        """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path, as
+        a datagram on its own or as any segment of a GSO send."""
+        size = len(udp_payload)
+        residue = residue_from_seed(self.seed(size), udp_payload)
+        if residue == RESIDUE:
+            return True
+        return self.header_len == IPV4_UDP_LEN and residue ^ RESIDUE in self._segment_deltas(size)
+
+    def _segment_deltas(self, size: int) -> frozenset[int]:
+        """How the residue of a ``size``-byte datagram moves when it was GSO segment 1..63:
+        the ID enters the CRC linearly, so the deltas of the six ID bits combine by XOR."""
+        deltas = self._deltas.get(size)
+        if deltas is None:
+            if len(self._deltas) >= _MAX_SEEDS // MAX_GSO_SEGMENTS:
+                self._deltas.clear()
+            base = self.seed(size)
+            bits = [seed_difference(self.seed(size, 1 << bit), base, size) for bit in range(6)]
+            combined = []
+            for segment in range(1, MAX_GSO_SEGMENTS):
+                delta = 0
+                for bit, value in enumerate(bits):
+                    if segment >> bit & 1:
+                        delta ^= value
+                combined.append(delta)
+            deltas = self._deltas[size] = frozenset(combined)
+        return deltas
 
 
 _ICRC = struct.Struct("<I")

@@ -49,7 +49,7 @@ def icrc_seed(ip_udp: Buffer) -> int:
     return crc32(_masked_headers(ip_udp), _PREFIX_CRC)
 
 
-_RESIDUE = 0x2144DF1C  # CRC-32 of any message followed by its own CRC, little-endian
+RESIDUE = 0x2144DF1C  # CRC-32 of any message followed by its own CRC, little-endian
 _BTH_BYTE4 = 4
 _MAX_CORRECTIONS = 4096
 _corrections: dict[int, int] = {}
@@ -87,13 +87,26 @@ def compute_icrc(ip_udp: Buffer, roce: Buffer) -> int:
     return icrc_from_seed(icrc_seed(ip_udp), roce)
 
 
+def residue_from_seed(seed: int, udp_payload: Buffer) -> int:
+    """The CRC residue of ``udp_payload`` (BTH through ICRC) after headers summarised by
+    ``seed``: ``RESIDUE`` when its ICRC is right, else off by the CRC of what differs."""
+    size = len(udp_payload)
+    if size < ICRC_LEN + _BTH_BYTE4 + 1:
+        return ~RESIDUE & 0xFFFFFFFF
+    return crc32(udp_payload, seed) ^ _correction(size, udp_payload[_BTH_BYTE4])
+
+
 def verify_icrc_from_seed(seed: int, udp_payload: Buffer) -> bool:
     """Whether the last 4 bytes of ``udp_payload`` are its ICRC, given the headers' seed
     (checked as the CRC residue of the whole payload, ICRC included)."""
-    size = len(udp_payload)
-    if size < ICRC_LEN + _BTH_BYTE4 + 1:
-        return False
-    return crc32(udp_payload, seed) ^ _correction(size, udp_payload[_BTH_BYTE4]) == _RESIDUE
+    return residue_from_seed(seed, udp_payload) == RESIDUE
+
+
+def seed_difference(seed_a: int, seed_b: int, length: int) -> int:
+    """How the CRCs of the same ``length`` bytes differ when started from ``seed_a`` and from
+    ``seed_b`` (CRC-32 is affine: the difference does not depend on the bytes)."""
+    zeros = bytes(length)
+    return crc32(zeros, seed_a) ^ crc32(zeros, seed_b)
 
 
 def verify_icrc(ip_udp: Buffer, udp_payload: Buffer) -> bool:
