@@ -18,7 +18,7 @@ from pyroce.wire.bth import BTH
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Feth, Reth
 from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag
-from pyroce.wire.packet import Packet, build_packet_into, parse_packet
+from pyroce.wire.packet import Packet, build_packet_into, packet_length, parse_packet
 from pyroce.wire.psn import psn_add
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
@@ -65,10 +65,23 @@ class Target:
                 bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]))  # fmt: skip
 
     def send(self, pkt: Packet) -> list[Packet]:
-        self.qp.receive(pkt, 0.0)
+        deliver(self.qp, pkt, 0.0)
         out = self.qp.packets_to_send(0.0, 1 << 20)
         self.qp.completions.clear()
         return out
+
+
+def wire_bytes(pkt: Packet) -> bytes:
+    """BTH through the (unchecked, zero) ICRC slot."""
+    buf = bytearray(packet_length(pkt))
+    build_packet_into(buf, 0, pkt)
+    return bytes(buf)
+
+
+def deliver(qp: RcQp, pkt: Packet, now: float) -> None:
+    """As the NIC does: header prediction on the packet's bytes, else parse and the general path."""
+    if not qp.receive_predicted(wire_bytes(pkt), now):
+        qp.receive(pkt, now)
 
 
 def nak_code(responses: list[Packet]) -> int | None:
@@ -150,6 +163,37 @@ def test_hostile_request_gets_rxes_answer_and_touches_nothing(target: Target, ca
     assert sum(target.qp.counters.values()) > 0
 
 
+SURPRISES = {
+    "ends past the WRITE's length": (2, 0, NakCode.INVALID_REQUEST),
+    "PSN ahead": (3, 0, NakCode.PSN_SEQ_ERR),
+    "PadCnt set": (2, 0x10, NakCode.INVALID_REQUEST),
+    "TVer 1": (2, 0x01, None),  # malformed: dropped before the transport
+}
+
+
+@pytest.mark.parametrize("case", SURPRISES)
+def test_header_prediction_leaves_every_surprise_to_the_general_path(target: Target, case: str) -> None:
+    psn_step, flag_bits, nak = SURPRISES[case]
+    first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), os.urandom(1024),
+                   reth=Reth(BASE + REGION - 3000, target.mr.key, 3000))  # fmt: skip
+    assert nak_code(target.send(first)) is None
+    middle = Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, 1)), os.urandom(1024))
+    assert target.qp.receive_predicted(wire_bytes(middle), 0.0)  # as predicted: placed on the fast path
+    assert bytes(target.guarded[REGION - 1976 : REGION - 952]) == middle.payload
+    surprise = bytearray(wire_bytes(Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, psn_step)),
+                                           os.urandom(1024))))  # fmt: skip
+    surprise[1] |= flag_bits
+    tail = bytes(target.guarded[REGION - 952 :])
+    assert not target.qp.receive_predicted(bytes(surprise), 0.0)
+    try:
+        answer = target.send(parse_packet(bytes(surprise)))
+    except MalformedPacket:
+        answer = []
+    assert nak_code(answer) == nak
+    assert target.outside() == target.snapshot
+    assert bytes(target.guarded[REGION - 952 :]) == tail  # the surprise placed nothing
+
+
 def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:
     responses = target.send(write(0xDEAD, 0x12345678, b""))
     assert [p.bth.opcode for p in responses] == [Opcode.RC_ACKNOWLEDGE] and nak_code(responses) is None
@@ -214,7 +258,7 @@ def test_hostile_responses_never_write_outside_the_read_buffer() -> None:
         pkt = Packet(BTH(opcode, 0x11, psn), payload[:1024] if flags & OpFlag.READ else b"",
                      aeth=Aeth(syndrome, rng.randrange(1 << 24)) if flags & OpFlag.AETH else None,
                      atomicacketh=AtomicAckEth(rng.randrange(1 << 64)) if flags & OpFlag.ATMACK else None)  # fmt: skip
-        qp.receive(pkt, rng.random())
+        deliver(qp, pkt, rng.random())
         qp.packets_to_send(rng.random())
         qp.handle_timer(rng.random() * 10)
     assert (bytes(arena[:GUARD]), bytes(arena[-GUARD:])) == guards
@@ -235,14 +279,17 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
     rc_opcodes = [info.opcode for info in OPCODES if info is not None and info.opcode < 0x20]
     buf = bytearray(8192)
     psn = EPSN
-    resets = malformed = 0
+    resets = malformed = predicted = 0
     for count in range(FUZZ_PACKETS):
         opcode = rng.choice(rc_opcodes)
+        open_message = target.qp.responder.in_message
+        if open_message and rng.random() < 0.3:  # go deeper into messages: what header prediction takes
+            opcode = Opcode.RC_RDMA_WRITE_MIDDLE if open_message & OpFlag.WRITE else Opcode.RC_SEND_MIDDLE
         flags = OPCODES[opcode].flags  # type: ignore[union-attr]
         va = rng.choice([BASE, BASE + rng.randrange(REGION), BASE + REGION - rng.randrange(64), BASE - 8,
                          rng.randrange(1 << 64), (1 << 64) - rng.randrange(64)])  # fmt: skip
         length = rng.choice([0, 1, 8, 1024, 4096, REGION, rng.randrange(1 << 32)])
-        payload = os.urandom(rng.choice([0, 1, 8, 1023, 1024, 1025]) if flags & OpFlag.REQ else 0)
+        payload = os.urandom(rng.choice([0, 1, 8, 1023, 1024, 1024, 1025]) if flags & OpFlag.REQ else 0)
         if OPCODES[opcode].payload.name == "NONE":  # type: ignore[union-attr]
             payload = b""
         elif OPCODES[opcode].payload.name == "FIXED8":  # type: ignore[union-attr]
@@ -270,13 +317,16 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
             data[rng.randrange(size)] = rng.randrange(256)
         if rng.random() < 0.05:
             data = data[: rng.randrange(size + 1)]
-        try:
-            parsed = parse_packet(bytes(data))
-        except MalformedPacket:
-            malformed += 1
-            continue
         before = target.qp.responder.msn
-        target.qp.receive(parsed, count * 1e-6)
+        if target.qp.receive_predicted(bytes(data), count * 1e-6):
+            predicted += 1
+        else:
+            try:
+                parsed = parse_packet(bytes(data))
+            except MalformedPacket:
+                malformed += 1
+                continue
+            target.qp.receive(parsed, count * 1e-6)
         executed += target.qp.responder.msn != before
         target.qp.packets_to_send(count * 1e-6, 1 << 20)
         target.qp.completions.clear()
@@ -289,7 +339,7 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
             for index in range(4):
                 target.qp.post_recv(RecvWork(index, (Sge(BASE + 0x400000, 8192, target.recv_mr.key),)))
     assert target.outside() == target.snapshot
-    assert malformed > 0 and resets > 0
+    assert malformed > 0 and resets > 0 and predicted > 0, (malformed, resets, predicted)
     # still alive: a normal WRITE is executed and ACKed
     psn = target.qp.responder.epsn
     out = target.send(write(BASE + 8, key, b"alive!!!", psn=psn))

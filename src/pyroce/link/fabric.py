@@ -64,6 +64,9 @@ class Fabric:
             if not _PATH.verify(data):
                 self.counters["icrc_errors"] += 1
                 continue
+            qp = self.peers.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP
+            if qp is not None and qp.receive_predicted(data, self.now):
+                continue
             try:
                 pkt = parse_packet(data)
             except MalformedPacket:

@@ -39,6 +39,7 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.framing import MAX_GSO_SEGMENTS
+from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Packet, packet_length, parse_packet
 
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
@@ -442,6 +443,14 @@ class NicDevice:
         if self.verify_icrc and not self.link.rx_path(peer, sport).verify(data):
             self.counters["icrc_errors"] += 1
             return
+        if len(data) >= BTH_LEN:
+            qp = self.qps.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP, for header prediction
+            if qp is not None and qp.rc.receive_predicted(data, now):
+                counters = self.counters
+                counters["rcvd_pkts"] += 1
+                counters["rcvd_bytes"] += len(data)
+                self._active.add(qp)
+                return
         try:
             pkt = parse_packet(data)
         except MalformedPacket as exc:

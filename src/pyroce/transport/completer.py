@@ -53,6 +53,27 @@ class Completer:
         else:
             self.qp.counters["bad_response"] += 1
 
+    def receive_read_middle(self, psn: int, payload: memoryview | bytes, now: float) -> bool:
+        """Place a PMTU-long READ response MIDDLE packet if it is the next one the READ at the
+        head of the queue expects (``RcQp.receive_middle``); False leaves it to ``receive``."""
+        req = self.qp.requester
+        if req.comp_psn != psn or not req.queue:
+            return False
+        entry = req.queue[0]
+        index = psn_diff(psn, entry.first_psn)
+        if (
+            entry.work.op is not WorkOp.RDMA_READ
+            or not entry.started
+            or index != entry.placed
+            or index >= entry.npsn - 1
+        ):
+            return False
+        entry.data.write(index * self.qp.config.pmtu, payload)  # type: ignore[union-attr]
+        entry.placed += 1
+        req.comp_psn = psn_add(psn, 1)
+        req.progress(now)
+        return True
+
     def _ack_through(self, psn: int) -> bool:
         """Retire the sends and writes acknowledged by a response at ``psn``. Returns False
         when an earlier read or atomic was skipped (implied NAK)."""

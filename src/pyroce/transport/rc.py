@@ -19,8 +19,11 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
-from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Transport
+from pyroce.wire.bth import BTH_STRUCT
+from pyroce.wire.icrc import ICRC_LEN
+from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet
+from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
 
@@ -38,6 +41,8 @@ class QpState(enum.IntEnum):
 
 
 RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
+MIDDLE_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
+BARE_FLAGS = 0x3F  # PadCnt and TVer: a MIDDLE packet has neither (full PMTU, version 0)
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -131,6 +136,27 @@ class RcQp:
                 self.counters["drop_qp_state"] += 1
         else:
             self.responder.receive(pkt, now)
+
+    def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
+        """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
+        through ICRC, ICRC checked): a MIDDLE packet of the message in progress, at the
+        expected PSN, PMTU long, is placed without building a ``Packet``. False when anything
+        is not as predicted: the caller then parses the packet and calls ``receive``, so every
+        rule and every error stays in the general path."""
+        if len(data) != BTH_LEN + self.config.pmtu + ICRC_LEN or data[0] not in MIDDLE_OPCODES:
+            return False
+        opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
+        if flags & BARE_FLAGS or pkey != self.config.pkey or self.state not in RECEIVING_STATES:
+            return False
+        payload = data[BTH_LEN:-ICRC_LEN]
+        op_flags = OPCODE_FLAGS[opcode]
+        if op_flags & Flag.ACK:
+            placed = self.state is not QpState.RTR and self.completer.receive_read_middle(psn & PSN_MASK, payload, now)
+        else:
+            placed = self.responder.receive_middle(op_flags, psn & PSN_MASK, psn > PSN_MASK, payload)
+        if placed:
+            self.counters["rcvd_pkts"] += 1
+        return placed
 
     def handle_timer(self, now: float) -> None:
         if self.state in (QpState.RTS, QpState.SQD):

@@ -146,6 +146,28 @@ class Responder:
         elif state is not RespState.DROP:
             self._error(pkt, state)
 
+    def receive_middle(self, flags: int, psn: int, ackreq: bool, payload: memoryview | bytes) -> bool:
+        """Place a PMTU-long MIDDLE packet if it is exactly what the open message expects
+        (``RcQp.receive_middle``); False leaves the packet to ``receive``."""
+        offset = self.offset
+        end = offset + len(payload)
+        if psn != self.epsn or self.nak_sent or not flags & self.in_message or flags & self._refused_ops():
+            return False
+        if flags & Flag.WRITE:
+            if end > self.write_length:
+                return False
+            self.write_view[offset:end] = payload  # type: ignore[index]
+        else:
+            data = self.recv_data
+            if data is None or end > data.length:
+                return False
+            data.write(offset, payload)
+        self.offset = end
+        self.epsn = psn_add(psn, 1)
+        if ackreq:
+            self._ack(psn)
+        return True
+
     def _check_psn(self, pkt: Packet) -> RespState:
         diff = psn_diff(pkt.bth.psn, self.epsn)
         if diff > 0:

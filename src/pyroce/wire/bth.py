@@ -17,7 +17,7 @@ DEFAULT_PKEY = 0xFFFF
 MAX_QPN = 0xFFFFFF
 QP1 = 1  # the GSI QP that carries CM MADs
 
-_BTH = struct.Struct(">BBHII")
+BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FECN|BECN|DestQP, AckReq|PSN
 
 _SE = 0x80
 _MIG = 0x40
@@ -49,7 +49,7 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     """Parse the BTH at ``offset``; returns the value and its PadCnt.
 
     Raises ``BadTransportVersion`` when TVer is not 0. The caller checks the length."""
-    opcode, flags, pkey, word1, word2 = _BTH.unpack_from(buf, offset)
+    opcode, flags, pkey, word1, word2 = BTH_STRUCT.unpack_from(buf, offset)
     if flags & _TVER_MASK:
         raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
     bth = new_bth(
@@ -74,7 +74,7 @@ def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> No
     if (dqpn | psn) & ~_LOW24:  # also catches negative values
         raise BuildError(f"BTH dqpn 0x{dqpn:x} or psn 0x{psn:x} does not fit 24 bits")
     try:
-        _BTH.pack_into(
+        BTH_STRUCT.pack_into(
             buf,
             offset,
             opcode,
