@@ -12,6 +12,7 @@ import pytest
 from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
 from pyroce.wire import BTH, IPv4Header, IPv6Header, Opcode, Packet, UdpHeader, parse_frame, parse_packet
 from pyroce.wire.framing import LINKTYPE_RAW, MAX_GSO_SEGMENTS, RocePath
+from pyroce.wire.packet import PacketRun
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
 IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02")
@@ -95,3 +96,19 @@ def test_gso_send_arrives_as_segments_that_verify():
     finally:
         for link in (sender, gro, plain):
             link.close()
+
+
+@pytest.mark.parametrize("ip", [IP4, IP6])
+def test_a_run_builds_the_bytes_of_its_packets(ip):
+    path = RocePath(ip, UdpHeader(4791))
+    pmtu = 256
+    payload = memoryview(os.urandom(5 * pmtu))
+    run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x123, 0xFFFFFE, 0x7FFF, payload, pmtu, True)
+    packets = run.packets()
+    assert [p.bth.psn for p in packets] == [0xFFFFFE, 0xFFFFFF, 0, 1, 2]  # PSNs wrap
+    assert [p.bth.ackreq for p in packets] == [False] * 4 + [True]
+    for index, pkt in enumerate(packets):
+        for segment in (0, index + 1):
+            fast, slow = bytearray(1024), bytearray(1024)
+            size = path.build_run_packet_into(fast, 8, run, index, segment)
+            assert size == path.build_into(slow, 8, pkt, segment) and fast == slow

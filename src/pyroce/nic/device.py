@@ -27,10 +27,11 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from pyroce.link.faults import FaultConfig, FaultInjector
-from pyroce.link.udp import MAX_GSO_BYTES, UdpLink
+from pyroce.link.udp import UdpLink
 from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.nic.tx import TxBatch
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode, decode_recv_wqe
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.memory import Access
@@ -38,9 +39,9 @@ from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
-from pyroce.wire.framing import MAX_GSO_SEGMENTS
+from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN
-from pyroce.wire.packet import Packet, packet_length, parse_packet
+from pyroce.wire.packet import Packet, PacketRun, packet_length, parse_packet
 
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
@@ -153,6 +154,7 @@ class NicDevice:
         self._rx_view = memoryview(self._rx_buf)
         self._tx_buf = bytearray(MAX_DATAGRAM)
         self._tx_view = memoryview(self._tx_buf)
+        self._tx_batch = TxBatch(self._tx_view, self.link, self._transmit, self.counters)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -385,7 +387,7 @@ class NicDevice:
             moved = True
         while self._delayed and self._delayed[0][0] <= now:
             _, _, peer, data = heapq.heappop(self._delayed)
-            self._transmit(peer, data)
+            self._put(peer, data)
             moved = True
         for _ in range(RX_BATCH):
             if self._loopback:
@@ -469,61 +471,48 @@ class NicDevice:
         self._active.add(qp)
 
     def _transmit(self, peer: str, data: memoryview | bytes) -> None:
+        """One datagram to ``peer``: through the fault injector if one is set, else straight out."""
+        faults = self.faults
+        if faults is not None:
+            for delay, copy in faults.apply(bytes(data)):
+                if delay:
+                    heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._order), peer, copy))
+                else:
+                    self._put(peer, copy)
+            return
+        self._put(peer, data)
+
+    def _put(self, peer: str, data: memoryview | bytes) -> None:
         if peer == self.address:
             self._loopback.append(bytes(data))  # internal loopback: the same bytes, no socket
         elif not self.link.send(data, peer):
             self.counters["drop_tx_full"] += 1
 
-    def _send_packets(self, peer: str, packets: list[Packet], now: float) -> None:
-        """Build ``packets`` and send them to ``peer``. Runs of equal-sized packets (the last
-        may be shorter) go as one GSO send, each built as its segment; with faults injected
-        or to this device itself, each packet goes on its own."""
+    def _send_output(self, peer: str, items: list[Packet | PacketRun]) -> None:
+        """Build ``items`` into the transmit buffer and send them to ``peer``, as GSO batches
+        where the link can (``nic.tx``); a run's packets are built in one loop."""
         path = self.link.tx_path(peer)
+        batch = self._tx_batch
+        batch.start(peer, gso=self.faults is None and peer != self.address)
         view = self._tx_view
-        counters = self.counters
-        counters["sent_pkts"] += len(packets)
-        faults = self.faults
-        if faults is not None or not self.link.gso or peer == self.address:
-            for pkt in packets:
-                size = path.build_into(view, 0, pkt)
-                counters["sent_bytes"] += size
-                if faults is None:
-                    self._transmit(peer, view[:size])
-                    continue
-                for delay, data in faults.apply(bytes(view[:size])):
-                    if delay:
-                        heapq.heappush(self._delayed, (now + delay, next(self._order), peer, data))
-                    else:
-                        self._transmit(peer, data)
-            return
-        end = segments = segment_size = 0  # the GSO send being gathered: view[:end]
-        for pkt in packets:
-            size = packet_length(pkt)
-            if segments and (size > segment_size or end + size > MAX_GSO_BYTES or segments == MAX_GSO_SEGMENTS):
-                self._send_run(peer, view[:end], segment_size, segments)
-                end = segments = 0
-            if not segments:
-                segment_size = size
-            end += path.build_into(view, end, pkt, segments)
-            segments += 1
-            if size < segment_size:  # only the last segment may be shorter
-                self._send_run(peer, view[:end], segment_size, segments)
-                end = segments = 0
-        if segments:
-            self._send_run(peer, view[:end], segment_size, segments)
-
-    def _send_run(self, peer: str, data: memoryview, segment_size: int, segments: int) -> None:
-        self.counters["sent_bytes"] += len(data)
-        sent = self.link.send(data, peer) if segments == 1 else self.link.send_segments(data, segment_size, peer)
-        if not sent:
-            self.counters["drop_tx_full"] += segments
+        for item in items:
+            if type(item) is PacketRun:
+                size = BTH_LEN + item.pmtu + ICRC_LEN
+                for index in range(len(item.payload) // item.pmtu):
+                    offset, segment = batch.slot(size)
+                    batch.added(path.build_run_packet_into(view, offset, item, index, segment))
+            else:
+                offset, segment = batch.slot(packet_length(item))  # type: ignore[arg-type]
+                batch.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
+        batch.flush()
 
     def _service(self, qp: HwQp, now: float) -> bool:
         """Send what the QP has to send and write its completions; False if it had nothing."""
         rc = qp.rc
-        packets = rc.packets_to_send(now, TX_BUDGET) if qp.peer is not None else []
-        if packets:
-            self._send_packets(qp.peer, packets, now)  # type: ignore[arg-type]
+        items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
+        if items:
+            self.counters["sent_pkts"] += sent
+            self._send_output(qp.peer, items)  # type: ignore[arg-type]
         completions = rc.completions
         if completions:
             for completion in completions:
@@ -536,11 +525,11 @@ class NicDevice:
             qp.timer_at = deadline
             if deadline is not None:
                 heapq.heappush(self._timers, (deadline, next(self._order), qp))
-        if len(packets) < TX_BUDGET:
+        if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
             # packet, a doorbell or a timer makes the QP active again.
             self._active.discard(qp)
-        return bool(packets)
+        return bool(sent)
 
 
 def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:

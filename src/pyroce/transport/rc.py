@@ -22,7 +22,7 @@ from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.bth import BTH_STRUCT
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode, Transport
-from pyroce.wire.packet import Packet
+from pyroce.wire.packet import Packet, PacketRun
 from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
@@ -164,14 +164,26 @@ class RcQp:
 
     # --- outputs ------------------------------------------------------------------------
 
-    def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
-        """Up to ``budget`` packets: responses first (they free the peer), then requests."""
-        out: list[Packet] = []
+    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun], int]:
+        """Up to ``budget`` packets, the middles of messages as ``PacketRun``s: responses first
+        (they free the peer), then requests. Returns them and how many packets they hold."""
+        out: list[Packet | PacketRun] = []
+        count = 0
         if self.state in RECEIVING_STATES or self.state is QpState.ERR:
-            self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
+            count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.state is QpState.RTS:
-            self.requester.emit(out, budget, now)
-        self.counters["sent_pkts"] += len(out)
+            count += self.requester.emit(out, budget - count, now)
+        self.counters["sent_pkts"] += count
+        return out, count
+
+    def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
+        """``output`` with every run spelled out as ``Packet`` values."""
+        out: list[Packet] = []
+        for item in self.output(now, budget)[0]:
+            if isinstance(item, PacketRun):
+                out += item.packets()
+            else:
+                out.append(item)
         return out
 
     def get_timer(self) -> float | None:

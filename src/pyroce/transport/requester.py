@@ -21,7 +21,7 @@ from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH, new_bth
 from pyroce.wire.headers import AtomicEth, Reth
 from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
-from pyroce.wire.packet import Packet, new_packet
+from pyroce.wire.packet import Packet, PacketRun, new_packet, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -126,26 +126,53 @@ class Requester:
 
     # --- sending ------------------------------------------------------------------------
 
-    def emit(self, out: list[Packet], budget: int, now: float) -> None:
-        """Append request packets to ``out`` until ``budget``, the window or credits stop it."""
+    def emit(self, out: list[Packet | PacketRun], budget: int, now: float) -> int:
+        """Append request packets to ``out`` until ``budget`` packets, the window or credits
+        stop it; the middle of a message goes as ``PacketRun``s. Returns the packets added."""
         if self.rnr_until is not None:
             if now < self.rnr_until:
-                return
+                return 0
             self.rnr_until = None
         config = self.qp.config
-        while len(out) < budget and self.send_index < len(self.queue):
-            if psn_diff(self.psn, self.comp_psn) >= MAX_UNACKED_PSNS:
-                return
+        added = 0
+        while added < budget and self.send_index < len(self.queue):
+            window = MAX_UNACKED_PSNS - psn_diff(self.psn, self.comp_psn)
+            if window <= 0:
+                break
             entry = self.queue[self.send_index]
             if not entry.started and not self._start(entry):
-                return
-            if psn_diff(self.psn, self.high_psn) < 0:
-                self.qp.counters["retransmitted_pkts"] += 1
-            out.append(self._packet(entry, self.send_pkt, config.dqpn))
+                break
+            middles = entry.npsn - 1 - self.send_pkt if self.send_pkt and not entry.rd_atomic else 0
+            count = min(middles, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if middles > 0 else 1
+            resent = psn_diff(self.high_psn, self.psn)
+            if resent > 0:
+                self.qp.counters["retransmitted_pkts"] += min(resent, count)
+            out.append(
+                self._run(entry, count, config.dqpn) if middles > 0 else self._packet(entry, self.send_pkt, config.dqpn)
+            )
+            added += count
             if psn_diff(self.psn, self.high_psn) > 0:
                 self.high_psn = self.psn
             if self.ack_deadline is None and config.ack_timeout_s is not None:
                 self.ack_deadline = now + config.ack_timeout_s
+        return added
+
+    def _run(self, entry: SendEntry, count: int, dqpn: int) -> PacketRun:
+        """The next ``count`` MIDDLE packets of ``entry``, as one run."""
+        work = entry.work
+        config = self.qp.config
+        pmtu = config.pmtu
+        offset = self.send_pkt * pmtu
+        if work.inline is not None:
+            payload = memoryview(work.inline)[offset : offset + count * pmtu]
+        else:
+            payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
+        ackreq = self.noack_pkts + count >= MAX_PKTS_PER_ACK
+        run = new_run((SEGMENT_OPCODES[work.op][1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq))
+        self.noack_pkts = 0 if ackreq else self.noack_pkts + count
+        self.psn = psn_add(self.psn, count)
+        self.send_pkt += count
+        return run
 
     def _start(self, entry: SendEntry) -> bool:
         """First transmission of a WQE: check fence and read credits, resolve its buffers.

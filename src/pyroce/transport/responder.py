@@ -29,7 +29,7 @@ from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndr
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, AtomicAckEth
 from pyroce.wire.opcodes import OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
-from pyroce.wire.packet import Packet
+from pyroce.wire.packet import Packet, PacketRun, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -382,27 +382,37 @@ class Responder:
         bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)
         self.out.append(Packet(bth, aeth=Aeth(_ACK, self.msn), atomicacketh=AtomicAckEth(orig)))
 
-    def emit(self, out: list[Packet], budget: int) -> None:
+    def emit(self, out: list[Packet | PacketRun], budget: int) -> int:
+        """Append responses to ``out`` until ``budget`` packets (the middle of a READ response
+        as ``PacketRun``s); returns the packets added."""
         pmtu = self.qp.config.pmtu
-        dqpn = self.qp.config.dqpn
+        config = self.qp.config
         queue = self.out
-        while queue and len(out) < budget:
+        added = 0
+        while queue and added < budget:
             item = queue[0]
             if isinstance(item, Packet):
                 out.append(item)
                 queue.popleft()
+                added += 1
                 continue
             index, count = item.index, item.count
-            opcode = (
-                READ_RESPONSE[3] if count == 1 else READ_RESPONSE[0 if index == 0 else 2 if index == count - 1 else 1]
-            )
             offset = index * pmtu
+            middles = min(count - 1 - index, budget - added) if index else 0
+            if middles > 0:
+                out.append(new_run((READ_RESPONSE[1], config.dqpn, psn_add(item.psn, index), config.pkey,
+                                    item.view[offset : offset + middles * pmtu], pmtu, False)))  # fmt: skip
+                item.index += middles
+                added += middles
+                continue
+            opcode = READ_RESPONSE[3] if count == 1 else READ_RESPONSE[0 if index == 0 else 2]
             payload = item.view[offset : offset + pmtu]
-            aeth = Aeth(_ACK, item.msn) if opcode != READ_RESPONSE[1] else None
-            out.append(Packet(BTH(opcode, dqpn, psn_add(item.psn, index)), payload, aeth=aeth))
+            out.append(Packet(BTH(opcode, config.dqpn, psn_add(item.psn, index)), payload, aeth=Aeth(_ACK, item.msn)))
+            added += 1
             item.index += 1
             if item.index == count:
                 queue.popleft()
+        return added
 
     def flush(self) -> None:
         """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2); read

@@ -24,7 +24,7 @@ _MIG = 0x40
 _TVER_MASK = 0x0F
 _FECN = 0x80000000
 _BECN = 0x40000000
-_ACKREQ = 0x80000000
+ACKREQ = 0x80000000
 _LOW24 = 0xFFFFFF
 
 
@@ -57,7 +57,7 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
             opcode,
             word1 & _LOW24,
             word2 & _LOW24,
-            word2 & _ACKREQ != 0,
+            word2 & ACKREQ != 0,
             flags & _SE != 0,
             flags & _MIG != 0,
             pkey,

@@ -13,6 +13,7 @@ import ipaddress
 import struct
 from typing import NamedTuple
 
+from pyroce.wire.bth import ACKREQ, BTH_STRUCT
 from pyroce.wire.errors import BuildError, LengthMismatch, NotRoce, TruncatedPacket
 from pyroce.wire.icrc import (
     ICRC_LEN,
@@ -25,7 +26,9 @@ from pyroce.wire.icrc import (
     residue_from_seed,
     seed_difference,
 )
-from pyroce.wire.packet import Buffer, Packet, build_packet_into, packet_length, parse_packet
+from pyroce.wire.opcodes import BTH_LEN
+from pyroce.wire.packet import Buffer, Packet, PacketRun, build_packet_into, packet_length, parse_packet
+from pyroce.wire.psn import psn_add
 
 ROCE_UDP_PORT = 4791
 IPPROTO_UDP = 17
@@ -195,6 +198,22 @@ class RocePath:
         icrc = icrc_from_seed(self.seed(size, segment), view[offset : offset + written])
         _ICRC.pack_into(buf, offset + written, icrc)
         return size
+
+    def build_run_packet_into(self, buf: bytearray | memoryview, offset: int, run: PacketRun, index: int,
+                              segment: int = 0) -> int:  # fmt: skip
+        """Write packet ``index`` of ``run`` and its ICRC at ``offset``: one BTH pack, one
+        payload copy, one CRC. Returns the UDP payload length (the same bytes ``build_into``
+        writes for ``run.packets()[index]``)."""
+        pmtu = run.pmtu
+        start = offset + BTH_LEN
+        end = start + pmtu
+        last = index == len(run.payload) // pmtu - 1
+        psn = psn_add(run.psn, index) | (ACKREQ if run.ackreq_last and last else 0)
+        BTH_STRUCT.pack_into(buf, offset, run.opcode, 0, run.pkey, run.dqpn, psn)
+        buf[start:end] = run.payload[index * pmtu : index * pmtu + pmtu]
+        view = buf if isinstance(buf, memoryview) else memoryview(buf)
+        _ICRC.pack_into(buf, end, icrc_from_seed(self.seed(pmtu + BTH_LEN + ICRC_LEN, segment), view[offset:end]))
+        return end + ICRC_LEN - offset
 
     def verify(self, udp_payload: Buffer) -> bool:
         """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path, as

@@ -19,6 +19,7 @@ from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
 from pyroce.wire.opcodes import BTH_LEN, ICRC_LEN, OPCODES, OpInfo, PayloadRule
+from pyroce.wire.psn import psn_add
 
 
 class Packet(NamedTuple):
@@ -47,6 +48,32 @@ class Packet(NamedTuple):
         """PadCnt: zero bytes after the payload up to a 4-byte boundary."""
         return -len(self.payload) & 3
 
+
+class PacketRun(NamedTuple):
+    """``count`` MIDDLE packets of one message: a BTH and ``pmtu`` bytes of payload each, at
+    consecutive PSNs from ``psn``. A transport describes a message's middle this way and a
+    link builds it in one loop (``RocePath.build_run_packet_into``) instead of one ``Packet``
+    value per packet; ``packets()`` spells the same packets out as values."""
+
+    opcode: int
+    dqpn: int
+    psn: int
+    pkey: int
+    payload: memoryview  # count * pmtu bytes
+    pmtu: int
+    ackreq_last: bool  # AckReq on the last packet of the run
+
+    def packets(self) -> list[Packet]:
+        count, pmtu = len(self.payload) // self.pmtu, self.pmtu
+        packets = []
+        for index in range(count):
+            ackreq = self.ackreq_last and index == count - 1
+            bth = BTH(self.opcode, self.dqpn, psn_add(self.psn, index), ackreq, pkey=self.pkey)
+            packets.append(Packet(bth, self.payload[index * pmtu : (index + 1) * pmtu]))
+        return packets
+
+
+new_run = functools.partial(tuple.__new__, PacketRun)  # NamedTuple.__new__ without its Python frame
 
 _SLOT = {field: index for index, field in enumerate(Packet._fields)}
 _EMPTY_FIELDS = (None,) * len(Packet._fields)

@@ -1,0 +1,63 @@
+"""Gathering built packets into as few system calls as the link allows.
+
+UDP GSO sends equal-sized datagrams to one peer in one call (the last may be shorter), and
+each leaves with the IPv4 ID of its place in the send, which its ICRC must cover
+(``RocePath``). ``TxBatch`` hands out where the next packet goes and which segment it is,
+and sends the batch when the next packet cannot join it. Without GSO (no kernel support,
+faults injected per datagram, the internal loopback) every packet is a batch of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from pyroce.link.udp import MAX_GSO_BYTES, UdpLink
+from pyroce.wire.framing import MAX_GSO_SEGMENTS
+
+
+class TxBatch:
+    __slots__ = ("_counters", "_link", "_one", "_peer", "end", "gso", "segment_size", "segments", "view")
+
+    def __init__(self, view: memoryview, link: UdpLink, one: Callable[[str, memoryview], None],
+                 counters: Counter[str]) -> None:  # fmt: skip
+        self.view = view  # the engine's transmit buffer
+        self._link = link
+        self._one = one  # sends one datagram the device's way (faults, loopback, link)
+        self._counters = counters  # the device's: sent_bytes, drop_tx_full
+        self._peer = ""
+        self.gso = False
+        self.end = self.segments = self.segment_size = 0
+
+    def start(self, peer: str, gso: bool) -> None:
+        self._peer = peer
+        self.gso = gso and self._link.gso
+
+    def slot(self, size: int) -> tuple[int, int]:
+        """Offset and GSO segment index for the next ``size``-byte packet, after sending the
+        batch if the packet cannot join it."""
+        segments = self.segments
+        if segments and (size > self.segment_size or self.end + size > MAX_GSO_BYTES or segments == MAX_GSO_SEGMENTS):
+            self.flush()
+            segments = 0
+        if not segments:
+            self.segment_size = size
+        return self.end, segments
+
+    def added(self, size: int) -> None:
+        """The packet is built: ``size`` bytes at the offset ``slot`` gave."""
+        self.end += size
+        self.segments += 1
+        if size < self.segment_size or not self.gso:  # only the last segment may be shorter
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.segments:
+            return
+        data = self.view[: self.end]
+        self._counters["sent_bytes"] += self.end
+        if self.segments == 1:
+            self._one(self._peer, data)
+        elif not self._link.send_segments(data, self.segment_size, self._peer):
+            self._counters["drop_tx_full"] += self.segments
+        self.end = self.segments = 0
