@@ -110,5 +110,11 @@ def test_a_run_builds_the_bytes_of_its_packets(ip):
     for index, pkt in enumerate(packets):
         for segment in (0, index + 1):
             fast, slow = bytearray(1024), bytearray(1024)
-            size = path.build_run_packet_into(fast, 8, run, index, segment)
+            size = path.build_run_into(memoryview(fast), 8, run, index, 1, segment)
             assert size == path.build_into(slow, 8, pkt, segment) and fast == slow
+    whole, one_by_one = bytearray(4096), bytearray(4096)
+    end = path.build_run_into(memoryview(whole), 0, run, 0, 5, 2)
+    offset = 0
+    for index in range(5):
+        offset += path.build_run_into(memoryview(one_by_one), offset, run, index, 1, 2 + index)
+    assert end == offset and whole == one_by_one

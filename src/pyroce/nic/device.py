@@ -39,6 +39,7 @@ from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.framing import RocePath
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Packet, PacketRun, packet_length, parse_packet
@@ -334,18 +335,20 @@ class NicDevice:
 
     def _run(self) -> None:
         sources: list[int] = [self.link.fileno(), self._wake_r]
+        wake_only = [self._wake_r]
         while not self._stopping:
-            select.select(sources, [], [], self._wait_time())
-            try:
-                os.read(self._wake_r, 4096)
-            except BlockingIOError:
-                pass
-            busy = time.monotonic() - self._inline_at
-            if busy < INLINE_GRACE_S:
-                # The application is polling and runs the engine itself: taking the lock now
-                # would only make it wait. Look again when it may have gone quiet.
-                time.sleep(INLINE_GRACE_S - busy)
+            quiet = time.monotonic() - self._inline_at
+            if quiet < INLINE_GRACE_S:
+                # The application is polling and runs the engine itself. Waking for its
+                # packets would only make this thread take the GIL from it (and make it wait
+                # for the lock): sleep past the socket until the application may have gone quiet.
+                select.select(wake_only, [], [], INLINE_GRACE_S - quiet)
+                self._drain_wakes()
                 continue
+            select.select(sources, [], [], self._wait_time())
+            self._drain_wakes()
+            if time.monotonic() - self._inline_at < INLINE_GRACE_S:
+                continue  # the application took over while this thread slept
             with self._lock:
                 try:
                     self._progress()
@@ -356,6 +359,12 @@ class NicDevice:
             if now - self._published >= PUBLISH_EVERY_S:
                 self._published = now
                 self.publish_stats()
+
+    def _drain_wakes(self) -> None:
+        try:
+            os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
 
     def _wait_time(self) -> float:
         if self._rung or self._active or self._loopback:
@@ -392,15 +401,16 @@ class NicDevice:
         for _ in range(RX_BATCH):
             if self._loopback:
                 data = self._loopback.popleft()
-                self._deliver(data, self.address, self.link.port, now)
+                self._deliver(data, self.link.rx_path(self.address, self.link.port), now)
             else:
                 got = self.link.recv_into(self._rx_buf)
                 if got is None:
                     break
                 size, (peer, sport), step = got
                 view = self._rx_view
+                path = self.link.rx_path(peer, sport)
                 for start in range(0, size, step or size):  # datagrams GRO handed over as one
-                    self._deliver(view[start : min(start + step, size)], peer, sport, now)
+                    self._deliver(view[start : min(start + step, size)], path, now)
             moved = True
         else:
             self._rx_full = True  # the batch ran out before the socket did
@@ -441,8 +451,8 @@ class NicDevice:
             qp.rq_consumer += 1
         self._active.add(qp)
 
-    def _deliver(self, data: memoryview | bytes, peer: str, sport: int, now: float) -> None:
-        if self.verify_icrc and not self.link.rx_path(peer, sport).verify(data):
+    def _deliver(self, data: memoryview | bytes, path: RocePath, now: float) -> None:
+        if self.verify_icrc and not path.verify(data):
             self.counters["icrc_errors"] += 1
             return
         if len(data) >= BTH_LEN:
@@ -498,11 +508,15 @@ class NicDevice:
         for item in items:
             if type(item) is PacketRun:
                 size = BTH_LEN + item.pmtu + ICRC_LEN
-                for index in range(len(item.payload) // item.pmtu):
-                    offset, segment = batch.slot(size)
-                    batch.added(path.build_run_packet_into(view, offset, item, index, segment))
+                index, total = 0, len(item.payload) // item.pmtu
+                while index < total:
+                    offset, segment, count = batch.slot(size, total - index)
+                    path.build_run_into(view, offset, item, index, count, segment)  # type: ignore[arg-type]
+                    batch.added(size, count)
+                    index += count
             else:
-                offset, segment = batch.slot(packet_length(item))  # type: ignore[arg-type]
+                size = packet_length(item)  # type: ignore[arg-type]
+                offset, segment, _ = batch.slot(size)
                 batch.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
         batch.flush()
 

@@ -33,21 +33,25 @@ class TxBatch:
         self._peer = peer
         self.gso = gso and self._link.gso
 
-    def slot(self, size: int) -> tuple[int, int]:
-        """Offset and GSO segment index for the next ``size``-byte packet, after sending the
-        batch if the packet cannot join it."""
-        segments = self.segments
-        if segments and (size > self.segment_size or self.end + size > MAX_GSO_BYTES or segments == MAX_GSO_SEGMENTS):
+    def slot(self, size: int, wanted: int = 1) -> tuple[int, int, int]:
+        """Where the next ``size``-byte packets go: offset, GSO segment index of the first,
+        and how many of the ``wanted`` fit there (at least one; the batch is sent first if
+        not even one could join it)."""
+        if self.segments and (size > self.segment_size or not self._room(size)):
             self.flush()
-            segments = 0
-        if not segments:
+        if not self.segments:
             self.segment_size = size
-        return self.end, segments
+        if size < self.segment_size or not self.gso:
+            return self.end, self.segments, 1  # a shorter packet can only be the last
+        return self.end, self.segments, max(1, min(wanted, self._room(size)))
 
-    def added(self, size: int) -> None:
-        """The packet is built: ``size`` bytes at the offset ``slot`` gave."""
-        self.end += size
-        self.segments += 1
+    def _room(self, size: int) -> int:
+        return min(MAX_GSO_SEGMENTS - self.segments, (MAX_GSO_BYTES - self.end) // size)
+
+    def added(self, size: int, count: int = 1) -> None:
+        """``count`` packets of ``size`` bytes are built at the offset ``slot`` gave."""
+        self.end += size * count
+        self.segments += count
         if size < self.segment_size or not self.gso:  # only the last segment may be shorter
             self.flush()
 

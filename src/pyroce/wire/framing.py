@@ -20,7 +20,9 @@ from pyroce.wire.icrc import (
     IPV4_UDP_LEN,
     IPV6_UDP_LEN,
     RESIDUE,
+    byte4_correction,
     compute_icrc,
+    crc32,
     icrc_from_seed,
     icrc_seed,
     residue_from_seed,
@@ -199,21 +201,26 @@ class RocePath:
         _ICRC.pack_into(buf, offset + written, icrc)
         return size
 
-    def build_run_packet_into(self, buf: bytearray | memoryview, offset: int, run: PacketRun, index: int,
-                              segment: int = 0) -> int:  # fmt: skip
-        """Write packet ``index`` of ``run`` and its ICRC at ``offset``: one BTH pack, one
-        payload copy, one CRC. Returns the UDP payload length (the same bytes ``build_into``
-        writes for ``run.packets()[index]``)."""
+    def build_run_into(self, buf: memoryview, offset: int, run: PacketRun, first: int, count: int,
+                       segment: int = 0) -> int:  # fmt: skip
+        """Write packets ``first`` .. ``first + count - 1`` of ``run`` back to back from
+        ``offset``, as GSO segments from ``segment`` on: per packet one BTH pack, one payload
+        copy and one CRC (the bytes ``build_into`` writes for ``run.packets()``). Returns the
+        bytes written."""
         pmtu = run.pmtu
-        start = offset + BTH_LEN
-        end = start + pmtu
-        last = index == len(run.payload) // pmtu - 1
-        psn = psn_add(run.psn, index) | (ACKREQ if run.ackreq_last and last else 0)
-        BTH_STRUCT.pack_into(buf, offset, run.opcode, 0, run.pkey, run.dqpn, psn)
-        buf[start:end] = run.payload[index * pmtu : index * pmtu + pmtu]
-        view = buf if isinstance(buf, memoryview) else memoryview(buf)
-        _ICRC.pack_into(buf, end, icrc_from_seed(self.seed(pmtu + BTH_LEN + ICRC_LEN, segment), view[offset:end]))
-        return end + ICRC_LEN - offset
+        size = BTH_LEN + pmtu + ICRC_LEN
+        correction = byte4_correction(size - ICRC_LEN, 0)  # byte 4 (FECN, BECN, reserved) is 0
+        ackreq_at = len(run.payload) // pmtu - 1 if run.ackreq_last else -1
+        opcode, pkey, dqpn, psn, payload = run.opcode, run.pkey, run.dqpn, run.psn, run.payload
+        seed, pack_bth, pack_icrc = self.seed, BTH_STRUCT.pack_into, _ICRC.pack_into
+        for index in range(first, first + count):
+            end = offset + BTH_LEN + pmtu
+            pack_bth(buf, offset, opcode, 0, pkey, dqpn, psn_add(psn, index) | (ACKREQ if index == ackreq_at else 0))
+            buf[offset + BTH_LEN : end] = payload[index * pmtu : index * pmtu + pmtu]
+            pack_icrc(buf, end, crc32(buf[offset:end], seed(size, segment)) ^ correction)
+            offset = end + ICRC_LEN
+            segment += 1
+        return count * size
 
     def verify(self, udp_payload: Buffer) -> bool:
         """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path, as

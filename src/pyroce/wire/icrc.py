@@ -55,7 +55,7 @@ _MAX_CORRECTIONS = 4096
 _corrections: dict[int, int] = {}
 
 
-def _correction(length: int, byte4: int) -> int:
+def byte4_correction(length: int, byte4: int) -> int:
     """What to XOR into the CRC of ``length`` bytes whose byte 4 is ``byte4`` to get the CRC
     with byte 4 masked to 0xFF.
 
@@ -75,7 +75,7 @@ def _correction(length: int, byte4: int) -> int:
 
 def icrc_from_seed(seed: int, roce: Buffer) -> int:
     """ICRC of ``roce`` (BTH through padding, no ICRC) after headers summarised by ``seed``."""
-    return crc32(roce, seed) ^ _correction(len(roce), roce[_BTH_BYTE4])
+    return crc32(roce, seed) ^ byte4_correction(len(roce), roce[_BTH_BYTE4])
 
 
 def compute_icrc(ip_udp: Buffer, roce: Buffer) -> int:
@@ -93,7 +93,7 @@ def residue_from_seed(seed: int, udp_payload: Buffer) -> int:
     size = len(udp_payload)
     if size < ICRC_LEN + _BTH_BYTE4 + 1:
         return ~RESIDUE & 0xFFFFFFFF
-    return crc32(udp_payload, seed) ^ _correction(size, udp_payload[_BTH_BYTE4])
+    return crc32(udp_payload, seed) ^ byte4_correction(size, udp_payload[_BTH_BYTE4])
 
 
 def verify_icrc_from_seed(seed: int, udp_payload: Buffer) -> bool:
