@@ -72,6 +72,7 @@ _BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte
 _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
 _TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
 _TAIL_AT = 60
+_CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
 _ERR_AT = 54
 
 
@@ -94,7 +95,7 @@ def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int
     thread wrote between the two reads."""
     wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + _TAIL_AT)
     flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
-    opcode = CqeOpcode(op_own >> 4) if (op_own >> 4) in CqeOpcode._value2member_map_ else CqeOpcode.INVALID
+    opcode = _CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
     syndrome = vendor_err = 0
     if opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR):
         vendor_err, syndrome = _ERR.unpack_from(buf, offset + _ERR_AT)

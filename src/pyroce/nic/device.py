@@ -546,6 +546,9 @@ class NicDevice:
         return bool(sent)
 
 
+_WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)
+
+
 def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
     """The mlx5 CQE that reports ``completion``."""
     status = completion.status
@@ -554,16 +557,16 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
         syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
         return Cqe(opcode, qpn, completion.wqe_counter, syndrome=syndrome, vendor_err=completion.vendor_err)
     if completion.is_recv:
-        flags = completion.flags
+        flags = int(completion.flags)  # plain ints: IntFlag operators build enum members
         if completion.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
             opcode = CqeOpcode.RESP_WR_IMM
-        elif flags & WcFlag.WITH_IMM:
+        elif flags & _WITH_IMM:
             opcode = CqeOpcode.RESP_SEND_IMM
-        elif flags & WcFlag.WITH_INV:
+        elif flags & _WITH_INV:
             opcode = CqeOpcode.RESP_SEND_INV
         else:
             opcode = CqeOpcode.RESP_SEND
-        grh = 1 << 28 if flags & WcFlag.GRH else 0
+        grh = 1 << 28 if flags & _GRH else 0
         return Cqe(opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm,
                    flags_rqpn=grh | completion.src_qp)  # fmt: skip
     return Cqe(CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len,

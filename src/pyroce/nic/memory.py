@@ -60,7 +60,7 @@ class MrTable:
             return MemFault.BAD_KEY
         if region.pdn != pdn:
             return MemFault.BAD_PD
-        if access & ~region.access:
+        if int(access) & ~int(region.access):  # ints: IntFlag operators build enum members
             return MemFault.ACCESS
         start = addr - region.addr
         if start < 0 or length < 0 or start + length > region.length:

@@ -59,7 +59,7 @@ class SendWqe(NamedTuple):
     opcode: WqeOpcode
     wqe_index: int
     qpn: int
-    fm_ce_se: FmCeSe = FmCeSe.NONE
+    fm_ce_se: int = FmCeSe.NONE  # FmCeSe bits, decoded as a plain int (tested once per WQE)
     imm: int = 0  # immediate data, or the rkey to invalidate
     raddr: int | None = None
     rkey: int | None = None
@@ -84,6 +84,7 @@ _INLINE_HDR = struct.Struct(">I")
 _HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
 _HAS_ATOMIC = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
+_WQE_OPCODES = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
 MAX_DS = 0x3F  # the ds field is 6 bits
 
 
@@ -135,10 +136,9 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
     if len(data) < SEG:
         raise WqeError("WQE shorter than a control segment")
     word0, word1, _, _, fm_ce_se, imm = _CTRL.unpack_from(data, 0)
-    try:
-        opcode = WqeOpcode(word0 & 0xFF)
-    except ValueError:
-        raise WqeError(f"unknown WQE opcode 0x{word0 & 0xFF:02x}") from None
+    opcode = _WQE_OPCODES.get(word0 & 0xFF)
+    if opcode is None:
+        raise WqeError(f"unknown WQE opcode 0x{word0 & 0xFF:02x}")
     ds = word1 & MAX_DS
     size = ds * SEG
     if ds < 1 or size > len(data):
@@ -167,7 +167,7 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
             length, lkey, addr = _DATA.unpack_from(data, offset)
             sges.append(Sge(addr, length, lkey))
             offset += SEG
-    return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, FmCeSe(fm_ce_se), imm, raddr, rkey, swap_add,
+    return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
                    compare, tuple(sges), inline, word0 >> 24)  # fmt: skip
 
 

@@ -16,6 +16,9 @@ class AethKind(enum.IntEnum):
     NAK = 3
 
 
+_KINDS = tuple(AethKind)  # by value 0..3: a tuple index, not an enum call per response
+
+
 class NakCode(enum.IntEnum):
     """NAK codes (IBA table 46)."""
 
@@ -54,7 +57,7 @@ def nak_syndrome(code: NakCode | int) -> int:
 
 
 def syndrome_kind(syndrome: int) -> AethKind:
-    return AethKind((syndrome >> _KIND_SHIFT) & 3)
+    return _KINDS[(syndrome >> _KIND_SHIFT) & 3]
 
 
 def syndrome_value(syndrome: int) -> int:
