@@ -160,6 +160,7 @@ class NicDevice:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stopping = False
+        self._wake_pending = False
         self._thread = threading.Thread(target=self._run, name=f"{name}-engine", daemon=True)
         self._thread.start()
 
@@ -249,11 +250,16 @@ class NicDevice:
                 self._active.discard(qp)
 
     def ring_doorbell(self, qpn: int) -> None:
-        """The doorbell register: the QP's doorbell record has new producer counters."""
+        """The doorbell register: the QP's doorbell record has new producer counters.
+
+        A QP with nothing in flight runs the engine at once (a lone request goes out now);
+        one already streaming leaves the new WQEs to the next poll, which the application
+        makes to reap the completions it waits for, so a deep queue is fetched and sent in
+        batches (doorbell batching), and to the engine thread if no poll comes."""
         qp = self.qps.get(qpn)
         if qp is not None:
             self._rung.add(qp)
-            if self.inline_progress:
+            if self.inline_progress and not qp.rc.requester.queue:
                 self.kick()
             else:
                 self._wake()
@@ -328,6 +334,9 @@ class NicDevice:
     # --- engine -------------------------------------------------------------------------
 
     def _wake(self) -> None:
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             os.write(self._wake_w, b"\0")
         except BlockingIOError:
@@ -361,6 +370,7 @@ class NicDevice:
                 self.publish_stats()
 
     def _drain_wakes(self) -> None:
+        self._wake_pending = False
         try:
             os.read(self._wake_r, 4096)
         except BlockingIOError:
