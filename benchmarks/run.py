@@ -36,7 +36,7 @@ from pyroce.verbs.qp import QP, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
 REGION = 16 << 20  # each side's memory region; messages wrap around inside it
-DEPTH = 64  # work requests in flight per QP for bandwidth (perftest's tx depth is 128)
+DEPTH = 128  # work requests in flight per QP for bandwidth and rate: perftest's default tx depth
 EXTRA_QP_DEPTH = 16  # send queue depth of the QPs of the many-QP runs
 TOTAL_IN_FLIGHT = 256  # across all QPs: what the CQ (4 x 256 entries) can always hold
 WR = ibv_wr_opcode
