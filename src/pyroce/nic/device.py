@@ -411,16 +411,13 @@ class NicDevice:
         for _ in range(RX_BATCH):
             if self._loopback:
                 data = self._loopback.popleft()
-                self._deliver(data, self.link.rx_path(self.address, self.link.port), now)
+                self._deliver_all(memoryview(data), len(data), self.link.rx_path(self.address, self.link.port), now)
             else:
                 got = self.link.recv_into(self._rx_buf)
                 if got is None:
                     break
                 size, (peer, sport), step = got
-                view = self._rx_view
-                path = self.link.rx_path(peer, sport)
-                for start in range(0, size, step or size):  # datagrams GRO handed over as one
-                    self._deliver(view[start : min(start + step, size)], path, now)
+                self._deliver_all(self._rx_view[:size], step or 1, self.link.rx_path(peer, sport), now)
             moved = True
         else:
             self._rx_full = True  # the batch ran out before the socket did
@@ -461,18 +458,33 @@ class NicDevice:
             qp.rq_consumer += 1
         self._active.add(qp)
 
-    def _deliver(self, data: memoryview | bytes, path: RocePath, now: float) -> None:
-        if self.verify_icrc and not path.verify(data):
-            self.counters["icrc_errors"] += 1
-            return
-        if len(data) >= BTH_LEN:
-            qp = self.qps.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP, for header prediction
-            if qp is not None and qp.rc.receive_predicted(data, now):
-                counters = self.counters
-                counters["rcvd_pkts"] += 1
-                counters["rcvd_bytes"] += len(data)
-                self._active.add(qp)
-                return
+    def _deliver_all(self, datagrams: memoryview, step: int, path: RocePath, now: float) -> None:
+        """Datagrams from one sender, ``step`` bytes each but the last (GRO hands a run over as
+        one; a lone datagram is a run of one): ICRC, then header prediction, then the general
+        path for what prediction leaves."""
+        verify = path.verify if self.verify_icrc else None
+        qps, active = self.qps, self._active
+        predicted = predicted_bytes = 0
+        for start in range(0, len(datagrams) or 1, step):  # an empty datagram is looked at (and counted)
+            data = datagrams[start : start + step]
+            if verify is not None and not verify(data):
+                self.counters["icrc_errors"] += 1
+                continue
+            if len(data) >= BTH_LEN:
+                qp = qps.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP, for header prediction
+                if qp is not None and qp.rc.receive_predicted(data, now):
+                    predicted += 1
+                    predicted_bytes += len(data)
+                    active.add(qp)
+                    continue
+            self._deliver(data, now)
+        if predicted:
+            counters = self.counters
+            counters["rcvd_pkts"] += predicted
+            counters["rcvd_bytes"] += predicted_bytes
+
+    def _deliver(self, data: memoryview, now: float) -> None:
+        """One packet, ICRC checked, through the general path: parse, then the QP's transport."""
         try:
             pkt = parse_packet(data)
         except MalformedPacket as exc:
