@@ -143,17 +143,18 @@ class RcQp:
         expected PSN, PMTU long, is placed without building a ``Packet``. False when anything
         is not as predicted: the caller then parses the packet and calls ``receive``, so every
         rule and every error stays in the general path."""
-        if len(data) != BTH_LEN + self.config.pmtu + ICRC_LEN or data[0] not in MIDDLE_OPCODES:
+        config = self.config
+        if len(data) != BTH_LEN + config.pmtu + ICRC_LEN or data[0] not in MIDDLE_OPCODES:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & BARE_FLAGS or pkey != self.config.pkey or self.state not in RECEIVING_STATES:
+        if flags & BARE_FLAGS or pkey != config.pkey or self.state not in RECEIVING_STATES:
             return False
-        payload = data[BTH_LEN:-ICRC_LEN]
-        op_flags = OPCODE_FLAGS[opcode]
-        if op_flags & Flag.ACK:
-            placed = self.state is not QpState.RTR and self.completer.receive_read_middle(psn & PSN_MASK, payload, now)
+        if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
+            placed = self.state is not QpState.RTR and self.completer.receive_read_middle(
+                psn & PSN_MASK, data[BTH_LEN:-ICRC_LEN], now)  # fmt: skip
         else:
-            placed = self.responder.receive_middle(op_flags, psn & PSN_MASK, psn > PSN_MASK, payload)
+            placed = self.responder.receive_middle(OPCODE_FLAGS[opcode], psn & PSN_MASK, psn > PSN_MASK,
+                                                   data[BTH_LEN:-ICRC_LEN])  # fmt: skip
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed

@@ -151,7 +151,9 @@ class Responder:
         (``RcQp.receive_middle``); False leaves the packet to ``receive``."""
         offset = self.offset
         end = offset + len(payload)
-        if psn != self.epsn or self.nak_sent or not flags & self.in_message or flags & self._refused_ops():
+        if psn != self.epsn or self.nak_sent or not flags & self.in_message:
+            return False
+        if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
             return False
         if flags & Flag.WRITE:
             if end > self.write_length:

@@ -226,10 +226,14 @@ class RocePath:
         """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path, as
         a datagram on its own or as any segment of a GSO send."""
         size = len(udp_payload)
-        residue = residue_from_seed(self.seed(size), udp_payload)
+        seed = self._seeds.get(size * MAX_GSO_SEGMENTS)  # runs per packet: the cache is read inline
+        residue = residue_from_seed(self.seed(size) if seed is None else seed, udp_payload)
         if residue == RESIDUE:
             return True
-        return self.header_len == IPV4_UDP_LEN and residue ^ RESIDUE in self._segment_deltas(size)
+        if self.header_len != IPV4_UDP_LEN:
+            return False
+        deltas = self._deltas.get(size)
+        return residue ^ RESIDUE in (self._segment_deltas(size) if deltas is None else deltas)
 
     def _segment_deltas(self, size: int) -> frozenset[int]:
         """How the residue of a ``size``-byte datagram moves when it was GSO segment 1..63:
