@@ -261,8 +261,8 @@ class NicDevice:
             self._rung.add(qp)
             if self.inline_progress and not qp.rc.requester.queue:
                 self.kick()
-            else:
-                self._wake()
+            elif time.monotonic() - self._inline_at >= INLINE_GRACE_S:
+                self._wake()  # nobody polls: the engine thread takes it
 
     def note_receives(self, qpn: int) -> None:
         """New receive WQEs: the engine reads them when a message needs one (as a NIC reads its
@@ -344,15 +344,13 @@ class NicDevice:
 
     def _run(self) -> None:
         sources: list[int] = [self.link.fileno(), self._wake_r]
-        wake_only = [self._wake_r]
         while not self._stopping:
             quiet = time.monotonic() - self._inline_at
             if quiet < INLINE_GRACE_S:
                 # The application is polling and runs the engine itself. Waking for its
-                # packets would only make this thread take the GIL from it (and make it wait
-                # for the lock): sleep past the socket until the application may have gone quiet.
-                select.select(wake_only, [], [], INLINE_GRACE_S - quiet)
-                self._drain_wakes()
+                # packets or doorbells would only make this thread take the GIL from it (and
+                # make it wait for the lock): sleep until the application may have gone quiet.
+                time.sleep(INLINE_GRACE_S - quiet)
                 continue
             select.select(sources, [], [], self._wait_time())
             self._drain_wakes()
