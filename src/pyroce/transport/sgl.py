@@ -17,7 +17,7 @@ class ScatterGather:
 
     def __init__(self, views: list[memoryview]) -> None:
         self.views = views
-        self.starts = [0, *accumulate(len(v) for v in views)]
+        self.starts = [0, len(views[0])] if len(views) == 1 else [0, *accumulate(len(v) for v in views)]
         self.length = self.starts[-1]
 
     @classmethod

@@ -47,6 +47,11 @@ WQE_OPCODES = {
 }
 RDMA_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ}
 ATOMIC_OPS = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
+NO_INLINE_OPS = ATOMIC_OPS | {WqeOpcode.RDMA_READ}  # their data comes back: nothing to carry inline
+# ibv_send_flags and the control segment bits they become, as plain ints (tested per post)
+_SIGNALED, _SOLICITED = int(ibv_send_flags.IBV_SEND_SIGNALED), int(ibv_send_flags.IBV_SEND_SOLICITED)
+_FENCE, _INLINE = int(ibv_send_flags.IBV_SEND_FENCE), int(ibv_send_flags.IBV_SEND_INLINE)
+_CQ_UPDATE, _SOLICITED_BIT, _FENCE_BIT = int(FmCeSe.CQ_UPDATE), int(FmCeSe.SOLICITED), int(FmCeSe.FENCE)
 IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
 SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
 
@@ -370,15 +375,14 @@ class QP(PyverbsObject):
         length = sum(s.length for s in sges)
         if length > MAX_MSG_SZ:
             raise invalid(f"message of {length} bytes exceeds max_msg_sz {MAX_MSG_SZ}")
-        flags = FmCeSe.NONE
-        if wr.send_flags & ibv_send_flags.IBV_SEND_SIGNALED or self.sq_sig_all:
-            flags |= FmCeSe.CQ_UPDATE
-        if wr.send_flags & ibv_send_flags.IBV_SEND_SOLICITED:
-            flags |= FmCeSe.SOLICITED
-        if wr.send_flags & ibv_send_flags.IBV_SEND_FENCE:
-            flags |= FmCeSe.FENCE
+        send_flags = int(wr.send_flags)  # plain ints: IntFlag operators build an enum member each
+        flags = _CQ_UPDATE if send_flags & _SIGNALED or self.sq_sig_all else 0
+        if send_flags & _SOLICITED:
+            flags |= _SOLICITED_BIT
+        if send_flags & _FENCE:
+            flags |= _FENCE_BIT
         inline = None
-        if wr.send_flags & ibv_send_flags.IBV_SEND_INLINE and opcode not in ATOMIC_OPS | {WqeOpcode.RDMA_READ}:
+        if send_flags & _INLINE and opcode not in NO_INLINE_OPS:
             if length > self.cap.max_inline_data:
                 raise invalid(f"{length} inline bytes exceed max_inline_data {self.cap.max_inline_data}")
             inline = b"".join(self._read_local(s) for s in sges)
