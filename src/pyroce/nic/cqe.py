@@ -8,6 +8,7 @@ that sees a valid ``op_own`` sees a whole CQE.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from typing import NamedTuple
 
@@ -68,6 +69,8 @@ class Cqe(NamedTuple):
         return self.opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR)
 
 
+new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all eleven fields, without NamedTuple.__new__'s frame
+
 _BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
 _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
 _TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
@@ -79,9 +82,10 @@ _ERR_AT = 54
 def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) -> None:
     """Write ``cqe`` at ``offset`` with owner bit ``owner``: body first, ``op_own`` last."""
     opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
+    error = cqe.is_error
     _BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
-                    0 if cqe.is_error else cqe.timestamp, opcode_qpn)  # fmt: skip
-    if cqe.is_error:
+                    0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
+    if error:
         _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
     _TAIL.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0, (cqe.opcode << 4) | (owner & 1))
 

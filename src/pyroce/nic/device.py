@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.udp import UdpLink
-from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode
+from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
 from pyroce.nic.tx import TxBatch
@@ -400,7 +400,11 @@ class NicDevice:
         moved = False
         self._rx_full = False
         while self._rung:
-            self._fetch(self._rung.pop())
+            qp = self._rung.pop()
+            self._fetch(qp)
+            # New work goes out before the receive below: a request on its way while this
+            # pass looks at the socket, not after (it is the latency of a lone post).
+            self._service(qp, now)
             moved = True
         while self._delayed and self._delayed[0][0] <= now:
             _, _, peer, data = heapq.heappop(self._delayed)
@@ -587,7 +591,7 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
         else:
             opcode = CqeOpcode.RESP_SEND
         grh = 1 << 28 if flags & _GRH else 0
-        return Cqe(opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm,
-                   flags_rqpn=grh | completion.src_qp)  # fmt: skip
-    return Cqe(CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len,
-               s_wqe_opcode=REQ_WQE_OPCODE[completion.opcode])  # fmt: skip
+        return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
+                        grh | completion.src_qp, 0, 0, 0, 0))  # fmt: skip
+    return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,
+                    REQ_WQE_OPCODE[completion.opcode], 0, 0))  # fmt: skip
