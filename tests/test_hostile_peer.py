@@ -163,25 +163,27 @@ def test_hostile_request_gets_rxes_answer_and_touches_nothing(target: Target, ca
     assert sum(target.qp.counters.values()) > 0
 
 
-SURPRISES = {
-    "ends past the WRITE's length": (2, 0, NakCode.INVALID_REQUEST),
-    "PSN ahead": (3, 0, NakCode.PSN_SEQ_ERR),
-    "PadCnt set": (2, 0x10, NakCode.INVALID_REQUEST),
-    "TVer 1": (2, 0x01, None),  # malformed: dropped before the transport
+SURPRISES = {  # (opcode, PSN after the FIRST, payload length, BTH byte 1 bits, the general path's NAK)
+    "ends past the WRITE's length": (Opcode.RC_RDMA_WRITE_MIDDLE, 2, 1024, 0, NakCode.INVALID_REQUEST),
+    "PSN ahead": (Opcode.RC_RDMA_WRITE_MIDDLE, 3, 1024, 0, NakCode.PSN_SEQ_ERR),
+    "PadCnt set": (Opcode.RC_RDMA_WRITE_MIDDLE, 2, 1024, 0x10, NakCode.INVALID_REQUEST),
+    "TVer 1": (Opcode.RC_RDMA_WRITE_MIDDLE, 2, 1024, 0x01, None),  # malformed: dropped before the transport
+    "LAST short of the WRITE's length": (Opcode.RC_RDMA_WRITE_LAST, 2, 900, 0, NakCode.INVALID_REQUEST),
+    "LAST past the WRITE's length": (Opcode.RC_RDMA_WRITE_LAST, 2, 1000, 0, NakCode.INVALID_REQUEST),
+    "LAST whose PadCnt eats a byte": (Opcode.RC_RDMA_WRITE_LAST, 2, 952, 0x10, NakCode.INVALID_REQUEST),
 }
 
 
 @pytest.mark.parametrize("case", SURPRISES)
 def test_header_prediction_leaves_every_surprise_to_the_general_path(target: Target, case: str) -> None:
-    psn_step, flag_bits, nak = SURPRISES[case]
+    opcode, psn_step, length, flag_bits, nak = SURPRISES[case]
     first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), os.urandom(1024),
                    reth=Reth(BASE + REGION - 3000, target.mr.key, 3000))  # fmt: skip
     assert nak_code(target.send(first)) is None
     middle = Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, 1)), os.urandom(1024))
     assert target.qp.receive_predicted(wire_bytes(middle), 0.0)  # as predicted: placed on the fast path
     assert bytes(target.guarded[REGION - 1976 : REGION - 952]) == middle.payload
-    surprise = bytearray(wire_bytes(Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, psn_step)),
-                                           os.urandom(1024))))  # fmt: skip
+    surprise = bytearray(wire_bytes(Packet(BTH(opcode, 0x22, psn_add(EPSN, psn_step), True), os.urandom(length))))
     surprise[1] |= flag_bits
     tail = bytes(target.guarded[REGION - 952 :])
     assert not target.qp.receive_predicted(bytes(surprise), 0.0)
@@ -192,6 +194,27 @@ def test_header_prediction_leaves_every_surprise_to_the_general_path(target: Tar
     assert nak_code(answer) == nak
     assert target.outside() == target.snapshot
     assert bytes(target.guarded[REGION - 952 :]) == tail  # the surprise placed nothing
+
+
+def test_header_prediction_ends_a_message_as_the_general_path_does(target: Target) -> None:
+    """A WRITE's MIDDLE and LAST on the fast path, then a SEND's: bytes placed, the message
+    ended (MSN, ACK with it, the receive WQE completed with the right length)."""
+    first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), os.urandom(1024), reth=Reth(BASE, target.mr.key, 2100))
+    middle = Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, 1)), os.urandom(1024))
+    last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, 0x22, psn_add(EPSN, 2), True), os.urandom(52))
+    target.send(first)
+    assert target.qp.receive_predicted(wire_bytes(middle), 0.0)
+    assert target.qp.receive_predicted(wire_bytes(last), 0.0)
+    assert bytes(target.guarded[:2100]) == first.payload + middle.payload + last.payload
+    acks = target.qp.packets_to_send(0.0)
+    assert [(p.bth.opcode, p.bth.psn, p.aeth.msn) for p in acks] == [(Opcode.RC_ACKNOWLEDGE, psn_add(EPSN, 2), 1)]  # type: ignore[union-attr]
+    send = [Packet(BTH(Opcode.RC_SEND_FIRST, 0x22, psn_add(EPSN, 3)), os.urandom(1024)),
+            Packet(BTH(Opcode.RC_SEND_LAST, 0x22, psn_add(EPSN, 4), True), os.urandom(7))]  # fmt: skip
+    deliver(target.qp, send[0], 0.0)
+    assert target.qp.receive_predicted(wire_bytes(send[1]), 0.0)
+    assert bytes(target.recv[GUARD : GUARD + 1031]) == send[0].payload + send[1].payload
+    [completion] = target.qp.completions
+    assert (completion.is_recv, completion.status, completion.byte_len) == (True, WcStatus.SUCCESS, 1031)
 
 
 def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:

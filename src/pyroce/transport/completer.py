@@ -55,7 +55,7 @@ class Completer:
 
     def receive_read_middle(self, psn: int, payload: memoryview | bytes, now: float) -> bool:
         """Place a PMTU-long READ response MIDDLE packet if it is the next one the READ at the
-        head of the queue expects (``RcQp.receive_middle``); False leaves it to ``receive``."""
+        head of the queue expects (``RcQp.receive_predicted``); False leaves it to ``receive``."""
         req = self.qp.requester
         if req.comp_psn != psn or not req.queue:
             return False

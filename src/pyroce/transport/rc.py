@@ -19,7 +19,7 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
-from pyroce.wire.bth import BTH_STRUCT
+from pyroce.wire.bth import BTH_STRUCT, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
@@ -41,8 +41,10 @@ class QpState(enum.IntEnum):
 
 
 RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
-MIDDLE_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
-BARE_FLAGS = 0x3F  # PadCnt and TVer: a MIDDLE packet has neither (full PMTU, version 0)
+# What header prediction takes: the packets after the first of a SEND, WRITE or READ response
+# whose headers are a BTH alone (no immediate, no AETH)
+PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
+                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})  # fmt: skip
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -139,22 +141,30 @@ class RcQp:
 
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
-        through ICRC, ICRC checked): a MIDDLE packet of the message in progress, at the
-        expected PSN, PMTU long, is placed without building a ``Packet``. False when anything
-        is not as predicted: the caller then parses the packet and calls ``receive``, so every
-        rule and every error stays in the general path."""
+        through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
+        message in progress, at the expected PSN, is placed without building a ``Packet``.
+        False when anything is not as predicted: the caller then parses the packet and calls
+        ``receive``, so every rule and every error stays in the general path."""
         config = self.config
-        if len(data) != BTH_LEN + config.pmtu + ICRC_LEN or data[0] not in MIDDLE_OPCODES:
+        size = len(data)
+        if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & BARE_FLAGS or pkey != config.pkey or self.state not in RECEIVING_STATES:
+        if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
+            return False
+        pad = flags >> 4 & 3
+        end = size - ICRC_LEN - pad
+        op_flags = OPCODE_FLAGS[opcode]
+        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4
+            if not 0 < end - BTH_LEN <= config.pmtu or pad != -(end - BTH_LEN) & 3:
+                return False
+        elif pad or end - BTH_LEN != config.pmtu:  # MIDDLE: exactly PMTU
             return False
         if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
             placed = self.state is not QpState.RTR and self.completer.receive_read_middle(
-                psn & PSN_MASK, data[BTH_LEN:-ICRC_LEN], now)  # fmt: skip
+                psn & PSN_MASK, data[BTH_LEN:end], now)  # fmt: skip
         else:
-            placed = self.responder.receive_middle(OPCODE_FLAGS[opcode], psn & PSN_MASK, psn > PSN_MASK,
-                                                   data[BTH_LEN:-ICRC_LEN])  # fmt: skip
+            placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[BTH_LEN:end])
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed

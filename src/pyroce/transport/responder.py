@@ -146,9 +146,9 @@ class Responder:
         elif state is not RespState.DROP:
             self._error(pkt, state)
 
-    def receive_middle(self, flags: int, psn: int, ackreq: bool, payload: memoryview | bytes) -> bool:
-        """Place a PMTU-long MIDDLE packet if it is exactly what the open message expects
-        (``RcQp.receive_middle``); False leaves the packet to ``receive``."""
+    def receive_predicted(self, flags: int, psn: int, ackreq: bool, payload: memoryview | bytes) -> bool:
+        """Place a MIDDLE or LAST packet (no immediate) if it is exactly what the open message
+        expects (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
         offset = self.offset
         end = offset + len(payload)
         if psn != self.epsn or self.nak_sent or not flags & self.in_message:
@@ -156,7 +156,7 @@ class Responder:
         if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
             return False
         if flags & Flag.WRITE:
-            if end > self.write_length:
+            if end > self.write_length or (flags & Flag.END and end != self.write_length):
                 return False
             self.write_view[offset:end] = payload  # type: ignore[index]
         else:
@@ -164,10 +164,7 @@ class Responder:
             if data is None or end > data.length:
                 return False
             data.write(offset, payload)
-        self.offset = end
-        self.epsn = psn_add(psn, 1)
-        if ackreq:
-            self._ack(psn)
+        self._placed(flags, psn, len(payload), ackreq, None)
         return True
 
     def _check_psn(self, pkt: Packet) -> RespState:
@@ -273,8 +270,13 @@ class Responder:
             if flags & Flag.START:
                 self.write_view = self.checked
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
-        self.offset += len(payload)
-        self.epsn = psn_add(bth.psn, 1)
+        self._placed(flags, bth.psn, len(payload), bth.ackreq, pkt)
+
+    def _placed(self, flags: int, psn: int, length: int, ackreq: bool, pkt: Packet | None) -> None:
+        """A SEND or WRITE packet's payload is in place: move past it, end the message (and
+        complete its receive WQE) on its last packet, ACK when asked."""
+        self.offset += length
+        self.epsn = psn_add(psn, 1)
         if flags & Flag.END:
             self.in_message = Flag.NONE
             self.msn = (self.msn + 1) & 0xFFFFFF
@@ -283,19 +285,21 @@ class Responder:
             self.write_view = None
         else:
             self.in_message = flags & (Flag.SEND | Flag.WRITE)
-        if bth.ackreq:
-            self._ack(bth.psn)
+        if ackreq:
+            self._ack(psn)
 
-    def _complete_recv(self, pkt: Packet, flags: int) -> None:
+    def _complete_recv(self, pkt: Packet | None, flags: int) -> None:
+        """The message's receive WQE completes (``pkt``: its last packet, for the immediate;
+        None for a predicted packet, which carries none)."""
         if flags & Flag.WRITE:  # RDMA WRITE with immediate consumes a receive WQE here
             self.recv = self.recv_queue.popleft()
         recv = self.recv
         self.recv = self.recv_data = None
         wc_flags = WcFlag.NONE
         imm = 0
-        if pkt.immdt is not None:
+        if pkt is not None and pkt.immdt is not None:
             wc_flags, imm = WcFlag.WITH_IMM, pkt.immdt
-        elif pkt.ieth is not None:
+        elif pkt is not None and pkt.ieth is not None:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
         opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
         self.qp.completions.append(

@@ -21,7 +21,7 @@ BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FE
 
 _SE = 0x80
 _MIG = 0x40
-_TVER_MASK = 0x0F
+TVER_MASK = 0x0F
 _FECN = 0x80000000
 _BECN = 0x40000000
 ACKREQ = 0x80000000
@@ -50,8 +50,8 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
 
     Raises ``BadTransportVersion`` when TVer is not 0. The caller checks the length."""
     opcode, flags, pkey, word1, word2 = BTH_STRUCT.unpack_from(buf, offset)
-    if flags & _TVER_MASK:
-        raise BadTransportVersion(f"BTH TVer is {flags & _TVER_MASK}, must be 0")
+    if flags & TVER_MASK:
+        raise BadTransportVersion(f"BTH TVer is {flags & TVER_MASK}, must be 0")
     bth = new_bth(
         (
             opcode,
