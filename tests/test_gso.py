@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import random
 import select
+from collections import Counter
 
 import pytest
 
 from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
+from pyroce.nic.tx import TxBatch
 from pyroce.wire import BTH, IPv4Header, IPv6Header, Opcode, Packet, UdpHeader, parse_frame, parse_packet
 from pyroce.wire.framing import LINKTYPE_RAW, MAX_GSO_SEGMENTS, RocePath
+from pyroce.wire.headers import Reth
 from pyroce.wire.packet import PacketRun
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
@@ -118,3 +121,39 @@ def test_a_run_builds_the_bytes_of_its_packets(ip):
     for index in range(5):
         offset += path.build_run_into(memoryview(one_by_one), offset, run, index, 1, 2 + index)
     assert end == offset and whole == one_by_one
+
+
+def test_a_64k_write_leaves_in_two_gso_sends():
+    """FIRST (RETH, 16 bytes longer) can only lead a send whose next segment is the last, so
+    a 64 KiB WRITE at PMTU 4096 goes as [FIRST, MIDDLE] and [13 x MIDDLE, LAST]; the GRO
+    receiver gets the same two runs back, every segment with a good ICRC."""
+    sender, receiver = loopback_links(2)
+    try:
+        if not (sender.gso and receiver.gro):
+            pytest.fail("this kernel lacks UDP GSO/GRO (Linux 5.0+ has both)")
+        data = memoryview(os.urandom(65536))
+        first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x11, 0), data[:4096], reth=Reth(0x1000, 0x77, 65536))
+        run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x11, 1, 0xFFFF, data[4096:61440], 4096, False)
+        last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, 0x11, 15, True), data[61440:])
+        view = memoryview(bytearray(65536))
+        sent: list[bytes] = []
+        batch = TxBatch(view, sender, lambda peer, datagram: sent.append(bytes(datagram)), Counter())
+        batch.start(receiver.address, gso=True)
+        batch.send(sender.tx_path(receiver.address), [first, run, last])
+        assert sent == []  # nothing went as a lone datagram
+        runs = []
+        rx = bytearray(65536)
+        got: list[Packet] = []
+        while len(got) < 16:
+            assert select.select([receiver.sock], [], [], 2)[0], f"{len(got)} of 16 packets arrived"
+            size, (peer, sport), step = receiver.recv_into(rx)  # type: ignore[misc]
+            runs.append((size, step))
+            for start in range(0, size, step):
+                datagram = memoryview(rx)[start : min(start + step, size)]
+                assert receiver.rx_path(peer, sport).verify(datagram)
+                got.append(parse_packet(bytes(datagram)))
+        assert runs == [(4128 + 4112, 4128), (14 * 4112, 4112)]
+        assert got == [first, *run.packets(), last]
+    finally:
+        sender.close()
+        receiver.close()

@@ -40,9 +40,8 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.framing import RocePath
-from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN
-from pyroce.wire.packet import Packet, PacketRun, packet_length, parse_packet
+from pyroce.wire.packet import Packet, PacketRun, parse_packet
 
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
@@ -523,26 +522,10 @@ class NicDevice:
             self.counters["drop_tx_full"] += 1
 
     def _send_output(self, peer: str, items: list[Packet | PacketRun]) -> None:
-        """Build ``items`` into the transmit buffer and send them to ``peer``, as GSO batches
-        where the link can (``nic.tx``); a run's packets are built in one loop."""
-        path = self.link.tx_path(peer)
+        """Send ``items`` to ``peer``, as GSO batches where the link can (``nic.tx``)."""
         batch = self._tx_batch
         batch.start(peer, gso=self.faults is None and peer != self.address)
-        view = self._tx_view
-        for item in items:
-            if type(item) is PacketRun:
-                size = BTH_LEN + item.pmtu + ICRC_LEN
-                index, total = 0, len(item.payload) // item.pmtu
-                while index < total:
-                    offset, segment, count = batch.slot(size, total - index)
-                    path.build_run_into(view, offset, item, index, count, segment)  # type: ignore[arg-type]
-                    batch.added(size, count)
-                    index += count
-            else:
-                size = packet_length(item)  # type: ignore[arg-type]
-                offset, segment, _ = batch.slot(size)
-                batch.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
-        batch.flush()
+        batch.send(self.link.tx_path(peer), items)
 
     def _service(self, qp: HwQp, now: float) -> bool:
         """Send what the QP has to send and write its completions; False if it had nothing."""

@@ -13,7 +13,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from pyroce.link.udp import MAX_GSO_BYTES, UdpLink
-from pyroce.wire.framing import MAX_GSO_SEGMENTS
+from pyroce.wire.framing import MAX_GSO_SEGMENTS, RocePath
+from pyroce.wire.icrc import ICRC_LEN
+from pyroce.wire.opcodes import BTH_LEN
+from pyroce.wire.packet import Packet, PacketRun, packet_length
 
 
 class TxBatch:
@@ -32,6 +35,23 @@ class TxBatch:
     def start(self, peer: str, gso: bool) -> None:
         self._peer = peer
         self.gso = gso and self._link.gso
+
+    def send(self, path: RocePath, items: list[Packet | PacketRun]) -> None:
+        """Build ``items`` (a run's packets in one loop) into the batch and send them all."""
+        view = self.view
+        for item in items:
+            if type(item) is PacketRun:
+                size = BTH_LEN + item.pmtu + ICRC_LEN
+                index, total = 0, len(item.payload) // item.pmtu
+                while index < total:
+                    offset, segment, count = self.slot(size, total - index)
+                    path.build_run_into(view, offset, item, index, count, segment)
+                    self.added(size, count)
+                    index += count
+            else:
+                offset, segment, _ = self.slot(packet_length(item))  # type: ignore[arg-type]
+                self.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
+        self.flush()
 
     def slot(self, size: int, wanted: int = 1) -> tuple[int, int, int]:
         """Where the next ``size``-byte packets go: offset, GSO segment index of the first,

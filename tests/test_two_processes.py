@@ -1,0 +1,76 @@
+"""pyroce between two processes on loopback: the UDP link with GSO/GRO, doorbell batching and
+the engine thread, with a real peer process (spawned) that answers with digests of its MR."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import time
+from multiprocessing.connection import Connection
+
+import pytest
+
+from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
+from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
+from pyroce.verbs.wr import SGE, SendWR
+
+REGION = 4 << 20
+
+
+def _passive_peer(conn: Connection) -> None:
+    """The other process: an endpoint that connects, then reports digests of its MR."""
+    ep = RcEndpoint.open(REGION)
+    conn.send(tuple(ep.info()))
+    peer, mtu = conn.recv()
+    ep.connect(PeerInfo(*peer), path_mtu=mtu)
+    conn.send("connected")
+    while (request := conn.recv()) != "quit":
+        offset, length = request
+        conn.send(hashlib.sha256(ep.mr.read(length, offset)).hexdigest())
+    ep.close()
+
+
+@pytest.fixture
+def pair():
+    spawn = multiprocessing.get_context("spawn")
+    conn, child = spawn.Pipe()
+    process = spawn.Process(target=_passive_peer, args=(child,), daemon=True)
+    process.start()
+    ep = RcEndpoint.open(REGION)
+    try:
+        assert conn.poll(60), "the peer process did not start"
+        peer = PeerInfo(*conn.recv())
+        conn.send((tuple(ep.info()), ibv_mtu.IBV_MTU_4096))
+        ep.connect(peer, path_mtu=ibv_mtu.IBV_MTU_4096)
+        assert conn.recv() == "connected"
+        yield ep, peer, conn
+    finally:
+        conn.send("quit")
+        process.join(30)
+        ep.close()
+
+
+def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:
+    """Only the first WRITE runs the engine at its doorbell; the seven posted behind it wait
+    for a poll that never comes, so the engine thread must send them (doorbell batching)."""
+    ep, peer, conn = pair
+    size, count = 65536, 8
+    ep.mr.write(os.urandom(size * count), size * count)
+    for index in range(count):
+        wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE,
+                    sg=[SGE(ep.mr.buf + index * size, size, ep.mr.lkey)])  # fmt: skip
+        wr.set_wr_rdma(peer.rkey, peer.addr + index * size)
+        ep.qp.post_send(wr)
+    deadline = time.monotonic() + 10
+    expected = hashlib.sha256(ep.mr.read(size * count, 0)).hexdigest()
+    while True:  # no verbs call here: only the engine thread can move the data
+        conn.send((0, size * count))
+        if conn.recv() == expected:
+            break
+        assert time.monotonic() < deadline, "the WRITEs posted behind the first never arrived"
+        time.sleep(0.01)
+    wcs = ep.poll(count, 10)
+    assert [(wc.wr_id, wc.status) for wc in wcs] == [(index, 0) for index in range(count)]
+    stats = ep.ctx.device.stats()
+    assert stats["sent_pkts"] >= count * 16 and stats.get("retransmitted_pkts", 0) == 0
