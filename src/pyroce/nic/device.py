@@ -259,7 +259,7 @@ class NicDevice:
         if qp is not None:
             self._rung.add(qp)
             if self.inline_progress and not qp.rc.requester.queue:
-                self.kick()
+                self.kick(receive=False)
             elif time.monotonic() - self._inline_at >= INLINE_GRACE_S:
                 self._wake()  # nobody polls: the engine thread takes it
 
@@ -270,14 +270,19 @@ class NicDevice:
         if qp is not None:
             self._pending_receives.add(qp)
 
-    def kick(self) -> None:
+    def kick(self, receive: bool = True) -> None:
         """Run the engine in the calling thread (inline progress). If the engine thread holds
         the lock, wait for it in ``acquire``, which releases the GIL: spinning instead would
-        keep the GIL from the engine thread for a whole switch interval (performance.md)."""
+        keep the GIL from the engine thread for a whole switch interval (performance.md).
+
+        ``receive=False`` (a doorbell): new work goes out, the socket is not read. The answers
+        to what this call sends cannot be there yet; the next poll, or the engine thread,
+        reads them. Only a polling caller holds the engine thread back."""
         if self.inline_progress:
             with self._lock:
-                self._progress()
-                self._inline_at = time.monotonic()
+                self._progress(receive)
+                if receive:
+                    self._inline_at = time.monotonic()
 
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""
@@ -385,16 +390,16 @@ class NicDevice:
             return IDLE_WAIT_S
         return max(0.0, min(deadlines) - time.monotonic())
 
-    def _progress(self) -> None:
+    def _progress(self, receive: bool = True) -> None:
         """Engine passes while work is known to be waiting: the internal loopback, a rung
         doorbell, a QP with more to send, or a full receive batch (bounded, so a caller's poll
         returns). Packets sent to another host cannot be answered within this call, so a pass
         that only sent them is the last: another would be a receive that finds nothing."""
         for _ in range(64):
-            if not self._pass() or not (self._loopback or self._rung or self._active or self._rx_full):
+            if not self._pass(receive) or not (self._loopback or self._rung or self._active or self._rx_full):
                 return
 
-    def _pass(self) -> bool:
+    def _pass(self, receive: bool = True) -> bool:
         now = time.monotonic()
         moved = False
         self._rx_full = False
@@ -414,7 +419,7 @@ class NicDevice:
                 data = self._loopback.popleft()
                 self._deliver_all(memoryview(data), len(data), self.link.rx_path(self.address, self.link.port), now)
             else:
-                got = self.link.recv_into(self._rx_buf)
+                got = self.link.recv_into(self._rx_buf) if receive else None
                 if got is None:
                     break
                 size, (peer, sport), step = got
