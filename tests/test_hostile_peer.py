@@ -217,6 +217,40 @@ def test_header_prediction_ends_a_message_as_the_general_path_does(target: Targe
     assert (completion.is_recv, completion.status, completion.byte_len) == (True, WcStatus.SUCCESS, 1031)
 
 
+def test_a_late_read_response_after_a_rewind_is_a_ghost_on_the_fast_path_too() -> None:
+    """After a local ACK timeout the requester rewinds to the oldest unacknowledged PSN and has
+    not resent yet: a response for that PSN from the first request is a ghost for the general
+    path, and header prediction must not place it (it did, and the requester's PSNs went
+    backwards: a hang under injected faults)."""
+    memory = MrTable()
+    buf = bytearray(3072)
+    mr = memory.register(PDN, memoryview(buf), BASE, ALL)
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL, max_rd_atomic=1,
+                       timeout=1), memory)  # fmt: skip
+    for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+        qp.modify(state)
+    qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, 3072, mr.key),), raddr=0x1000, rkey=7))
+    assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10]  # READ for PSNs 0x10-0x12
+    data = os.urandom(3072)
+    first = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_FIRST, 0x11, 0x10), data[:1024], aeth=Aeth(ack_syndrome(), 1))
+    middle = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, 0x11, 0x11), data[1024:2048])
+    last = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_LAST, 0x11, 0x12), data[2048:], aeth=Aeth(ack_syndrome(), 1))
+    deliver(qp, first, 0.0)
+    qp.handle_timer(1.0)  # the ACK timeout: rewind to PSN 0x11, nothing resent yet
+    assert not qp.receive_predicted(wire_bytes(middle), 1.0)
+    deliver(qp, middle, 1.0)
+    assert qp.counters["ghost_responses"] == 1 and not qp.completions
+    resent = qp.packets_to_send(1.0)  # a READ for the 2048 bytes left, at PSN 0x11
+    assert [(p.bth.opcode, p.bth.psn, p.reth.dma_len) for p in resent] == [(Opcode.RC_RDMA_READ_REQUEST, 0x11, 2048)]  # type: ignore[union-attr]
+    resent_first = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_FIRST, 0x11, 0x11), data[1024:2048],
+                          aeth=Aeth(ack_syndrome(), 1))  # fmt: skip
+    deliver(qp, resent_first, 1.0)
+    assert qp.receive_predicted(wire_bytes(last), 1.0)  # the LAST of the resent READ, as predicted
+    assert bytes(buf) == data
+    [completion] = qp.completions
+    assert (completion.status, completion.byte_len) == (WcStatus.SUCCESS, 3072)
+
+
 def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:
     responses = target.send(write(0xDEAD, 0x12345678, b""))
     assert [p.bth.opcode for p in responses] == [Opcode.RC_ACKNOWLEDGE] and nak_code(responses) is None

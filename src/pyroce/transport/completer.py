@@ -53,24 +53,27 @@ class Completer:
         else:
             self.qp.counters["bad_response"] += 1
 
-    def receive_read_middle(self, psn: int, payload: memoryview | bytes, now: float) -> bool:
-        """Place a PMTU-long READ response MIDDLE packet if it is the next one the READ at the
-        head of the queue expects (``RcQp.receive_predicted``); False leaves it to ``receive``."""
+    def receive_read_predicted(self, psn: int, payload: memoryview | bytes, last: bool, now: float) -> bool:
+        """Place a READ response MIDDLE or LAST packet if it is the next one the READ at the
+        head of the queue expects, with the length expected there (``RcQp.receive_predicted``);
+        the LAST completes the READ. False leaves the packet to ``receive``."""
         req = self.qp.requester
-        if req.comp_psn != psn or not req.queue:
+        # At the oldest unacknowledged PSN, and sent: after a rewind, ``req.psn`` is back at
+        # ``comp_psn`` until the resend, and a late response there is a ghost (``receive``).
+        if req.comp_psn != psn or psn_diff(req.psn, psn) <= 0 or not req.queue:
             return False
         entry = req.queue[0]
         index = psn_diff(psn, entry.first_psn)
-        if (
-            entry.work.op is not WorkOp.RDMA_READ
-            or not entry.started
-            or index != entry.placed
-            or index >= entry.npsn - 1
-        ):
+        if entry.work.op is not WorkOp.RDMA_READ or not entry.started or index != entry.placed:
             return False
-        entry.data.write(index * self.qp.config.pmtu, payload)  # type: ignore[union-attr]
+        offset = index * self.qp.config.pmtu
+        if last != (index == entry.npsn - 1) or len(payload) != min(self.qp.config.pmtu, entry.length - offset):
+            return False
+        entry.data.write(offset, payload)  # type: ignore[union-attr]
         entry.placed += 1
         req.comp_psn = psn_add(psn, 1)
+        if last:
+            req.complete_head()
         req.progress(now)
         return True
 

@@ -19,9 +19,10 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
+from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.bth import BTH_STRUCT, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
-from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode, Transport
+from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
 from pyroce.wire.psn import PSN_MASK
 
@@ -42,9 +43,10 @@ class QpState(enum.IntEnum):
 
 RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
 # What header prediction takes: the packets after the first of a SEND, WRITE or READ response
-# whose headers are a BTH alone (no immediate, no AETH)
+# that carry no immediate (a BTH alone; the READ response LAST also an AETH)
 PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
-                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})  # fmt: skip
+                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+                               Opcode.RC_RDMA_READ_RESPONSE_LAST})  # fmt: skip
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -155,16 +157,20 @@ class RcQp:
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
+        start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and the AETH of a READ response LAST
         if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4
-            if not 0 < end - BTH_LEN <= config.pmtu or pad != -(end - BTH_LEN) & 3:
+            if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
                 return False
-        elif pad or end - BTH_LEN != config.pmtu:  # MIDDLE: exactly PMTU
+        elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
             return False
-        if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
-            placed = self.state is not QpState.RTR and self.completer.receive_read_middle(
-                psn & PSN_MASK, data[BTH_LEN:end], now)  # fmt: skip
+        if op_flags & Flag.ACK:  # a READ response: its AETH (LAST) must say ACK
+            if self.state is QpState.RTR or (start > BTH_LEN and syndrome_kind(data[BTH_LEN]) is not AethKind.ACK):
+                return False
+            placed = self.completer.receive_read_predicted(
+                psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
+            )
         else:
-            placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[BTH_LEN:end])
+            placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed
