@@ -116,6 +116,7 @@ class HwQp:
     sq_consumer: int = 0
     rq_consumer: int = 0
     timer_at: float | None = None  # the deadline this QP has in the engine's timer heap
+    sending: bool = False  # has send WQEs not yet completed (counted in NicDevice._sending)
 
 
 class NicDevice:
@@ -141,6 +142,7 @@ class NicDevice:
         self._rung: set[HwQp] = set()
         self._pending_receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
         self._active: set[HwQp] = set()
+        self._sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self._timers: list[tuple[float, int, HwQp]] = []  # (deadline, order, QP); stale entries skipped
         self._loopback: deque[bytes] = deque()
         self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
@@ -244,6 +246,7 @@ class NicDevice:
             qp = self.qps.pop(qpn, None)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
+                self._sending -= qp.sending
                 self._rung.discard(qp)
                 self._pending_receives.discard(qp)
                 self._active.discard(qp)
@@ -251,14 +254,15 @@ class NicDevice:
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new producer counters.
 
-        A QP with nothing in flight runs the engine at once (a lone request goes out now);
-        one already streaming leaves the new WQEs to the next poll, which the application
-        makes to reap the completions it waits for, so a deep queue is fetched and sent in
-        batches (doorbell batching), and to the engine thread if no poll comes."""
+        A lone request (no send work in flight on this device) runs the engine at once: it
+        goes out now. Otherwise, doorbell batching: while the application polls (it ran the
+        engine in the last ``INLINE_GRACE_S``) to reap the completions of what is in flight,
+        new WQEs wait for its next poll, which fetches and sends all that were posted by
+        then, on every QP, in GSO batches; if it does not poll, the engine thread takes them."""
         qp = self.qps.get(qpn)
         if qp is not None:
             self._rung.add(qp)
-            if self.inline_progress and not qp.rc.requester.queue:
+            if self.inline_progress and not self._sending and not qp.rc.requester.queue:
                 self.kick(receive=False)
             elif time.monotonic() - self._inline_at >= INLINE_GRACE_S:
                 self._wake()  # nobody polls: the engine thread takes it
@@ -546,6 +550,10 @@ class NicDevice:
                 if not cq.push(cqe_from_completion(qp.qpn, completion)):
                     self.counters["cq_overflow"] += 1
             completions.clear()
+        sending = bool(rc.requester.queue)
+        if sending is not qp.sending:
+            qp.sending = sending
+            self._sending += 1 if sending else -1
         deadline = rc.get_timer()
         if deadline != qp.timer_at:
             qp.timer_at = deadline
