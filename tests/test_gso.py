@@ -140,6 +140,7 @@ def test_a_64k_write_leaves_in_two_gso_sends():
         batch = TxBatch(view, sender, lambda peer, datagram: sent.append(bytes(datagram)), Counter())
         batch.start(receiver.address, gso=True)
         batch.send(sender.tx_path(receiver.address), [first, run, last])
+        batch.flush()
         assert sent == []  # nothing went as a lone datagram
         runs = []
         rx = bytearray(65536)

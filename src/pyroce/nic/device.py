@@ -414,6 +414,7 @@ class NicDevice:
             # pass looks at the socket, not after (it is the latency of a lone post).
             self._service(qp, now)
             moved = True
+        self._tx_batch.flush()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, peer, data = heapq.heappop(self._delayed)
             self._put(peer, data)
@@ -442,6 +443,7 @@ class NicDevice:
         for qp in list(self._active):
             if self._service(qp, now):
                 moved = True
+        self._tx_batch.flush()  # one GSO send for what the QPs had for the same peer
         return moved
 
     def _fetch(self, qp: HwQp) -> None:

@@ -33,11 +33,17 @@ class TxBatch:
         self.end = self.segments = self.segment_size = 0
 
     def start(self, peer: str, gso: bool) -> None:
+        """Packets for ``peer`` come next: what is gathered for another peer goes first."""
+        gso = gso and self._link.gso
+        if self.segments and (peer != self._peer or gso != self.gso):
+            self.flush()
         self._peer = peer
-        self.gso = gso and self._link.gso
+        self.gso = gso
 
     def send(self, path: RocePath, items: list[Packet | PacketRun]) -> None:
-        """Build ``items`` (a run's packets in one loop) into the batch and send them all."""
+        """Build ``items`` (a run's packets in one loop) into the batch; what does not fit goes
+        out on the way, the rest with the next ``flush`` (so the ACKs of many QPs to one peer
+        share a send)."""
         view = self.view
         for item in items:
             if type(item) is PacketRun:
@@ -51,7 +57,6 @@ class TxBatch:
             else:
                 offset, segment, _ = self.slot(packet_length(item))  # type: ignore[arg-type]
                 self.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
-        self.flush()
 
     def slot(self, size: int, wanted: int = 1) -> tuple[int, int, int]:
         """Where the next ``size``-byte packets go: offset, GSO segment index of the first,
