@@ -3,8 +3,10 @@
 UDP GSO sends equal-sized datagrams to one peer in one call (the last may be shorter), and
 each leaves with the IPv4 ID of its place in the send, which its ICRC must cover
 (``RocePath``). ``TxBatch`` hands out where the next packet goes and which segment it is,
-and sends the batch when the next packet cannot join it. Without GSO (no kernel support,
-faults injected per datagram, the internal loopback) every packet is a batch of its own.
+and sends the batch when the next packet cannot join it, when packets for another peer come
+next, or when the engine's pass ends (``flush``), so what many QPs send to one peer in a pass
+shares sends. Without GSO (no kernel support, faults injected per datagram, the internal
+loopback) every packet is a batch of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pyroce.wire.packet import Packet, PacketRun, packet_length
 
 
 class TxBatch:
+    """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
+
     __slots__ = ("_counters", "_link", "_one", "_peer", "end", "gso", "segment_size", "segments", "view")
 
     def __init__(self, view: memoryview, link: UdpLink, one: Callable[[str, memoryview], None],
