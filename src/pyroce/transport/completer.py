@@ -17,11 +17,12 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.work import ATOMICS, WorkOp
 from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
 from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
-from pyroce.wire.packet import Packet
+from pyroce.wire.packet import Buffer, Packet
 from pyroce.wire.psn import psn_add, psn_diff
 
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
+    from pyroce.transport.requester import SendEntry
 
 NAK_STATUS = {  # NAK code -> the requester's completion (rocev2.md's table)
     NakCode.INVALID_REQUEST: (WcStatus.REM_INV_REQ_ERR, Reason.REMOTE_INVALID_REQUEST),
@@ -69,12 +70,7 @@ class Completer:
         offset = index * self.qp.config.pmtu
         if last != (index == entry.npsn - 1) or len(payload) != min(self.qp.config.pmtu, entry.length - offset):
             return False
-        entry.data.write(offset, payload)  # type: ignore[union-attr]
-        entry.placed += 1
-        req.comp_psn = psn_add(psn, 1)
-        if last:
-            req.complete_head()
-        req.progress(now)
+        self._place_read(entry, offset, payload, psn, last, now)
         return True
 
     def _ack_through(self, psn: int) -> bool:
@@ -211,7 +207,14 @@ class Completer:
         if len(pkt.payload) != expected or bool(OPCODE_FLAGS[pkt.bth.opcode] & Flag.END) != last:
             self.qp.counters["bad_response"] += 1
             return
-        entry.data.write(offset, pkt.payload)  # type: ignore[union-attr]
+        self._place_read(entry, offset, pkt.payload, psn, last, now)
+
+    def _place_read(self, entry: SendEntry, offset: int, payload: Buffer, psn: int, last: bool,
+                    now: float) -> None:  # fmt: skip
+        """A read response checked on either path: its bytes go to the READ's buffer, it
+        acknowledges everything through its PSN, and the last one completes the READ."""
+        req = self.qp.requester
+        entry.data.write(offset, payload)  # type: ignore[union-attr]
         entry.placed += 1
         req.comp_psn = psn_add(psn, 1)
         if last:
