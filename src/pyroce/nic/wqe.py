@@ -108,7 +108,7 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
     ds = _ds(wqe)
     if ds > MAX_DS:
         raise WqeError(f"WQE of {ds} segments exceeds the {MAX_DS} a control segment can count")
-    buf = bytearray(wqe.wqebbs * WQEBB)
+    buf = bytearray(-(-ds * SEG // WQEBB) * WQEBB)  # whole basic blocks (``wqe.wqebbs``)
     _CTRL.pack_into(buf, 0, (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode,
                     (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm)  # fmt: skip
     offset = SEG

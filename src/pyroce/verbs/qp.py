@@ -371,8 +371,8 @@ class QP(PyverbsObject):
             raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
         if wr.num_sge > self.cap.max_send_sge:
             raise invalid(f"{wr.num_sge} SGEs exceed max_send_sge {self.cap.max_send_sge}")
-        sges = tuple(Sge(s.addr, s.length, s.lkey) for s in wr.sg[: wr.num_sge])
-        length = sum(s.length for s in sges)
+        sges = tuple([Sge(s.addr, s.length, s.lkey) for s in wr.sg[: wr.num_sge]])
+        length = sum([s.length for s in sges])
         if length > MAX_MSG_SZ:
             raise invalid(f"message of {length} bytes exceeds max_msg_sz {MAX_MSG_SZ}")
         send_flags = int(wr.send_flags)  # plain ints: IntFlag operators build an enum member each
