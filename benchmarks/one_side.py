@@ -18,11 +18,13 @@ to profile (``py-spy record -- python benchmarks/one_side.py``) when one of them
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
 import socket
 import time
+from collections.abc import Iterator
 
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.link.udp import UdpLink
@@ -80,79 +82,72 @@ class ScriptedPeer:
         return self.buf[0]
 
 
-def _connected(peer: ScriptedPeer) -> RcEndpoint:
+@contextlib.contextmanager
+def _connected(peer_address: str) -> Iterator[tuple[ScriptedPeer, RcEndpoint, str, int]]:
+    """A scripted peer and an endpoint connected to it: (peer, endpoint, the endpoint's
+    address, its QPN); both closed afterwards."""
+    peer = ScriptedPeer(peer_address)
     ep = RcEndpoint.open(REGION, max_wr=256, psn=0)
-    ep.mr.write(bytes(REGION), REGION)  # pages in place: a first touch is not what is measured
-    ep.connect(peer.info(), path_mtu=ibv_mtu.IBV_MTU_4096)
-    return ep
+    try:
+        ep.mr.write(bytes(REGION), REGION)  # pages in place: a first touch is not what is measured
+        ep.connect(peer.info(), path_mtu=ibv_mtu.IBV_MTU_4096)
+        yield peer, ep, ep.ctx.device.address, ep.qp.qp_num
+    finally:
+        ep.close()
+        peer.link.close()
 
 
 def write_requester(count: int) -> float:
-    peer = ScriptedPeer("127.98.0.1")
-    ep = _connected(peer)
-    to, qpn = ep.ctx.device.address, ep.qp.qp_num
-    acks = [peer.build(to, [(Packet(BTH(Opcode.RC_ACKNOWLEDGE, qpn, psn), aeth=Aeth(0x1F, psn + 1)), 0)])
-            for psn in range(count)]  # fmt: skip
-    start = time.perf_counter()
-    for index in range(count):
-        wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 2, ep.mr.lkey)])
-        wr.set_wr_rdma(0x1234, 0x10000)
-        ep.qp.post_send(wr)
-        assert peer.receive() == Opcode.RC_RDMA_WRITE_ONLY
-        peer.send(to, acks[index])
-        assert ep.poll(1, 5)[0].status == 0
-    elapsed = time.perf_counter() - start
-    ep.close()
-    peer.link.close()
-    return elapsed / count * 1e6
+    with _connected("127.98.0.1") as (peer, ep, to, qpn):
+        acks = [peer.build(to, [(Packet(BTH(Opcode.RC_ACKNOWLEDGE, qpn, psn), aeth=Aeth(0x1F, psn + 1)), 0)])
+                for psn in range(count)]  # fmt: skip
+        start = time.perf_counter()
+        for index in range(count):
+            wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 2, ep.mr.lkey)])
+            wr.set_wr_rdma(0x1234, 0x10000)
+            ep.qp.post_send(wr)
+            assert peer.receive() == Opcode.RC_RDMA_WRITE_ONLY
+            peer.send(to, acks[index])
+            assert ep.poll(1, 5)[0].status == 0
+        return (time.perf_counter() - start) / count * 1e6
 
 
 def send_responder(count: int) -> float:
-    peer = ScriptedPeer("127.98.0.2")
-    ep = _connected(peer)
-    to, qpn = ep.ctx.device.address, ep.qp.qp_num
-    sends = [peer.build(to, [(Packet(BTH(Opcode.RC_SEND_ONLY, qpn, psn, True), b"hi"), 0)]) for psn in range(count)]
-    ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
-    start = time.perf_counter()
-    for index in range(count):
-        peer.send(to, sends[index])
-        assert ep.poll(1, 5)[0].byte_len == 2
+    with _connected("127.98.0.2") as (peer, ep, to, qpn):
+        sends = [peer.build(to, [(Packet(BTH(Opcode.RC_SEND_ONLY, qpn, psn, True), b"hi"), 0)]) for psn in range(count)]
         ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
-        assert peer.receive() == Opcode.RC_ACKNOWLEDGE
-    elapsed = time.perf_counter() - start
-    ep.close()
-    peer.link.close()
-    return elapsed / count * 1e6
+        start = time.perf_counter()
+        for index in range(count):
+            peer.send(to, sends[index])
+            assert ep.poll(1, 5)[0].byte_len == 2
+            ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+            assert peer.receive() == Opcode.RC_ACKNOWLEDGE
+        return (time.perf_counter() - start) / count * 1e6
 
 
 def write_responder(count: int) -> float:
-    peer = ScriptedPeer("127.98.0.3")
-    ep = _connected(peer)
-    to, qpn = ep.ctx.device.address, ep.qp.qp_num
-    data = memoryview(os.urandom(65536))
-    messages = []
-    for index in range(count):
-        psn = index * 16
-        offset = (index % (REGION // 65536)) * 65536
-        first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
-                       reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
-        middle = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False)
-        last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, qpn, psn + 15, True), data[61440:])
-        messages.append((peer.build(to, [(first, 0), (middle, 0)]),
-                         peer.build(to, [*((middle, i) for i in range(1, 14)), (last, 0)])))  # fmt: skip
-    start = time.perf_counter()
-    for head, tail in messages:
-        peer.send(to, head)
-        peer.send(to, tail)
-        ep.cq.poll()  # an empty CQ: the poll runs the engine, which places the packets and ACKs
-        assert peer.receive() == Opcode.RC_ACKNOWLEDGE
-    elapsed = time.perf_counter() - start
-    ok = ep.mr.read(65536, ((count - 1) % (REGION // 65536)) * 65536) == bytes(data)
-    ep.close()
-    peer.link.close()
-    if not ok:
-        raise SystemExit("write_64K_responder: the bytes placed differ from the bytes sent")
-    return elapsed / count * 1e6
+    with _connected("127.98.0.3") as (peer, ep, to, qpn):
+        data = memoryview(os.urandom(65536))
+        messages = []
+        for index in range(count):
+            psn = index * 16
+            offset = (index % (REGION // 65536)) * 65536
+            first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
+                           reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
+            middle = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False)
+            last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, qpn, psn + 15, True), data[61440:])
+            messages.append((peer.build(to, [(first, 0), (middle, 0)]),
+                             peer.build(to, [*((middle, i) for i in range(1, 14)), (last, 0)])))  # fmt: skip
+        start = time.perf_counter()
+        for head, tail in messages:
+            peer.send(to, head)
+            peer.send(to, tail)
+            ep.cq.poll()  # an empty CQ: the poll runs the engine, which places the packets and ACKs
+            assert peer.receive() == Opcode.RC_ACKNOWLEDGE
+        elapsed = time.perf_counter() - start
+        if ep.mr.read(65536, ((count - 1) % (REGION // 65536)) * 65536) != bytes(data):
+            raise SystemExit("write_64K_responder: the bytes placed differ from the bytes sent")
+        return elapsed / count * 1e6
 
 
 def main() -> int:
