@@ -10,6 +10,8 @@ Rows (microseconds of wall time per unit, one thread, so CPU time too):
   send_2B_responder    the peer's 2-byte SEND arrives, the ACK goes out, poll the receive, post it again
   write_64K_responder  a 64 KiB RDMA WRITE arrives as the peer's GSO runs ([FIRST, MIDDLE] and
                        [13 x MIDDLE, LAST], as pyroce sends it), placed, ACKed; per message and per packet
+  write_64K_requester  post a 64 KiB RDMA WRITE, the engine sends its 16 packets, the peer's ACK
+                       comes back, poll it
 
 The two-process figures of ``run.py`` are these costs plus waiting; this benchmark is what
 to profile (``py-spy record -- python benchmarks/one_side.py``) when one of them moves.
@@ -112,6 +114,24 @@ def write_requester(count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
+def write_64k_requester(count: int) -> float:
+    """Post a 64 KiB WRITE, the engine sends its 16 packets, the peer reads them and ACKs the
+    last, poll the completion; per message."""
+    with _connected("127.98.0.4") as (peer, ep, to, qpn):
+        acks = [peer.build(to, [(Packet(BTH(Opcode.RC_ACKNOWLEDGE, qpn, psn), aeth=Aeth(0x1F, index + 1)), 0)])
+                for index, psn in enumerate(range(15, 16 * count, 16))]  # fmt: skip
+        start = time.perf_counter()
+        for index in range(count):
+            wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 65536, ep.mr.lkey)])
+            wr.set_wr_rdma(0x1234, 0x10000)
+            ep.qp.post_send(wr)
+            while peer.receive() != Opcode.RC_RDMA_WRITE_MIDDLE:  # the run that ends with the LAST
+                pass
+            peer.send(to, acks[index])
+            assert ep.poll(1, 5)[0].status == 0
+        return (time.perf_counter() - start) / count * 1e6
+
+
 def send_responder(count: int) -> float:
     with _connected("127.98.0.2") as (peer, ep, to, qpn):
         sends = [peer.build(to, [(Packet(BTH(Opcode.RC_SEND_ONLY, qpn, psn, True), b"hi"), 0)]) for psn in range(count)]
@@ -157,11 +177,13 @@ def main() -> int:
     args = parser.parse_args()
     count = max(10, args.count)
     write_64k = write_responder(max(10, count // 10))
+    write_64k_requester_us = write_64k_requester(max(10, count // 10))
     rows = {
         "write_2B_requester_us": write_requester(count),
         "send_2B_responder_us": send_responder(count),
         "write_64K_responder_us": write_64k,
         "write_64K_responder_us_per_packet": write_64k / 16,
+        "write_64K_requester_us": write_64k_requester_us,
     }
     for name, value in rows.items():
         print(f"{name:36} {value:8.1f}")

@@ -6,13 +6,18 @@ from __future__ import annotations
 import os
 import random
 import select
+import socket
+import time
 from collections import Counter
 
 import pytest
 
+from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
 from pyroce.nic.tx import TxBatch
+from pyroce.verbs.enums import ibv_mtu
 from pyroce.wire import BTH, IPv4Header, IPv6Header, Opcode, Packet, UdpHeader, parse_frame, parse_packet
+from pyroce.wire.aeth import NakCode, nak_syndrome
 from pyroce.wire.framing import LINKTYPE_RAW, MAX_GSO_SEGMENTS, RocePath
 from pyroce.wire.headers import Reth
 from pyroce.wire.packet import PacketRun
@@ -184,3 +189,42 @@ def test_a_damaged_segment_fails_alone():
     finally:
         sender.close()
         receiver.close()
+
+
+def test_a_damaged_segment_in_a_run_stops_prediction_and_is_counted():
+    """A NIC receives a GRO run of a WRITE's MIDDLE packets whose third segment is damaged: the
+    two before it are placed (the run loop), the damaged one is counted and dropped, and the
+    next one, now out of sequence, gets the sequence NAK for the damaged packet's PSN."""
+    peer = UdpLink("127.97.0.1")
+    ep = RcEndpoint.open(65536, psn=0)
+    try:
+        if not (peer.gso and peer.gro):
+            pytest.fail("this kernel lacks UDP GSO/GRO (Linux 5.0+ has both)")
+        gid = bytes(10) + b"\xff\xff" + socket.inet_aton(peer.address)
+        ep.connect(PeerInfo(gid, 0x999, 0, 0, 0), path_mtu=ibv_mtu.IBV_MTU_1024)
+        to, qpn = ep.ctx.device.address, ep.qp.qp_num
+        path = peer.tx_path(to)
+        data = os.urandom(6 * 1024)
+        first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, qpn, 0), data[:1024], reth=Reth(ep.mr.buf, ep.mr.rkey, 6144))
+        buf = bytearray(8192)
+        assert peer.send(buf[: path.build_into(buf, 0, first)], to)
+        end = 0
+        for psn in range(1, 5):
+            end += path.build_into(buf, end, Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn),
+                                                    data[psn * 1024 : psn * 1024 + 1024]), psn - 1)  # fmt: skip
+        buf[2 * 1040 + 100] ^= 0x40  # a payload bit of PSN 3
+        assert peer.send_segments(memoryview(buf)[:end], 1040, to)
+        deadline = time.monotonic() + 5
+        rx = bytearray(65536)
+        while not select.select([peer.sock], [], [], 0.01)[0]:
+            ep.cq.poll()  # runs the engine
+            assert time.monotonic() < deadline, "no answer from the NIC"
+        size, _, _ = peer.recv_into(rx)  # type: ignore[misc]
+        answer = parse_packet(bytes(rx[:size]))
+        assert (answer.bth.opcode, answer.bth.psn) == (Opcode.RC_ACKNOWLEDGE, 3)
+        assert answer.aeth.syndrome == nak_syndrome(NakCode.PSN_SEQ_ERR)  # type: ignore[union-attr]
+        assert ep.mr.read(3072, 0) == data[:3072]  # FIRST and the two MIDDLEs before the damage
+        assert ep.ctx.device.stats()["icrc_errors"] == 1
+    finally:
+        ep.close()
+        peer.close()

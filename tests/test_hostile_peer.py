@@ -217,6 +217,83 @@ def test_header_prediction_ends_a_message_as_the_general_path_does(target: Targe
     assert (completion.is_recv, completion.status, completion.byte_len) == (True, WcStatus.SUCCESS, 1031)
 
 
+def gro_run(packets: list[Packet]) -> memoryview:
+    """Packets back to back, as GRO hands a run over."""
+    return memoryview(b"".join(wire_bytes(pkt) for pkt in packets))
+
+
+STEP = 12 + 1024 + 4  # a MIDDLE segment at PMTU 1024: BTH, payload, ICRC
+
+
+def test_a_run_of_middles_is_placed_in_one_loop(target: Target) -> None:
+    """A WRITE's MIDDLE packets in one GRO run: the first by prediction, the rest by the loop;
+    every byte placed, the PSN moved past them, one ACK for the AckReq inside the run."""
+    first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), os.urandom(1024), reth=Reth(BASE, target.mr.key, 6000))
+    middles = [Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, n), n == 3), os.urandom(1024))
+               for n in range(1, 5)]  # fmt: skip
+    target.send(first)
+    assert target.qp.receive_run(gro_run(middles), STEP, 0.0) == 4 * STEP
+    assert bytes(target.guarded[:5120]) == first.payload + b"".join(m.payload for m in middles)
+    assert target.qp.responder.epsn == psn_add(EPSN, 5) and target.qp.responder.offset == 5120
+    acks = target.qp.packets_to_send(0.0)
+    assert [(p.bth.opcode, p.bth.psn) for p in acks] == [(Opcode.RC_ACKNOWLEDGE, psn_add(EPSN, 4))]
+
+
+RUN_SURPRISES = {  # the third MIDDLE of a run is instead: (BTH byte, value or XOR mask), the general path's NAK
+    "PSN ahead": ((11, 0x04, "xor"), NakCode.PSN_SEQ_ERR),
+    "a SEND MIDDLE in a WRITE": ((0, Opcode.RC_SEND_MIDDLE, "set"), NakCode.INVALID_REQUEST),
+    "PadCnt set": ((1, 0x10, "xor"), NakCode.INVALID_REQUEST),
+    "TVer 1": ((1, 0x01, "xor"), None),  # malformed: dropped before the transport
+    "another QP": ((7, 0x01, "xor"), None),  # the NIC hands it to that QP, not this one
+    "another P_Key": ((3, 0x01, "xor"), None),  # dropped and counted
+    "past the WRITE's length": ((None, 0, "set"), NakCode.INVALID_REQUEST),
+}
+
+
+@pytest.mark.parametrize("case", RUN_SURPRISES)
+def test_the_run_loop_stops_at_every_surprise(target: Target, case: str) -> None:
+    (at, value, how), nak = RUN_SURPRISES[case]
+    length = 3 * 1024 + 10 if at is None else 6000  # past the length: the third MIDDLE does not fit
+    first = Packet(
+        BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), os.urandom(1024), reth=Reth(BASE, target.mr.key, length)
+    )
+    middles = [Packet(BTH(Opcode.RC_RDMA_WRITE_MIDDLE, 0x22, psn_add(EPSN, n)), os.urandom(1024)) for n in range(1, 5)]
+    target.send(first)
+    run = bytearray(gro_run(middles))
+    if at is not None:
+        run[2 * STEP + at] = run[2 * STEP + at] ^ value if how == "xor" else value
+    after = bytes(target.guarded[3072:])
+    assert target.qp.receive_run(memoryview(run), STEP, 0.0) == 2 * STEP  # two placed, the loop stopped
+    assert bytes(target.guarded[1024:3072]) == middles[0].payload + middles[1].payload
+    assert bytes(target.guarded[3072:]) == after  # the surprise placed nothing
+    assert target.qp.responder.epsn == psn_add(EPSN, 3)
+    if case != "another QP":
+        try:
+            answer = target.send(parse_packet(bytes(run[2 * STEP : 3 * STEP])))
+        except MalformedPacket:
+            answer = []
+        assert nak_code(answer) == nak
+    assert target.outside() == target.snapshot
+
+
+def deliver_run(qp: RcQp, run: memoryview, step: int, now: float) -> int:
+    """As the NIC does with a GRO run: header prediction (the run loop), else each packet the
+    general way. Returns how many times prediction took packets."""
+    start = predicted = 0
+    while start < len(run):
+        taken = qp.receive_run(run[start:], step, now)
+        if taken:
+            predicted += 1
+            start += taken
+            continue
+        try:
+            qp.receive(parse_packet(bytes(run[start : start + step])), now)
+        except MalformedPacket:
+            pass
+        start += step
+    return predicted
+
+
 def test_a_late_read_response_after_a_rewind_is_a_ghost_on_the_fast_path_too() -> None:
     """After a local ACK timeout the requester rewinds to the oldest unacknowledged PSN and has
     not resent yet: a response for that PSN from the first request is a ghost for the general
@@ -336,10 +413,22 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
     rc_opcodes = [info.opcode for info in OPCODES if info is not None and info.opcode < 0x20]
     buf = bytearray(8192)
     psn = EPSN
-    resets = malformed = predicted = 0
+    resets = malformed = predicted = runs = 0
     for count in range(FUZZ_PACKETS):
         opcode = rng.choice(rc_opcodes)
         open_message = target.qp.responder.in_message
+        if open_message and rng.random() < 0.1:  # a GRO run of MIDDLEs, some bytes mutated: the run loop
+            opcode = Opcode.RC_RDMA_WRITE_MIDDLE if open_message & OpFlag.WRITE else Opcode.RC_SEND_MIDDLE
+            run = bytearray(gro_run([Packet(BTH(opcode, 0x22, psn_add(psn, n), rng.random() < 0.2), os.urandom(1024))
+                                     for n in range(rng.randrange(2, 6))]))  # fmt: skip
+            for _ in range(rng.choice([0, 1, 2])):
+                run[rng.randrange(len(run))] = rng.randrange(256)
+            predicted += deliver_run(target.qp, memoryview(run), STEP, count * 1e-6)
+            runs += 1
+            target.qp.packets_to_send(count * 1e-6, 1 << 20)
+            target.qp.completions.clear()
+            psn = target.qp.responder.epsn
+            continue
         if open_message and rng.random() < 0.3:  # go deeper into messages: what header prediction takes
             opcode = Opcode.RC_RDMA_WRITE_MIDDLE if open_message & OpFlag.WRITE else Opcode.RC_SEND_MIDDLE
         flags = OPCODES[opcode].flags  # type: ignore[union-attr]
@@ -396,7 +485,7 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
             for index in range(4):
                 target.qp.post_recv(RecvWork(index, (Sge(BASE + 0x400000, 8192, target.recv_mr.key),)))
     assert target.outside() == target.snapshot
-    assert malformed > 0 and resets > 0 and predicted > 0, (malformed, resets, predicted)
+    assert malformed > 0 and resets > 0 and predicted > 0 and runs > 0, (malformed, resets, predicted, runs)
     # still alive: a normal WRITE is executed and ACKed
     psn = target.qp.responder.epsn
     out = target.send(write(BASE + 8, key, b"alive!!!", psn=psn))

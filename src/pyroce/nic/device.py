@@ -472,24 +472,37 @@ class NicDevice:
 
     def _deliver_all(self, datagrams: memoryview, step: int, path: RocePath, now: float) -> None:
         """Datagrams from one sender, ``step`` bytes each but the last (GRO hands a run over as
-        one; a lone datagram is a run of one): ICRC, then header prediction, then the general
-        path for what prediction leaves."""
+        one; a lone datagram is a run of one): ICRCs first, then header prediction (which
+        takes the MIDDLE packets of a message in one loop), then the general path for each
+        packet prediction leaves."""
         verify = path.verify if self.verify_icrc else None
         qps, active = self.qps, self._active
         predicted = predicted_bytes = 0
-        for start in range(0, len(datagrams) or 1, step):  # an empty datagram is looked at (and counted)
-            data = datagrams[start : start + step]
-            if verify is not None and not verify(data):
-                self.counters["icrc_errors"] += 1
-                continue
-            if len(data) >= BTH_LEN:
-                qp = qps.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP, for header prediction
-                if qp is not None and qp.rc.receive_predicted(data, now):
-                    predicted += 1
-                    predicted_bytes += len(data)
-                    active.add(qp)
+        end = len(datagrams) or 1  # an empty datagram is looked at (and counted)
+        start = checked = 0  # the segments before ``checked`` passed their ICRC check
+        while start < end:
+            if verify is None:
+                checked = end
+            elif start >= checked:
+                checked = start
+                while checked < end and verify(datagrams[checked : checked + step]):
+                    checked += step
+                if checked == start:
+                    self.counters["icrc_errors"] += 1
+                    start += step
                     continue
-            self._deliver(data, now)
+            good = datagrams[start:checked]
+            if len(good) >= BTH_LEN:
+                qp = qps.get(int.from_bytes(good[5:8], "big"))  # BTH DestQP, for header prediction
+                taken = qp.rc.receive_run(good, step, now) if qp is not None else 0
+                if taken:
+                    predicted += -(-taken // step)
+                    predicted_bytes += taken
+                    active.add(qp)  # type: ignore[arg-type]
+                    start += taken
+                    continue
+            self._deliver(good[:step], now)
+            start += step
         if predicted:
             counters = self.counters
             counters["rcvd_pkts"] += predicted

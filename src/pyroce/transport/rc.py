@@ -47,6 +47,8 @@ RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
 PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
                                Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                                Opcode.RC_RDMA_READ_RESPONSE_LAST})  # fmt: skip
+# Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
+RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -174,6 +176,21 @@ class RcQp:
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed
+
+    def receive_run(self, segments: memoryview, step: int, now: float) -> int:
+        """Header prediction over the ``step``-byte segments of a GRO run (ICRCs checked):
+        the first as ``receive_predicted`` takes it; when that was a MIDDLE of a SEND or
+        WRITE, the MIDDLE packets after it in one loop (``Responder.receive_middles``).
+        Returns the bytes placed from the start of ``segments``; 0 leaves the first segment
+        to the general path."""
+        first = segments[:step]
+        if not self.receive_predicted(first, now):
+            return 0
+        opcode = segments[0]
+        if opcode not in RUN_OPCODES or len(segments) < 2 * step:
+            return len(first)
+        config = self.config
+        return step + self.responder.receive_middles(segments[step:], step, opcode, config.pkey, config.qpn)
 
     def handle_timer(self, now: float) -> None:
         if self.state in (QpState.RTS, QpState.SQD):

@@ -21,11 +21,12 @@ BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FE
 
 _SE = 0x80
 _MIG = 0x40
+PAD_MASK = 0x30  # PadCnt, in the flags byte
 TVER_MASK = 0x0F
 _FECN = 0x80000000
 _BECN = 0x40000000
 ACKREQ = 0x80000000
-_LOW24 = 0xFFFFFF
+QPN_MASK = 0xFFFFFF  # DestQP, in the low bits of its word (as the PSN in its own)
 
 
 class BTH(NamedTuple):
@@ -55,8 +56,8 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     bth = new_bth(
         (
             opcode,
-            word1 & _LOW24,
-            word2 & _LOW24,
+            word1 & QPN_MASK,
+            word2 & QPN_MASK,
             word2 & ACKREQ != 0,
             flags & _SE != 0,
             flags & _MIG != 0,
@@ -71,7 +72,7 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
 def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> None:
     """Write ``bth`` with PadCnt ``pad`` at ``offset``."""
     opcode, dqpn, psn, ackreq, se, mig, pkey, fecn, becn = bth
-    if (dqpn | psn) & ~_LOW24:  # also catches negative values
+    if (dqpn | psn) & ~QPN_MASK:  # also catches negative values
         raise BuildError(f"BTH dqpn 0x{dqpn:x} or psn 0x{psn:x} does not fit 24 bits")
     try:
         BTH_STRUCT.pack_into(
