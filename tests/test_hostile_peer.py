@@ -276,6 +276,34 @@ def test_the_run_loop_stops_at_every_surprise(target: Target, case: str) -> None
     assert target.outside() == target.snapshot
 
 
+def test_read_response_middles_in_a_run_are_placed_in_one_loop_up_to_the_last() -> None:
+    """A 4-packet READ's responses: FIRST, then a GRO run [MIDDLE, MIDDLE, MIDDLE] whose third
+    MIDDLE stands where the LAST must be: the loop places the two that fit and stops; the
+    LAST then completes the READ with every byte."""
+    memory = MrTable()
+    buf = bytearray(4096)
+    mr = memory.register(PDN, memoryview(buf), BASE, ALL)
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL), memory)
+    for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+        qp.modify(state)
+    qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, 4096, mr.key),), raddr=0x1000, rkey=7))
+    assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10]
+    data = os.urandom(4096)
+    deliver(
+        qp, Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_FIRST, 0x11, 0x10), data[:1024], aeth=Aeth(ack_syndrome(), 1)), 0.0
+    )
+    run = gro_run([Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, 0x11, 0x11 + n), data[1024 * (n + 1) : 1024 * (n + 2)])
+                   for n in range(3)])  # fmt: skip
+    assert qp.receive_run(run, STEP, 0.0) == 2 * STEP
+    assert qp.requester.comp_psn == 0x13 and not qp.completions
+    last = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_LAST, 0x11, 0x13), data[3072:], aeth=Aeth(ack_syndrome(), 1))
+    alone = memoryview(wire_bytes(last))  # longer than a MIDDLE (its AETH): a datagram of its own
+    assert qp.receive_run(alone, len(alone), 0.0) == len(alone)
+    assert bytes(buf) == data
+    [completion] = qp.completions
+    assert (completion.status, completion.byte_len) == (WcStatus.SUCCESS, 4096)
+
+
 def deliver_run(qp: RcQp, run: memoryview, step: int, now: float) -> int:
     """As the NIC does with a GRO run: header prediction (the run loop), else each packet the
     general way. Returns how many times prediction took packets."""

@@ -16,7 +16,9 @@ from pyroce.transport.completion import WcStatus
 from pyroce.transport.reasons import Reason
 from pyroce.transport.work import ATOMICS, WorkOp
 from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
-from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
+from pyroce.wire.bth import run_length
+from pyroce.wire.icrc import ICRC_LEN
+from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import Buffer, Packet
 from pyroce.wire.psn import psn_add, psn_diff
 
@@ -72,6 +74,28 @@ class Completer:
             return False
         self._place_read(entry, offset, payload, psn, last, now)
         return True
+
+    def receive_read_middles(self, segments: memoryview, step: int, pkey: int, qpn: int, now: float) -> int:
+        """Place the READ response MIDDLE packets that follow one just placed by
+        ``receive_read_predicted`` in a GRO run of ``step``-byte segments (ICRCs checked):
+        each needs only its BTH checked (``run_length``), up to the READ's last packet and the
+        last PSN sent. Returns the bytes taken from ``segments``."""
+        req = self.qp.requester
+        entry = req.queue[0]  # the READ whose response was just placed, not yet complete
+        pmtu = step - BTH_LEN - ICRC_LEN
+        psn = req.comp_psn
+        limit = min(psn_diff(req.psn, psn), entry.npsn - 1 - entry.placed)
+        count, _ = run_length(segments, step, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, pkey, qpn, psn, limit)
+        offset = entry.placed * pmtu
+        for at in range(BTH_LEN, count * step, step):
+            entry.data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
+            offset += pmtu
+        if count:
+            entry.placed += count
+            req.comp_psn = psn_add(psn, count)
+            req.progress(now)
+            self.qp.counters["rcvd_pkts"] += count
+        return count * step
 
     def _ack_through(self, psn: int) -> bool:
         """Retire the sends and writes acknowledged by a response at ``psn``. Returns False

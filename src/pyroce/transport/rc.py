@@ -48,7 +48,7 @@ PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcod
                                Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                                Opcode.RC_RDMA_READ_RESPONSE_LAST})  # fmt: skip
 # Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
-RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE})
+RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 
 
@@ -179,8 +179,9 @@ class RcQp:
 
     def receive_run(self, segments: memoryview, step: int, now: float) -> int:
         """Header prediction over the ``step``-byte segments of a GRO run (ICRCs checked):
-        the first as ``receive_predicted`` takes it; when that was a MIDDLE of a SEND or
-        WRITE, the MIDDLE packets after it in one loop (``Responder.receive_middles``).
+        the first as ``receive_predicted`` takes it; when that was a MIDDLE (of a SEND, a
+        WRITE or a READ response), the MIDDLE packets after it in one loop
+        (``Responder.receive_middles``, ``Completer.receive_read_middles``).
         Returns the bytes placed from the start of ``segments``; 0 leaves the first segment
         to the general path."""
         first = segments[:step]
@@ -190,6 +191,8 @@ class RcQp:
         if opcode not in RUN_OPCODES or len(segments) < 2 * step:
             return len(first)
         config = self.config
+        if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
+            return step + self.completer.receive_read_middles(segments[step:], step, config.pkey, config.qpn, now)
         return step + self.responder.receive_middles(segments[step:], step, opcode, config.pkey, config.qpn)
 
     def handle_timer(self, now: float) -> None:

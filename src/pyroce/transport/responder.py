@@ -26,12 +26,12 @@ from pyroce.transport.reasons import Reason
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
-from pyroce.wire.bth import ACKREQ, BTH, BTH_STRUCT, PAD_MASK, QPN_MASK, TVER_MASK
+from pyroce.wire.bth import BTH, run_length
 from pyroce.wire.headers import Aeth, AtomicAckEth
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
 from pyroce.wire.packet import Packet, PacketRun, new_run
-from pyroce.wire.psn import PSN_MASK, psn_add, psn_diff, psn_in_window
+from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
@@ -170,40 +170,28 @@ class Responder:
 
     def receive_middles(self, segments: memoryview, step: int, opcode: int, pkey: int, qpn: int) -> int:
         """Place the MIDDLE packets of the open message that follow one just placed by
-        ``receive_predicted``, in a GRO run of ``step``-byte segments (BTH, PMTU bytes, ICRC,
-        checked): ``opcode`` (that packet's) and the message's open state hold for the whole
-        run, so each packet only needs its own header and bounds checked. Stops at the first
-        packet that is not the next MIDDLE of this message (it goes the general way). Returns
-        the bytes taken from ``segments``."""
+        ``receive_predicted`` in a GRO run of ``step``-byte segments (ICRCs checked): the
+        message's state holds for the whole run, so each packet needs only its BTH checked
+        (``run_length``) and its bounds. Stops before the first packet that is not the next
+        MIDDLE (it goes the general way). Returns the bytes taken from ``segments``."""
         pmtu = step - BTH_LEN - ICRC_LEN
-        flags = OPCODE_FLAGS[opcode]
-        write = bool(flags & Flag.WRITE)
-        limit = self.write_length if write else self.recv_data.length  # type: ignore[union-attr]
+        write = bool(OPCODE_FLAGS[opcode] & Flag.WRITE)
         offset = self.offset
-        psn = self.epsn
-        unpack, last, taken = BTH_STRUCT.unpack_from, len(segments) - step, 0
-        ackreq = False
-        while taken <= last:
-            seg_opcode, seg_flags, seg_pkey, seg_qpn, seg_psn = unpack(segments, taken)
-            if (seg_opcode != opcode or seg_flags & (TVER_MASK | PAD_MASK) or seg_pkey != pkey
-                    or seg_qpn & QPN_MASK != qpn or seg_psn & PSN_MASK != psn or offset + pmtu > limit):  # fmt: skip
-                break
-            payload = segments[taken + BTH_LEN : taken + BTH_LEN + pmtu]
+        limit = self.write_length if write else self.recv_data.length  # type: ignore[union-attr]
+        count, ackreq = run_length(segments, step, opcode, pkey, qpn, self.epsn, (limit - offset) // pmtu)
+        for at in range(BTH_LEN, count * step, step):
             if write:
-                self.write_view[offset : offset + pmtu] = payload  # type: ignore[index]
+                self.write_view[offset : offset + pmtu] = segments[at : at + pmtu]  # type: ignore[index]
             else:
-                self.recv_data.write(offset, payload)  # type: ignore[union-attr]
-            ackreq = ackreq or bool(seg_psn & ACKREQ)  # one ACK, for the last PSN placed, answers them
+                self.recv_data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
             offset += pmtu
-            psn = (psn + 1) & PSN_MASK
-            taken += step
-        if taken:
+        if count:
             self.offset = offset
-            self.epsn = psn
-            self.qp.counters["rcvd_pkts"] += taken // step
-            if ackreq:
-                self._ack((psn - 1) & PSN_MASK)
-        return taken
+            self.epsn = psn_add(self.epsn, count)
+            self.qp.counters["rcvd_pkts"] += count
+            if ackreq:  # one ACK, for the last PSN placed, answers them all
+                self._ack(psn_add(self.epsn, -1))
+        return count * step
 
     def _check_psn(self, pkt: Packet) -> RespState:
         diff = psn_diff(pkt.bth.psn, self.epsn)
