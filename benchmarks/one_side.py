@@ -38,6 +38,7 @@ from pyroce.wire.opcodes import Opcode
 from pyroce.wire.packet import Packet, PacketRun
 
 PEER_QPN = 0x999
+MIDDLES = (Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE)  # a run's first and last opcodes
 REGION = 16 << 20
 
 
@@ -154,7 +155,9 @@ def write_responder(count: int) -> float:
             offset = (index % (REGION // 65536)) * 65536
             first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
                            reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
-            middle = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False)
+            middle = PacketRun(
+                Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False, *MIDDLES
+            )
             last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, qpn, psn + 15, True), data[61440:])
             messages.append((peer.build(to, [(first, 0), (middle, 0)]),
                              peer.build(to, [*((middle, i) for i in range(1, 14)), (last, 0)])))  # fmt: skip

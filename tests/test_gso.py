@@ -106,13 +106,20 @@ def test_gso_send_arrives_as_segments_that_verify():
             link.close()
 
 
+MIDDLES = (Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE)  # a run's first and last opcodes
+
+
+@pytest.mark.parametrize("ends", [MIDDLES, (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_LAST),
+                                  (Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_LAST)])  # fmt: skip
 @pytest.mark.parametrize("ip", [IP4, IP6])
-def test_a_run_builds_the_bytes_of_its_packets(ip):
+def test_a_run_builds_the_bytes_of_its_packets(ip, ends):
     path = RocePath(ip, UdpHeader(4791))
     pmtu = 256
     payload = memoryview(os.urandom(5 * pmtu))
-    run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x123, 0xFFFFFE, 0x7FFF, payload, pmtu, True)
+    middle = Opcode.RC_SEND_MIDDLE if ends[0] == Opcode.RC_SEND_FIRST else Opcode.RC_RDMA_WRITE_MIDDLE
+    run = PacketRun(middle, 0x123, 0xFFFFFE, 0x7FFF, payload, pmtu, True, *ends)
     packets = run.packets()
+    assert [p.bth.opcode for p in packets] == [ends[0], middle, middle, middle, ends[1]]
     assert [p.bth.psn for p in packets] == [0xFFFFFE, 0xFFFFFF, 0, 1, 2]  # PSNs wrap
     assert [p.bth.ackreq for p in packets] == [False] * 4 + [True]
     for index, pkt in enumerate(packets):
@@ -138,7 +145,7 @@ def test_a_64k_write_leaves_in_two_gso_sends():
             pytest.fail("this kernel lacks UDP GSO/GRO (Linux 5.0+ has both)")
         data = memoryview(os.urandom(65536))
         first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x11, 0), data[:4096], reth=Reth(0x1000, 0x77, 65536))
-        run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x11, 1, 0xFFFF, data[4096:61440], 4096, False)
+        run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x11, 1, 0xFFFF, data[4096:61440], 4096, False, *MIDDLES)
         last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, 0x11, 15, True), data[61440:])
         view = memoryview(bytearray(65536))
         sent: list[bytes] = []

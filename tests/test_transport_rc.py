@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pyroce.transport import RecvWork, SendWork, Sge, WcStatus, WorkOp
 from pyroce.wire.opcodes import opcode_name
+from pyroce.wire.packet import PacketRun
 from pyroce.wire.psn import psn_add
 from tests.fabric_pair import fabric_pair
 
@@ -43,3 +44,29 @@ def test_unsignaled_work_completes_silently_but_errors_always_report() -> None:
                             raddr=b.mr.addr, rkey=b.mr.key ^ 0x100))  # fmt: skip
     fabric.run_until(lambda: bool(a.drain()))
     assert [(c.wqe_counter, c.status) for c in a.done] == [(2, WcStatus.REM_ACCESS_ERR)]
+
+
+def test_a_message_goes_as_one_run_but_a_first_with_reth_and_a_last_with_more_than_a_bth() -> None:
+    """What the requester hands the engine: a run ([first, middle, last] opcodes) for every
+    packet that is a BTH and a full PMTU, a ``Packet`` for the WRITE's FIRST (RETH), a short
+    LAST, a LAST with an immediate and a solicited LAST (SE)."""
+    _, a, _ = fabric_pair()
+
+    def shapes(op: WorkOp, length: int, **extra: object) -> list[object]:
+        a.qp.post_send(SendWork(1, op, (Sge(a.mr.addr, length, a.mr.key),), raddr=0x9000000, rkey=1, **extra))  # type: ignore[arg-type]
+        items, count = a.qp.output(0.0, 1 << 10)
+        assert count == -(-length // 1024)
+        return [
+            (len(item.payload) // 1024, opcode_name(item.first_opcode), opcode_name(item.last_opcode))
+            if isinstance(item, PacketRun)
+            else opcode_name(item.bth.opcode)
+            for item in items
+        ]
+
+    assert shapes(WorkOp.SEND, 4096) == [(4, "RC_SEND_FIRST", "RC_SEND_LAST")]
+    assert shapes(WorkOp.RDMA_WRITE, 4096) == ["RC_RDMA_WRITE_FIRST", (3, "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST")]
+    assert shapes(WorkOp.SEND, 4000) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"), "RC_SEND_LAST"]
+    assert shapes(WorkOp.SEND_WITH_IMM, 4096, imm=7) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"),
+                                                         "RC_SEND_LAST_WITH_IMMEDIATE"]  # fmt: skip
+    assert shapes(WorkOp.SEND, 4096, solicited=True) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"), "RC_SEND_LAST"]
+    assert shapes(WorkOp.RDMA_WRITE, 2048) == ["RC_RDMA_WRITE_FIRST", (1, "RC_RDMA_WRITE_LAST", "RC_RDMA_WRITE_LAST")]

@@ -46,6 +46,7 @@ SEGMENT_OPCODES = {
     WorkOp.RDMA_WRITE_WITH_IMM: (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE,
                                  Opcode.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
 }  # fmt: skip
+PLAIN_LASTS = frozenset({Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_LAST})  # a BTH alone
 ATOMIC_OPCODES = {WorkOp.ATOMIC_CMP_AND_SWP: Opcode.RC_COMPARE_SWAP, WorkOp.ATOMIC_FETCH_AND_ADD: Opcode.RC_FETCH_ADD}
 WC_OPCODES = {
     WorkOp.SEND: WcOpcode.SEND,
@@ -71,14 +72,24 @@ def segment_opcode(opcodes: tuple[int, int, int, int], index: int, count: int) -
 class SendEntry:
     """A posted send WQE and its progress."""
 
-    __slots__ = ("data", "first_psn", "length", "npsn", "placed", "rd_atomic", "started", "work")
+    __slots__ = ("data", "first_psn", "length", "npsn", "placed", "rd_atomic", "run_end", "run_start", "started",
+                 "work")  # fmt: skip
 
     def __init__(self, work: SendWork, pmtu: int) -> None:
         self.work = work
         self.length = work.length
         self.rd_atomic = work.op in READS_AND_ATOMICS
         # PSNs the message takes: one per packet, or per read response packet (IBA 9.7.1)
-        self.npsn = 1 if work.op in ATOMICS else max(1, -(-self.length // pmtu))
+        self.npsn = npsn = 1 if work.op in ATOMICS else max(1, -(-self.length // pmtu))
+        # The packets from ``run_start`` to before ``run_end`` go as ``PacketRun``s (a BTH and a
+        # full PMTU each): all but a FIRST with a RETH and a LAST that is short or carries an
+        # immediate or SE.
+        self.run_start = self.run_end = 0
+        if npsn > 1 and not self.rd_atomic:
+            opcodes = SEGMENT_OPCODES[work.op]
+            self.run_start = 1 if OPCODE_FLAGS[opcodes[0]] & Flag.RETH else 0
+            plain_last = opcodes[2] in PLAIN_LASTS and not self.length % pmtu and not work.solicited
+            self.run_end = npsn if plain_last else npsn - 1
         self.first_psn = 0
         self.started = False
         self.data: ScatterGather | None = None  # resolved local buffers
@@ -145,13 +156,15 @@ class Requester:
             entry = self.queue[self.send_index]
             if not entry.started and not self._start(entry):
                 break
-            middles = entry.npsn - 1 - self.send_pkt if self.send_pkt and not entry.rd_atomic else 0
-            count = min(middles, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if middles > 0 else 1
+            runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
+            count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
             resent = psn_diff(self.high_psn, self.psn)
             if resent > 0:
                 self.qp.counters["retransmitted_pkts"] += min(resent, count)
             out.append(
-                self._run(entry, count, config.dqpn) if middles > 0 else self._packet(entry, self.send_pkt, config.dqpn)
+                self._run(entry, count, config.dqpn)
+                if runnable > 0
+                else self._packet(entry, self.send_pkt, config.dqpn)
             )
             added += count
             if psn_diff(self.psn, self.high_psn) > 0:
@@ -161,20 +174,28 @@ class Requester:
         return added
 
     def _run(self, entry: SendEntry, count: int, dqpn: int) -> PacketRun:
-        """The next ``count`` MIDDLE packets of ``entry``, as one run."""
+        """The next ``count`` packets of ``entry`` (below ``entry.run_end``), as one run."""
         work = entry.work
         config = self.qp.config
         pmtu = config.pmtu
-        offset = self.send_pkt * pmtu
+        index = self.send_pkt
+        offset = index * pmtu
         if work.inline is not None:
             payload = memoryview(work.inline)[offset : offset + count * pmtu]
         else:
             payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
-        ackreq = self.noack_pkts + count >= MAX_PKTS_PER_ACK
-        run = new_run((SEGMENT_OPCODES[work.op][1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq))
+        last = index + count == entry.npsn  # the run ends the message: its LAST asks for the ACK
+        ackreq = last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
+        opcodes = SEGMENT_OPCODES[work.op]
+        run = new_run((opcodes[1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq,
+                       segment_opcode(opcodes, index, entry.npsn), segment_opcode(opcodes, index + count - 1, entry.npsn)))  # fmt: skip
         self.noack_pkts = 0 if ackreq else self.noack_pkts + count
         self.psn = psn_add(self.psn, count)
-        self.send_pkt += count
+        if last:
+            self.send_index += 1
+            self.send_pkt = 0
+        else:
+            self.send_pkt += count
         return run
 
     def _start(self, entry: SendEntry) -> bool:

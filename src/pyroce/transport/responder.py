@@ -432,8 +432,9 @@ class Responder:
             offset = index * pmtu
             middles = min(count - 1 - index, budget - added) if index else 0
             if middles > 0:
-                out.append(new_run((READ_RESPONSE[1], config.dqpn, psn_add(item.psn, index), config.pkey,
-                                    item.view[offset : offset + middles * pmtu], pmtu, False)))  # fmt: skip
+                middle = READ_RESPONSE[1]
+                out.append(new_run((middle, config.dqpn, psn_add(item.psn, index), config.pkey,
+                                    item.view[offset : offset + middles * pmtu], pmtu, False, middle, middle)))  # fmt: skip
                 item.index += middles
                 added += middles
                 continue

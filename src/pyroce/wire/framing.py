@@ -210,12 +210,15 @@ class RocePath:
         pmtu = run.pmtu
         size = BTH_LEN + pmtu + ICRC_LEN
         correction = byte4_correction(size - ICRC_LEN, 0)  # byte 4 (FECN, BECN, reserved) is 0
-        ackreq_at = len(run.payload) // pmtu - 1 if run.ackreq_last else -1
+        last = len(run.payload) // pmtu - 1
+        ackreq_at = last if run.ackreq_last else -1
         opcode, pkey, dqpn, psn, payload = run.opcode, run.pkey, run.dqpn, run.psn, run.payload
+        first_opcode, last_opcode = run.first_opcode, run.last_opcode
         seed, pack_bth, pack_icrc = self.seed, BTH_STRUCT.pack_into, _ICRC.pack_into
         for index in range(first, first + count):
             end = offset + BTH_LEN + pmtu
-            pack_bth(buf, offset, opcode, 0, pkey, dqpn, psn_add(psn, index) | (ACKREQ if index == ackreq_at else 0))
+            op = first_opcode if index == 0 else last_opcode if index == last else opcode
+            pack_bth(buf, offset, op, 0, pkey, dqpn, psn_add(psn, index) | (ACKREQ if index == ackreq_at else 0))
             buf[offset + BTH_LEN : end] = payload[index * pmtu : index * pmtu + pmtu]
             pack_icrc(buf, end, crc32(buf[offset:end], seed(size, segment)) ^ correction)
             offset = end + ICRC_LEN

@@ -50,25 +50,33 @@ class Packet(NamedTuple):
 
 
 class PacketRun(NamedTuple):
-    """``count`` MIDDLE packets of one message: a BTH and ``pmtu`` bytes of payload each, at
-    consecutive PSNs from ``psn``. A transport describes a message's middle this way and a
-    link builds it in one loop (``RocePath.build_run_packet_into``) instead of one ``Packet``
-    value per packet; ``packets()`` spells the same packets out as values."""
+    """Packets of one message that are a BTH and ``pmtu`` bytes of payload each, at
+    consecutive PSNs from ``psn``: its MIDDLE packets, and its FIRST and LAST when they carry
+    no other header (a SEND's FIRST; a LAST of a full PMTU without immediate or SE). A
+    transport describes them this way and a link builds them in one loop
+    (``RocePath.build_run_into``) instead of one ``Packet`` value per packet; ``packets()``
+    spells the same packets out as values."""
 
-    opcode: int
+    opcode: int  # of the packets between the first and the last
     dqpn: int
     psn: int
     pkey: int
     payload: memoryview  # count * pmtu bytes
     pmtu: int
     ackreq_last: bool  # AckReq on the last packet of the run
+    first_opcode: int  # of the run's first packet (``opcode`` unless it is the message's FIRST)
+    last_opcode: int  # of its last packet (``opcode`` unless it is the message's LAST)
+
+    def opcode_at(self, index: int, count: int) -> int:
+        """The opcode of packet ``index`` of the run's ``count``."""
+        return self.first_opcode if index == 0 else self.last_opcode if index == count - 1 else self.opcode
 
     def packets(self) -> list[Packet]:
         count, pmtu = len(self.payload) // self.pmtu, self.pmtu
         packets = []
         for index in range(count):
             ackreq = self.ackreq_last and index == count - 1
-            bth = BTH(self.opcode, self.dqpn, psn_add(self.psn, index), ackreq, pkey=self.pkey)
+            bth = BTH(self.opcode_at(index, count), self.dqpn, psn_add(self.psn, index), ackreq, pkey=self.pkey)
             packets.append(Packet(bth, self.payload[index * pmtu : (index + 1) * pmtu]))
         return packets
 
