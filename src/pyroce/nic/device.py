@@ -46,7 +46,7 @@ from pyroce.wire.packet import Packet, PacketRun, parse_packet
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 MAX_DATAGRAM = 65536
-RX_BATCH = 64  # datagrams taken per engine pass before servicing QPs
+RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
 TX_BUDGET = 64  # packets one QP may send per pass
 IDLE_WAIT_S = 0.5  # longest engine sleep with no timer armed
 INLINE_GRACE_S = 0.002  # the engine thread stands back while the application drove progress this recently
@@ -419,16 +419,19 @@ class NicDevice:
             _, _, peer, data = heapq.heappop(self._delayed)
             self._put(peer, data)
             moved = True
-        for _ in range(RX_BATCH):
+        taken = 0
+        while taken < RX_BATCH:
             if self._loopback:
                 data = self._loopback.popleft()
                 self._deliver_all(memoryview(data), len(data), self.link.rx_path(self.address, self.link.port), now)
+                taken += 1
             else:
                 got = self.link.recv_into(self._rx_buf) if receive else None
                 if got is None:
                     break
                 size, (peer, sport), step = got
                 self._deliver_all(self._rx_view[:size], step or 1, self.link.rx_path(peer, sport), now)
+                taken += -(-size // step) if step else 1  # the packets of a GRO run
             moved = True
         else:
             self._rx_full = True  # the batch ran out before the socket did

@@ -27,10 +27,7 @@ from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
 
-# Request packets in flight before waiting for an ACK. rxe (RXE_MAX_UNACKED_PSNS) keeps 128;
-# a Python receiver takes ~1 ms for 128 packets and ACKs at the end of its pass, so 128 left
-# the sender idle for part of each round trip: 512 measured +12% at 1 MiB (performance.md).
-MAX_UNACKED_PSNS = 512
+MAX_UNACKED_PSNS = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
 MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
 INFINITE_RNR_RETRY = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
 
