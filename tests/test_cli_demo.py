@@ -117,9 +117,11 @@ def test_demo_through_injected_faults_still_verifies() -> None:
     assert faults, result.stdout
     corrupt, delay, drop, duplicate, retransmitted = map(int, faults.groups())
     assert min(corrupt, delay, drop, duplicate) > 0 and retransmitted > 0
-    # Every corrupted packet is caught by its ICRC, except a flip in BTH byte 4 (FECN, BECN and
-    # reserved bits, which the ICRC masks and the receiver ignores): 1 byte in 20 of an ACK.
-    assert 0.9 * corrupt <= bad_icrc <= corrupt
+    # Every corrupted packet that arrives is caught by its ICRC, except a flip in BTH byte 4
+    # (FECN, BECN and reserved bits, which the ICRC masks and the receiver ignores): 1 byte in
+    # 20 of an ACK. Some never arrive: with one datagram per packet (faults turn GSO off) the
+    # loopback socket buffers overflow now and then (1-4% of packets), as a congested wire.
+    assert 0.8 * corrupt <= bad_icrc <= corrupt
 
 
 def test_stats_shows_running_devices(tmp_path: object) -> None:
