@@ -239,6 +239,30 @@ def test_a_run_of_middles_is_placed_in_one_loop(target: Target) -> None:
     assert [(p.bth.opcode, p.bth.psn) for p in acks] == [(Opcode.RC_ACKNOWLEDGE, psn_add(EPSN, 4))]
 
 
+@pytest.mark.parametrize("split", [None, 1500])
+def test_a_run_of_send_middles_fills_the_receive_buffer_across_its_sges(target: Target, split: int | None) -> None:
+    """A SEND's MIDDLEs in one GRO run land in the receive WQE's buffer, one SGE or two."""
+    qp = target.fresh_qp()
+    qp.responder.recv_queue.clear()
+    base, key = BASE + 0x400000, target.recv_mr.key
+    sges = (Sge(base, 8192, key),) if split is None else (Sge(base + 4096, split, key), Sge(base, 4096, key))
+    qp.post_recv(RecvWork(9, sges))
+    data = os.urandom(5 * 1024 + 10)
+    deliver(qp, Packet(BTH(Opcode.RC_SEND_FIRST, 0x22, EPSN), data[:1024]), 0.0)
+    middles = [Packet(BTH(Opcode.RC_SEND_MIDDLE, 0x22, psn_add(EPSN, n)), data[1024 * n : 1024 * (n + 1)])
+               for n in range(1, 5)]  # fmt: skip
+    assert qp.receive_run(gro_run(middles), STEP, 0.0) == 4 * STEP
+    deliver(qp, Packet(BTH(Opcode.RC_SEND_LAST, 0x22, psn_add(EPSN, 5), True), data[5120:]), 0.0)
+    [completion] = qp.completions
+    assert (completion.wqe_counter, completion.status, completion.byte_len) == (9, WcStatus.SUCCESS, len(data))
+    received = target.recv[GUARD : GUARD + 8192]
+    if split is None:
+        assert bytes(received[: len(data)]) == data
+    else:  # the first SGE is the upper half of the region, the second its start
+        assert bytes(received[4096 : 4096 + split]) + bytes(received[: len(data) - split]) == data
+    assert target.outside() == target.snapshot
+
+
 RUN_SURPRISES = {  # the third MIDDLE of a run is instead: (BTH byte, value or XOR mask), the general path's NAK
     "PSN ahead": ((11, 0x04, "xor"), NakCode.PSN_SEQ_ERR),
     "a SEND MIDDLE in a WRITE": ((0, Opcode.RC_SEND_MIDDLE, "set"), NakCode.INVALID_REQUEST),

@@ -175,15 +175,18 @@ class Responder:
         (``run_length``) and its bounds. Stops before the first packet that is not the next
         MIDDLE (it goes the general way). Returns the bytes taken from ``segments``."""
         pmtu = step - BTH_LEN - ICRC_LEN
-        write = bool(OPCODE_FLAGS[opcode] & Flag.WRITE)
         offset = self.offset
-        limit = self.write_length if write else self.recv_data.length  # type: ignore[union-attr]
+        if OPCODE_FLAGS[opcode] & Flag.WRITE:
+            target, limit = self.write_view, self.write_length
+        else:  # a SEND: into its receive WQE's buffer, straight when that is one SGE
+            recv_data = self.recv_data
+            target, limit = (recv_data.views[0] if len(recv_data.views) == 1 else None), recv_data.length  # type: ignore[union-attr]
         count, ackreq = run_length(segments, step, opcode, pkey, qpn, self.epsn, (limit - offset) // pmtu)
         for at in range(BTH_LEN, count * step, step):
-            if write:
-                self.write_view[offset : offset + pmtu] = segments[at : at + pmtu]  # type: ignore[index]
+            if target is not None:
+                target[offset : offset + pmtu] = segments[at : at + pmtu]
             else:
-                self.recv_data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
+                recv_data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
             offset += pmtu
         if count:
             self.offset = offset
