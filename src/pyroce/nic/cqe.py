@@ -66,7 +66,7 @@ class Cqe(NamedTuple):
 
     @property
     def is_error(self) -> bool:
-        return self.opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR)
+        return self.opcode in ERROR_OPCODES
 
 
 new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all eleven fields, without NamedTuple.__new__'s frame
@@ -76,6 +76,10 @@ _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
 _TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
 _TAIL_AT = 60
 _CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
+# Sets of the plain values: a lookup in them costs no enum attribute access (per CQE read)
+ERROR_OPCODES = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
+RECV_OPCODES = frozenset({int(CqeOpcode.RESP_SEND), int(CqeOpcode.RESP_SEND_IMM), int(CqeOpcode.RESP_SEND_INV),
+                          int(CqeOpcode.RESP_WR_IMM), int(CqeOpcode.RESP_ERR)})  # fmt: skip
 _ERR_AT = 54
 
 
@@ -101,11 +105,11 @@ def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int
     flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
     opcode = _CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
     syndrome = vendor_err = 0
-    if opcode in (CqeOpcode.REQ_ERR, CqeOpcode.RESP_ERR):
+    if opcode in ERROR_OPCODES:
         vendor_err, syndrome = _ERR.unpack_from(buf, offset + _ERR_AT)
         timestamp = 0
-    cqe = Cqe(opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
-              opcode_qpn >> 24, syndrome, vendor_err)  # fmt: skip
+    cqe = new_cqe((opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
+                   opcode_qpn >> 24, syndrome, vendor_err))  # fmt: skip
     return cqe, op_own & 1
 
 

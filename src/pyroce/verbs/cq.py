@@ -11,7 +11,7 @@ import errno
 import sys
 from typing import TYPE_CHECKING
 
-from pyroce.nic.cqe import CQE_SIZE, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.rings import CqRing
 from pyroce.nic.wqe import WqeOpcode
 from pyroce.transport.completion import WcFlag, WcOpcode, WcStatus
@@ -119,11 +119,10 @@ class CQ(PyverbsObject):
         qp = self.qps.get(cqe.qpn)
         if qp is not None and self.consumer < qp.reset_at.get(self.hw.cqn, 0):
             return None
-        is_recv = cqe.opcode in (CqeOpcode.RESP_SEND, CqeOpcode.RESP_SEND_IMM, CqeOpcode.RESP_SEND_INV,
-                                 CqeOpcode.RESP_WR_IMM, CqeOpcode.RESP_ERR)  # fmt: skip
+        is_recv = cqe.opcode in RECV_OPCODES
         wr_id = (qp.retire_recv(cqe.wqe_counter) if is_recv else qp.retire_send(cqe.wqe_counter)) if qp else 0
         wc = WC(wr_id=wr_id, qp_num=cqe.qpn)
-        if cqe.is_error:
+        if cqe.opcode in ERROR_OPCODES:
             wc.status = STATUS_OF_SYNDROME.get(cqe.syndrome, WcStatus.GENERAL_ERR)  # type: ignore[call-overload]
             wc.vendor_err = cqe.vendor_err
             wc.reason = qp.explain(cqe.vendor_err) if qp is not None else ""
