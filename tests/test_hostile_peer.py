@@ -300,18 +300,44 @@ def test_the_run_loop_stops_at_every_surprise(target: Target, case: str) -> None
     assert target.outside() == target.snapshot
 
 
-def test_read_response_middles_in_a_run_are_placed_in_one_loop_up_to_the_last() -> None:
-    """A 4-packet READ's responses: FIRST, then a GRO run [MIDDLE, MIDDLE, MIDDLE] whose third
-    MIDDLE stands where the LAST must be: the loop places the two that fit and stops; the
-    LAST then completes the READ with every byte."""
+def read_posted(length: int) -> tuple[RcQp, bytearray]:
+    """A requester QP with a READ of ``length`` bytes sent (PSN 0x10 on) and its buffer."""
     memory = MrTable()
-    buf = bytearray(4096)
+    buf = bytearray(length)
     mr = memory.register(PDN, memoryview(buf), BASE, ALL)
     qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL), memory)
     for state in (QpState.INIT, QpState.RTR, QpState.RTS):
         qp.modify(state)
-    qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, 4096, mr.key),), raddr=0x1000, rkey=7))
+    qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, length, mr.key),), raddr=0x1000, rkey=7))
     assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10]
+    return qp, buf
+
+
+def test_read_responses_first_and_only_are_predicted_when_their_aeth_says_ack() -> None:
+    qp, buf = read_posted(2)
+    nak = Packet(
+        BTH(Opcode.RC_RDMA_READ_RESPONSE_ONLY, 0x11, 0x10), b"hi", aeth=Aeth(nak_syndrome(NakCode.REMOTE_ACCESS_ERR), 1)
+    )
+    assert not qp.receive_predicted(wire_bytes(nak), 0.0)  # a NAK syndrome: the general path's to judge
+    assert qp.receive_predicted(wire_bytes(nak._replace(aeth=Aeth(ack_syndrome(), 1))), 0.0)
+    assert bytes(buf) == b"hi"
+    [completion] = qp.completions
+    assert (completion.status, completion.byte_len) == (WcStatus.SUCCESS, 2)
+    qp, buf = read_posted(2048)
+    data = os.urandom(2048)
+    first = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_FIRST, 0x11, 0x10), data[:1024], aeth=Aeth(ack_syndrome(), 1))
+    assert not qp.receive_predicted(wire_bytes(first._replace(bth=first.bth._replace(psn=0x11))), 0.0)  # not next
+    assert qp.receive_predicted(wire_bytes(first), 0.0) and qp.requester.comp_psn == 0x11
+    last = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_LAST, 0x11, 0x11), data[1024:], aeth=Aeth(ack_syndrome(), 1))
+    assert qp.receive_predicted(wire_bytes(last), 0.0)
+    assert bytes(buf) == data and qp.completions[0].byte_len == 2048
+
+
+def test_read_response_middles_in_a_run_are_placed_in_one_loop_up_to_the_last() -> None:
+    """A 4-packet READ's responses: FIRST, then a GRO run [MIDDLE, MIDDLE, MIDDLE] whose third
+    MIDDLE stands where the LAST must be: the loop places the two that fit and stops; the
+    LAST then completes the READ with every byte."""
+    qp, buf = read_posted(4096)
     data = os.urandom(4096)
     deliver(
         qp, Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_FIRST, 0x11, 0x10), data[:1024], aeth=Aeth(ack_syndrome(), 1)), 0.0

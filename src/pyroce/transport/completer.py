@@ -57,9 +57,10 @@ class Completer:
             self.qp.counters["bad_response"] += 1
 
     def receive_read_predicted(self, psn: int, payload: memoryview | bytes, last: bool, now: float) -> bool:
-        """Place a READ response MIDDLE or LAST packet if it is the next one the READ at the
-        head of the queue expects, with the length expected there (``RcQp.receive_predicted``);
-        the LAST completes the READ. False leaves the packet to ``receive``."""
+        """Place a READ response packet if it is the next one the READ at the head of the queue
+        expects, with the length expected there (``RcQp.receive_predicted``); the LAST (or
+        ONLY) completes the READ. With the READ at the head, a response acknowledges nothing
+        before it, so this is what ``receive`` would do. False leaves the packet to it."""
         req = self.qp.requester
         # At the oldest unacknowledged PSN, and sent: after a rewind, ``req.psn`` is back at
         # ``comp_psn`` until the resend, and a late response there is a ghost (``receive``).

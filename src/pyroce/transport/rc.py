@@ -42,11 +42,12 @@ class QpState(enum.IntEnum):
 
 
 RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
-# What header prediction takes: the packets after the first of a SEND, WRITE or READ response
-# that carry no immediate (a BTH alone; the READ response LAST also an AETH)
+# What header prediction takes: the packets after the first of a SEND or WRITE that carry no
+# immediate (a BTH alone), and every READ response (a BTH, and an AETH that must say ACK)
 PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
-                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
-                               Opcode.RC_RDMA_READ_RESPONSE_LAST})  # fmt: skip
+                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_FIRST,
+                               Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_LAST,
+                               Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
 # Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
 RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
@@ -146,7 +147,8 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress, at the expected PSN, is placed without building a ``Packet``.
+        message in progress, or the next response of the READ at the head of the send queue,
+        at the expected PSN, is placed without building a ``Packet``.
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
         config = self.config
@@ -159,7 +161,7 @@ class RcQp:
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
-        start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and the AETH of a READ response LAST
+        start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
         if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4
             if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
                 return False
