@@ -300,14 +300,22 @@ def test_the_run_loop_stops_at_every_surprise(target: Target, case: str) -> None
     assert target.outside() == target.snapshot
 
 
-def read_posted(length: int) -> tuple[RcQp, bytearray]:
-    """A requester QP with a READ of ``length`` bytes sent (PSN 0x10 on) and its buffer."""
-    memory = MrTable()
-    buf = bytearray(length)
-    mr = memory.register(PDN, memoryview(buf), BASE, ALL)
-    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL), memory)
+def requester(work: SendWork | None = None) -> RcQp:
+    """A requester QP in RTS whose first request goes out at PSN 0x10 (``work``, if given, is sent)."""
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL), MrTable())
     for state in (QpState.INIT, QpState.RTR, QpState.RTS):
         qp.modify(state)
+    if work is not None:
+        qp.post_send(work)
+        assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10]
+    return qp
+
+
+def read_posted(length: int) -> tuple[RcQp, bytearray]:
+    """A requester QP with a READ of ``length`` bytes sent (PSN 0x10 on) and its buffer."""
+    qp = requester()
+    buf = bytearray(length)
+    mr = qp.memory.register(PDN, memoryview(buf), BASE, ALL)  # type: ignore[attr-defined]
     qp.post_send(SendWork(1, WorkOp.RDMA_READ, (Sge(BASE, length, mr.key),), raddr=0x1000, rkey=7))
     assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10]
     return qp, buf
@@ -331,6 +339,27 @@ def test_read_responses_first_and_only_are_predicted_when_their_aeth_says_ack() 
     last = Packet(BTH(Opcode.RC_RDMA_READ_RESPONSE_LAST, 0x11, 0x11), data[1024:], aeth=Aeth(ack_syndrome(), 1))
     assert qp.receive_predicted(wire_bytes(last), 0.0)
     assert bytes(buf) == data and qp.completions[0].byte_len == 2048
+
+
+def test_an_ack_is_predicted_only_for_what_was_sent_and_only_when_it_says_ack() -> None:
+    """A WRITE sent at PSN 0x10: an ACK for PSN 0x11 (never sent), a NAK and a TVer-1 ACK go
+    the general way (a ghost, a NAK, a drop); the ACK for 0x10 is taken on the fast path and
+    completes the WRITE; its duplicate is then a ghost again."""
+    qp = requester(SendWork(5, WorkOp.RDMA_WRITE, (), raddr=0x1000, rkey=7))
+
+    def ack(psn: int, syndrome: int = ack_syndrome()) -> bytes:
+        return wire_bytes(Packet(BTH(Opcode.RC_ACKNOWLEDGE, 0x11, psn), aeth=Aeth(syndrome, 1)))
+
+    assert not qp.receive_predicted(ack(0x11), 0.0)
+    assert not qp.receive_predicted(ack(0x10, nak_syndrome(NakCode.PSN_SEQ_ERR)), 0.0)
+    tver = bytearray(ack(0x10))
+    tver[1] |= 1
+    assert not qp.receive_predicted(bytes(tver), 0.0)
+    assert not qp.completions
+    assert qp.receive_predicted(ack(0x10), 0.0)
+    [completion] = qp.completions
+    assert (completion.wqe_counter, completion.status) == (5, WcStatus.SUCCESS)
+    assert not qp.receive_predicted(ack(0x10), 0.0)  # nothing outstanding: a ghost for the general path
 
 
 def test_read_response_middles_in_a_run_are_placed_in_one_loop_up_to_the_last() -> None:

@@ -40,10 +40,8 @@ class Completer:
         self.qp = qp
 
     def receive(self, pkt: Packet, now: float) -> None:
-        req = self.qp.requester
         psn = pkt.bth.psn
-        # A response can only name a PSN that was sent and is not yet acknowledged.
-        if psn_diff(psn, req.comp_psn) < 0 or psn_diff(psn, req.psn) >= 0:
+        if self._ghost(psn):
             self.qp.counters["ghost_responses"] += 1
             return
         opcode = pkt.bth.opcode
@@ -55,6 +53,28 @@ class Completer:
             self._read_response(pkt, psn, now)
         else:
             self.qp.counters["bad_response"] += 1
+
+    def receive_ack_predicted(self, psn: int, now: float) -> bool:
+        """An ACK (its AETH says ACK) on the fast path (``RcQp.receive_predicted``): what
+        ``receive`` does with it, without the ``Packet``. False leaves a ghost to ``receive``."""
+        if self._ghost(psn):
+            return False
+        self._positive_ack(psn, now)
+        return True
+
+    def _ghost(self, psn: int) -> bool:
+        """A response can only name a PSN that was sent and is not yet acknowledged."""
+        req = self.qp.requester
+        return psn_diff(psn, req.comp_psn) < 0 or psn_diff(psn, req.psn) >= 0
+
+    def _positive_ack(self, psn: int, now: float) -> None:
+        """An ACK at ``psn``: retire what it acknowledges (an implied NAK if it skips a read)."""
+        req = self.qp.requester
+        before = req.comp_psn
+        if not self._ack_through(psn):
+            self._implied_nak()
+        elif req.comp_psn != before:
+            req.progress(now)
 
     def receive_read_predicted(self, psn: int, payload: memoryview | bytes, last: bool, now: float) -> bool:
         """Place a READ response packet if it is the next one the READ at the head of the queue
@@ -139,11 +159,7 @@ class Completer:
         syndrome = pkt.aeth.syndrome  # type: ignore[union-attr]
         kind = syndrome_kind(syndrome)
         if kind is AethKind.ACK:
-            before = req.comp_psn
-            if not self._ack_through(psn):
-                self._implied_nak()
-            elif req.comp_psn != before:
-                req.progress(now)
+            self._positive_ack(psn, now)
             return
         before = req.comp_psn
         if not self._ack_through(psn_add(psn, -1)):  # a NAK acknowledges everything before it

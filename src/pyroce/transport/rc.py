@@ -20,7 +20,7 @@ from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
-from pyroce.wire.bth import BTH_STRUCT, TVER_MASK
+from pyroce.wire.bth import BTH_STRUCT, PAD_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
@@ -51,6 +51,8 @@ PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcod
 # Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
 RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
+ACKED_STATES = RECEIVING_STATES - {QpState.RTR}  # where responses reach the completer
+ACK_LEN = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: ignore[union-attr]  # BTH, AETH, ICRC
 
 
 @dataclass
@@ -153,6 +155,8 @@ class RcQp:
         ``receive``, so every rule and every error stays in the general path."""
         config = self.config
         size = len(data)
+        if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:
+            return self._receive_ack_predicted(data, now)
         if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
@@ -175,6 +179,19 @@ class RcQp:
             )
         else:
             placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
+        if placed:
+            self.counters["rcvd_pkts"] += 1
+        return placed
+
+    def _receive_ack_predicted(self, data: memoryview | bytes, now: float) -> bool:
+        """An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
+        what it acknowledges (``Completer.receive_ack_predicted``)."""
+        _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
+        if flags & (TVER_MASK | PAD_MASK) or pkey != self.config.pkey or self.state not in ACKED_STATES:
+            return False
+        if syndrome_kind(data[BTH_LEN]) is not AethKind.ACK:
+            return False
+        placed = self.completer.receive_ack_predicted(psn & PSN_MASK, now)
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed
