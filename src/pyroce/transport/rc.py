@@ -150,7 +150,8 @@ class RcQp:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
         message in progress, or the next response of the READ at the head of the send queue,
-        at the expected PSN, is placed without building a ``Packet``.
+        at the expected PSN, is placed without building a ``Packet``, and an ACK retires what
+        it acknowledges.
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
         config = self.config
