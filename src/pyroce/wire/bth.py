@@ -26,7 +26,7 @@ TVER_MASK = 0x0F
 _FECN = 0x80000000
 _BECN = 0x40000000
 ACKREQ = 0x80000000
-LOW24 = 0xFFFFFF  # DestQP and PSN: the low 24 bits of their words
+_LOW24 = 0xFFFFFF  # DestQP and PSN: the low 24 bits of their words
 
 
 class BTH(NamedTuple):
@@ -56,8 +56,8 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
     bth = new_bth(
         (
             opcode,
-            word1 & LOW24,
-            word2 & LOW24,
+            word1 & _LOW24,
+            word2 & _LOW24,
             word2 & ACKREQ != 0,
             flags & _SE != 0,
             flags & _MIG != 0,
@@ -72,7 +72,7 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
 def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> None:
     """Write ``bth`` with PadCnt ``pad`` at ``offset``."""
     opcode, dqpn, psn, ackreq, se, mig, pkey, fecn, becn = bth
-    if (dqpn | psn) & ~LOW24:  # also catches negative values
+    if (dqpn | psn) & ~_LOW24:  # also catches negative values
         raise BuildError(f"BTH dqpn 0x{dqpn:x} or psn 0x{psn:x} does not fit 24 bits")
     try:
         BTH_STRUCT.pack_into(
@@ -99,8 +99,8 @@ def run_length(
     count = ackreq = 0
     for at in range(0, min(limit, len(segments) // step) * step, step):
         seg_opcode, flags, seg_pkey, word1, word2 = unpack(segments, at)
-        if (seg_opcode != opcode or flags & (TVER_MASK | PAD_MASK) or seg_pkey != pkey or word1 & LOW24 != dqpn
-                or word2 & LOW24 != (psn + count) & LOW24):  # fmt: skip
+        if (seg_opcode != opcode or flags & (TVER_MASK | PAD_MASK) or seg_pkey != pkey or word1 & _LOW24 != dqpn
+                or word2 & _LOW24 != (psn + count) & _LOW24):  # fmt: skip
             break
         ackreq |= word2
         count += 1
