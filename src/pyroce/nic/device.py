@@ -288,6 +288,13 @@ class NicDevice:
                 if receive:
                     self._inline_at = time.monotonic()
 
+    def polled(self) -> None:
+        """An application found completions waiting without running the engine: it is still
+        polling, so its next empty poll runs the engine, and the engine thread stays back (a
+        doorbell in the meantime need not wake it; with many QPs, reaping one pass's
+        completions and posting again takes longer than ``INLINE_GRACE_S``)."""
+        self._inline_at = time.monotonic()
+
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""
         with self._lock:

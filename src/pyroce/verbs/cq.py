@@ -101,6 +101,8 @@ class CQ(PyverbsObject):
         if cqe is None:
             self.ctx.device.kick()
             cqe = self.ring.poll(self.consumer)
+        else:
+            self.ctx.device.polled()  # completions were waiting: the engine is not needed for them
         while cqe is not None:
             wc = self._wc(cqe)
             self.consumer += 1
