@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyroce.link.fabric import Fabric
+from pyroce.testbench.fabric import Fabric
 from pyroce.link.faults import FaultConfig
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.transport import Access, Completion, QpConfig, QpState, RcQp

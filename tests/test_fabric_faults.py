@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pyroce.link.fabric import Fabric
+from pyroce.testbench.fabric import Fabric
 from pyroce.link.faults import FaultConfig, ScriptRule
 from pyroce.transport import RecvWork, SendWork, Sge, WcStatus, WorkOp
 from pyroce.transport.rc import ACK_TIMEOUT_UNIT_S

@@ -5,8 +5,8 @@ this host, e.g. a veth or Ethernet address, to talk to other hosts). Without it,
 takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two processes on one
 host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
 ``PYROCE_PROGRESS=thread`` leaves all engine work to the engine thread (the default, ``inline``,
-also runs it in the caller's thread on a doorbell or an empty poll; docs/architecture.md
-measures both). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
+also runs it in the caller's thread on a doorbell or an empty poll; ``host`` runs no thread and
+leaves it to ``NicDevice.step(now)``; ``nic.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
 misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
 ``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
 such as rxe that send a varying IPv4 ID; see ``pyroce.link.udp``).
@@ -23,8 +23,9 @@ import tempfile
 import threading
 
 from pyroce.link.faults import FaultConfig
-from pyroce.link.udp import LinkError
+from pyroce.link.udp import LinkError, UdpLink
 from pyroce.nic.device import NicDevice
+from pyroce.nic.progress import MODES
 
 DEVICE_NAMES = ("pyroce0",)
 LOOPBACK_BASE = int(ipaddress.IPv4Address("127.64.0.0"))
@@ -67,10 +68,13 @@ def _create(name: str) -> NicDevice:
     except ValueError as exc:
         raise LinkError(errno.EINVAL, f"PYROCE_FAULTS: {exc}") from None
 
+    progress = os.environ.get("PYROCE_PROGRESS") or "inline"
+    if progress not in MODES:
+        raise LinkError(errno.EINVAL, f"PYROCE_PROGRESS={progress!r} is not one of {', '.join(MODES)}")
+
     def make(address: str) -> NicDevice:
-        return NicDevice(name, address, verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
-                         inline_progress=os.environ.get("PYROCE_PROGRESS", "inline") != "thread",
-                         faults=faults, stats_dir=stats_dir())  # fmt: skip
+        return NicDevice(name, UdpLink(address), verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
+                         progress=progress, faults=faults, stats_dir=stats_dir())  # fmt: skip
 
     address = configured_address()
     if address is not None:

@@ -28,6 +28,7 @@ class Reason(enum.IntEnum):
     FLUSHED = 11
     RECV_TOO_SHORT = 12
     RECV_PROTECTION = 13
+    ENGINE_ERROR = 14
 
     @property
     def text(self) -> str:
@@ -50,4 +51,6 @@ REASON_TEXT = {
     Reason.FLUSHED: "flushed: the QP is in the error state (an earlier work request failed)",
     Reason.RECV_TOO_SHORT: "an incoming SEND was longer than the receive buffer",
     Reason.RECV_PROTECTION: "the receive buffer is not inside a registered MR of this PD with local write",
+    Reason.ENGINE_ERROR: "pyroce's engine failed while handling this QP (a bug: please report it with the "
+    "device's last_error); the QP moved to the error state",
 }

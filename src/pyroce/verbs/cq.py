@@ -99,10 +99,10 @@ class CQ(PyverbsObject):
             return 0, wcs
         cqe = self.ring.poll(self.consumer)
         if cqe is None:
-            self.ctx.device.kick()
+            self.ctx.device.poll_empty()
             cqe = self.ring.poll(self.consumer)
         else:
-            self.ctx.device.polled()  # completions were waiting: the engine is not needed for them
+            self.ctx.device.poll_found()  # completions were waiting: the engine is not needed for them
         while cqe is not None:
             wc = self._wc(cqe)
             self.consumer += 1

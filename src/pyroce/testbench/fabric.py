@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Callable
 
 from pyroce.link.faults import FaultConfig, FaultInjector
+from pyroce.transport.demux import Demux
 from pyroce.transport.rc import RcQp
-from pyroce.wire.errors import MalformedPacket
-from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
-from pyroce.wire.packet import Packet, parse_packet
+from pyroce.wire.framing import ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
+from pyroce.wire.packet import Packet
 
 LATENCY_S = 0.000005  # one-way wire latency of the fabric
-_PATH = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(4791))
+_PATH = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(ROCE_UDP_PORT))
 
 
 class FabricStalled(RuntimeError):
@@ -31,16 +31,16 @@ class Fabric:
     def __init__(self, faults: FaultConfig | None = None) -> None:
         self.now = 0.0
         self.faults = FaultInjector(faults or FaultConfig())
-        self.peers: dict[int, RcQp] = {}  # QPN -> the QP that receives what is sent to it
         self.qps: list[RcQp] = []
+        self.demux = Demux()  # the QPs by QPN, and the same receive path as a NIC's
         self._in_flight: list[tuple[float, int, int, bytes]] = []  # (arrival, order, dest QPN, datagram)
         self._order = itertools.count()
         self._buf = bytearray(65536)
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = self.demux.counters
         self.sent: list[Packet] = []  # every packet the QPs sent, in order (for assertions)
 
     def attach(self, qp: RcQp) -> None:
-        self.peers[qp.config.qpn] = qp
+        self.demux.qps[qp.config.qpn] = qp
         self.qps.append(qp)
 
     def transmit(self) -> bool:
@@ -61,22 +61,10 @@ class Fabric:
         while self._in_flight and self._in_flight[0][0] <= self.now:
             data = heapq.heappop(self._in_flight)[3]
             moved = True
-            if not _PATH.verify(data):
-                self.counters["icrc_errors"] += 1
-                continue
-            qp = self.peers.get(int.from_bytes(data[5:8], "big"))  # BTH DestQP
-            if qp is not None and qp.receive_predicted(data, self.now):
-                continue
-            try:
-                pkt = parse_packet(data)
-            except MalformedPacket:
-                self.counters["malformed"] += 1
-                continue
-            qp = self.peers.get(pkt.bth.dqpn)
-            if qp is None:
-                self.counters["unknown_qpn"] += 1
-                continue
-            qp.receive(pkt, self.now)
+            self.demux.receive(memoryview(data), len(data), _PATH.verify, self.now)
+        if self.demux.failed:
+            qpn, exc = self.demux.failed[0]
+            raise RuntimeError(f"the transport of QP 0x{qpn:x} raised") from exc  # a test bench shows bugs
         return moved
 
     def next_event(self) -> float | None:

@@ -1,0 +1,65 @@
+"""Between ring entries and transport values: a send WQE to the transport's ``SendWork``, a
+transport ``Completion`` to the mlx5 CQE that reports it."""
+
+from __future__ import annotations
+
+from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
+from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
+from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
+from pyroce.transport.work import SendWork, WorkOp
+
+WORK_OPS = {
+    WqeOpcode.SEND: WorkOp.SEND,
+    WqeOpcode.SEND_IMM: WorkOp.SEND_WITH_IMM,
+    WqeOpcode.SEND_INVAL: WorkOp.SEND_WITH_INV,
+    WqeOpcode.RDMA_WRITE: WorkOp.RDMA_WRITE,
+    WqeOpcode.RDMA_WRITE_IMM: WorkOp.RDMA_WRITE_WITH_IMM,
+    WqeOpcode.RDMA_READ: WorkOp.RDMA_READ,
+    WqeOpcode.ATOMIC_CS: WorkOp.ATOMIC_CMP_AND_SWP,
+    WqeOpcode.ATOMIC_FA: WorkOp.ATOMIC_FETCH_AND_ADD,
+}
+REQ_WQE_OPCODE = {
+    WcOpcode.SEND: WqeOpcode.SEND,
+    WcOpcode.RDMA_WRITE: WqeOpcode.RDMA_WRITE,
+    WcOpcode.RDMA_READ: WqeOpcode.RDMA_READ,
+    WcOpcode.COMP_SWAP: WqeOpcode.ATOMIC_CS,
+    WcOpcode.FETCH_ADD: WqeOpcode.ATOMIC_FA,
+}
+
+
+def work_from_wqe(wqe: SendWqe) -> SendWork:
+    """The transport's view of a decoded send WQE (``WqeError`` for opcodes not executed)."""
+    op = WORK_OPS.get(wqe.opcode)
+    if op is None:
+        raise WqeError(f"{wqe.opcode.name} WQEs are not supported")
+    flags = wqe.fm_ce_se
+    return SendWork(wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
+                    wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
+                    wqe.inline)  # fmt: skip
+
+
+_WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)
+
+
+def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
+    """The mlx5 CQE that reports ``completion``."""
+    status = completion.status
+    if status is not WcStatus.SUCCESS:
+        opcode = CqeOpcode.RESP_ERR if completion.is_recv else CqeOpcode.REQ_ERR
+        syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
+        return Cqe(opcode, qpn, completion.wqe_counter, syndrome=syndrome, vendor_err=completion.vendor_err)
+    if completion.is_recv:
+        flags = int(completion.flags)  # plain ints: IntFlag operators build enum members
+        if completion.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+            opcode = CqeOpcode.RESP_WR_IMM
+        elif flags & _WITH_IMM:
+            opcode = CqeOpcode.RESP_SEND_IMM
+        elif flags & _WITH_INV:
+            opcode = CqeOpcode.RESP_SEND_INV
+        else:
+            opcode = CqeOpcode.RESP_SEND
+        grh = 1 << 28 if flags & _GRH else 0
+        return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
+                        grh | completion.src_qp, 0, 0, 0, 0))  # fmt: skip
+    return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,
+                    REQ_WQE_OPCODE[completion.opcode], 0, 0))  # fmt: skip

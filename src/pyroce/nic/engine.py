@@ -1,0 +1,286 @@
+"""The engine: one pass executes what the rings, the wire and the timers ask for.
+
+An ``Engine`` is single-threaded and knows no threads or clocks: its host (``nic.progress``
+for a process's device, or a simulator stepping it in simulated time) serializes the calls and
+passes ``now``. A pass fetches the WQEs of QPs whose doorbell rang (private copies of the
+ring bytes, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
+transport (``transport.demux``), fires due transport timers, then lets every active QP send
+(as GSO batches, ``nic.tx``) and writes its completions into its CQs as mlx5 CQEs.
+
+The work lists keep a pass proportional to what there is to do, not to the number of QPs:
+``rung`` (doorbells), ``receives`` (receive queues with new WQEs), ``active`` (QPs with
+something to send or report, left when a pass sends less than its budget) and the timers.
+
+A bug in the transport or the engine (an exception) is contained to its QP: the QP moves to
+the error state with the reason in its error detail, an IBV_EVENT_QP_FATAL event and the
+``engine_errors`` counter; the engine and the other QPs go on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter, deque
+from typing import NamedTuple
+
+from pyroce.link.faults import FaultInjector
+from pyroce.nic.convert import cqe_from_completion, work_from_wqe
+from pyroce.nic.memory import MrTable
+from pyroce.nic.port import Clock, Link, Port
+from pyroce.nic.queues import HwCq, HwQp
+from pyroce.nic.rings import DoorbellRecord
+from pyroce.nic.timers import Timers
+from pyroce.nic.tx import TxBatch
+from pyroce.nic.wqe import WqeError, decode_recv_wqe
+from pyroce.transport.completion import Completion, WcOpcode, WcStatus
+from pyroce.transport.demux import Demux
+from pyroce.transport.rc import QpState
+from pyroce.transport.reasons import Reason
+from pyroce.transport.work import RecvWork
+
+MAX_DATAGRAM = 65536
+RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
+TX_BUDGET = 64  # packets one QP may send per pass
+MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
+MAX_EVENTS = 1024  # async events kept for the driver to read
+QP_FATAL, DEVICE_FATAL = 1, 8  # ibv_event_type: IBV_EVENT_QP_FATAL, IBV_EVENT_DEVICE_FATAL
+
+
+class AsyncEvent(NamedTuple):
+    """An asynchronous event (``ibv_async_event``): its type, the QPN (or 0 for the
+    device) and one line on why."""
+
+    event_type: int
+    element: int
+    reason: str
+
+
+class Engine:
+    """The NIC's execution state: memory table, queues, port, timers and work lists."""
+
+    def __init__(self, link: Link, *, verify_icrc: bool = True, faults: FaultInjector | None = None,
+                 clock: Clock) -> None:  # fmt: skip
+        self.mrs = MrTable()
+        self.counters: Counter[str] = Counter()
+        self.qps: dict[int, HwQp] = {}
+        self.cqs: dict[int, HwCq] = {}
+        self.verify_icrc = verify_icrc
+        self.port = Port(link, faults, self.counters, clock)
+        self.demux = Demux(self.counters)
+        self.timers: Timers[HwQp] = Timers()
+        self.rung: set[HwQp] = set()
+        self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
+        self.active: set[HwQp] = set()
+        self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
+        self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
+        self.events: deque[AsyncEvent] = deque(maxlen=MAX_EVENTS)
+        self.last_error = ""  # traceback of the last engine failure (engine_errors counts them)
+        self._rx_buf = bytearray(MAX_DATAGRAM)
+        self._rx_view = memoryview(self._rx_buf)
+        self._tx_batch = TxBatch(memoryview(bytearray(MAX_DATAGRAM)), link, self.port.transmit, self.counters)
+
+    # --- queues ---------------------------------------------------------------------------
+
+    def add_qp(self, qp: HwQp) -> None:
+        self.qps[qp.qpn] = qp
+        self.demux.qps[qp.qpn] = qp.rc
+
+    def remove_qp(self, qpn: int) -> HwQp | None:
+        qp = self.qps.pop(qpn, None)
+        self.demux.qps.pop(qpn, None)
+        if qp is not None:
+            self.sending -= qp.sending
+            self.rung.discard(qp)
+            self.receives.discard(qp)
+            self.active.discard(qp)
+            self.timers.cancel(qp)
+        return qp
+
+    def doorbells(self, rung: set[int], receives: set[int]) -> None:
+        """Doorbells handed over by the driver: QPs with new send WQEs, and with new receive
+        WQEs (fetched before the next packet is read, as a NIC reads its receive queue)."""
+        qps = self.qps
+        for qpn in rung:
+            qp = qps.get(qpn)
+            if qp is not None:
+                self.rung.add(qp)
+        for qpn in receives:
+            qp = qps.get(qpn)
+            if qp is not None:
+                self.receives.add(qp)
+
+    @property
+    def has_work(self) -> bool:
+        """Whether a pass now would do something without anything new arriving."""
+        return bool(self.rung or self.active or self.receives or self.port.has_loopback)
+
+    def next_deadline(self) -> float | None:
+        """When a pass next has work with nothing new arriving (a timer, a held datagram)."""
+        deadlines = [t for t in (self.timers.next_deadline(), self.port.next_due()) if t is not None]
+        return min(deadlines) if deadlines else None
+
+    # --- passes ---------------------------------------------------------------------------
+
+    def run(self, clock: Clock, receive: bool = True) -> None:
+        """Passes while work is known to be waiting: the loopback, a rung doorbell, a QP with
+        more to send, or a full receive batch (at most ``MAX_PASSES``, so a caller's poll
+        returns). Packets sent to another host cannot be answered within this call, so a pass
+        that only sent them is the last: another would be a receive that finds nothing."""
+        for _ in range(MAX_PASSES):
+            if not self.step(clock(), receive) or not (self.port.has_loopback or self.rung or self.active
+                                                       or self.rx_full):  # fmt: skip
+                return
+
+    def step(self, now: float, receive: bool = True) -> bool:
+        """One pass at time ``now``; ``receive=False`` leaves the link unread (a doorbell's
+        pass: what it sends cannot be answered yet). Whether anything moved."""
+        moved = False
+        self.rx_full = False
+        while self.rung:
+            qp = self.rung.pop()
+            # New work goes out before the receive below: a request on its way while this
+            # pass looks at the socket, not after (it is the latency of a lone post).
+            try:
+                self._fetch(qp)
+                self._service(qp, now)
+            except Exception as exc:  # noqa: BLE001 - contained to the QP
+                self._fail(qp, exc, "send queue")
+            moved = True
+        self._tx_batch.flush()
+        moved = self.port.release_due(now) or moved
+        if self.receives:
+            for qp in list(self.receives):
+                try:
+                    self._fetch(qp)
+                except Exception as exc:  # noqa: BLE001 - contained to the QP
+                    self._fail(qp, exc, "receive queue")
+            self.receives.clear()
+        moved = self._receive(now, receive) or moved
+        for qp in self.timers.due(now):
+            try:
+                qp.rc.handle_timer(now)
+            except Exception as exc:  # noqa: BLE001 - contained to the QP
+                self._fail(qp, exc, "timer")
+                continue
+            self.active.add(qp)
+        for qp in list(self.active):
+            try:
+                moved = self._service(qp, now) or moved
+            except Exception as exc:  # noqa: BLE001 - contained to the QP
+                self._fail(qp, exc, "output")
+        self._tx_batch.flush()  # one GSO send for what the QPs had for the same peer
+        return moved
+
+    def _receive(self, now: float, socket: bool) -> bool:
+        """Up to ``RX_BATCH`` packets from the port into the transport."""
+        demux, port, verify_icrc = self.demux, self.port, self.verify_icrc
+        taken = 0
+        while taken < RX_BATCH:
+            got = port.receive(self._rx_buf, self._rx_view, socket)
+            if got is None:
+                break
+            data, step, path = got
+            demux.receive(data, step, path.verify if verify_icrc else None, now)
+            taken += -(-len(data) // step) if data else 1  # the packets of a GRO run
+        else:
+            self.rx_full = True  # the batch ran out before the socket did
+        if demux.touched:
+            qps, active = self.qps, self.active
+            for qpn in demux.touched:
+                qp = qps.get(qpn)
+                if qp is not None:
+                    active.add(qp)
+            demux.touched.clear()
+        if demux.failed:
+            for qpn, exc in demux.failed:
+                qp = self.qps.get(qpn)
+                if qp is not None:
+                    self._fail(qp, exc, "receive")
+            demux.failed.clear()
+        return taken > 0
+
+    def _fetch(self, qp: HwQp) -> None:
+        """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
+        rc = qp.rc
+        producer = qp.doorbell.read(DoorbellRecord.SEND)
+        while qp.sq_consumer & 0xFFFF != producer:
+            counter = qp.sq_consumer & 0xFFFF
+            try:
+                wqe, qp.sq_consumer = qp.sq.fetch(qp.sq_consumer)
+                rc.post_send(work_from_wqe(wqe))
+            except WqeError as exc:
+                self.counters["bad_wqes"] += 1
+                rc.error_detail = f"WQE {counter}: {exc}"
+                rc.completions.append(Completion(False, counter, WcStatus.LOC_QP_OP_ERR, WcOpcode.SEND,
+                                                 vendor_err=Reason.BAD_WQE))  # fmt: skip
+                rc.enter_error()
+                break
+        producer = qp.doorbell.read(DoorbellRecord.RECV)
+        while qp.rq_consumer & 0xFFFF != producer:
+            slot = (qp.rq_consumer % qp.rq_count) * qp.rq_stride
+            sges = decode_recv_wqe(bytes(qp.rq_buf[slot : slot + qp.rq_stride]))
+            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, sges))
+            qp.rq_consumer += 1
+        self.active.add(qp)
+
+    def _service(self, qp: HwQp, now: float) -> bool:
+        """Send what the QP has to send and write its completions; False if it had nothing."""
+        rc = qp.rc
+        items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
+        if items:
+            self.counters["sent_pkts"] += sent
+            batch = self._tx_batch
+            batch.start(qp.peer, self.port.gso_to(qp.peer))  # type: ignore[arg-type]
+            batch.send(self.port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
+        if rc.completions:
+            self._complete(qp)
+        sending = bool(rc.requester.queue)
+        if sending is not qp.sending:
+            qp.sending = sending
+            self.sending += 1 if sending else -1
+        self.timers.arm(qp, rc.get_timer())
+        if sent < TX_BUDGET:
+            # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
+            # packet, a doorbell or a timer makes the QP active again.
+            self.active.discard(qp)
+        return bool(sent)
+
+    def _complete(self, qp: HwQp) -> None:
+        """Write the QP's completions into its CQs (a full CQ loses the CQE: counted)."""
+        for completion in qp.rc.completions:
+            cq = qp.recv_cq if completion.is_recv else qp.send_cq
+            if not cq.push(cqe_from_completion(qp.qpn, completion)):
+                self.counters["cq_overflow"] += 1
+        qp.rc.completions.clear()
+
+    # --- failures -------------------------------------------------------------------------
+
+    def _fail(self, qp: HwQp, exc: Exception, where: str) -> None:
+        """An exception escaped the transport or the engine while handling ``qp``: move the QP
+        to ERROR (its work flushes), say why, raise QP_FATAL, and leave it out of later passes."""
+        detail = f"pyroce engine error ({where}): {type(exc).__name__}: {exc}"
+        self.counters["engine_errors"] += 1
+        self.last_error = "".join(traceback.format_exception(exc))
+        rc = qp.rc
+        rc.error_detail = detail
+        try:
+            rc.enter_error()
+        except Exception:  # noqa: BLE001 - the state was broken: stop it without flushing
+            rc.state = QpState.ERR
+        if rc.completions:  # the oldest work request reports the failure; the rest are flushed
+            rc.completions[0] = rc.completions[0]._replace(status=WcStatus.GENERAL_ERR, vendor_err=Reason.ENGINE_ERROR)
+        self.events.append(AsyncEvent(QP_FATAL, qp.qpn, detail))
+        self.rung.discard(qp)
+        self.active.discard(qp)
+        self.timers.cancel(qp)
+        try:
+            self._complete(qp)
+        except Exception:  # noqa: BLE001 - nothing more can be reported
+            rc.completions.clear()
+
+    def fail_device(self, exc: Exception) -> None:
+        """An exception outside any one QP's work: counted, kept, and reported as
+        IBV_EVENT_DEVICE_FATAL; the engine goes on with its next pass."""
+        detail = f"pyroce engine error: {type(exc).__name__}: {exc}"
+        self.counters["engine_errors"] += 1
+        self.last_error = "".join(traceback.format_exception(exc))
+        self.events.append(AsyncEvent(DEVICE_FATAL, 0, detail))

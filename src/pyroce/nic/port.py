@@ -1,0 +1,108 @@
+"""The engine's side of the wire: the link, the internal loopback, and injected faults.
+
+Datagrams to the device's own address (two contexts of one device, as rdma-core's tests
+connect them) take the internal loopback: the same bytes, ICRC and checks, no socket. With a
+``FaultInjector`` each datagram may be dropped, duplicated, corrupted or held back; held ones
+leave when their time comes on the engine's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Protocol
+
+from pyroce.link.faults import FaultInjector
+from pyroce.wire.framing import RocePath
+
+Clock = Callable[[], float]
+
+
+class Link(Protocol):
+    """What the engine needs of a link (``pyroce.link.udp.UdpLink`` is one)."""
+
+    address: str
+    port: int
+    gso: bool
+
+    def fileno(self) -> int: ...
+    def tx_path(self, peer: str) -> RocePath: ...
+    def rx_path(self, peer: str, sport: int) -> RocePath: ...
+    def send(self, data: memoryview | bytes, peer: str) -> bool: ...
+    def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool: ...
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None: ...
+    def close(self) -> None: ...
+
+
+class Port:
+    """Sends and receives datagrams for the engine, in the order the link, the loopback and
+    the fault injector give them."""
+
+    def __init__(self, link: Link, faults: FaultInjector | None, counters: Counter[str], clock: Clock) -> None:
+        self.link = link
+        self.address = link.address
+        self.gso = link.gso
+        self.faults = faults
+        self._counters = counters
+        self._clock = clock
+        self._loopback: deque[bytes] = deque()
+        self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
+        self._order = itertools.count()
+        self._self_path = link.rx_path(link.address, link.port)
+
+    def gso_to(self, peer: str) -> bool:
+        """Whether packets to ``peer`` may leave as GSO batches: not through faults (which
+        hit single datagrams) and not on the loopback (which carries single datagrams)."""
+        return self.gso and self.faults is None and peer != self.address
+
+    def transmit(self, peer: str, data: memoryview | bytes) -> None:
+        """One datagram to ``peer``: through the fault injector if one is set, else straight out."""
+        faults = self.faults
+        if faults is None:
+            self.put(peer, data)
+            return
+        for delay, copy in faults.apply(bytes(data)):
+            if delay:
+                heapq.heappush(self._delayed, (self._clock() + delay, next(self._order), peer, copy))
+            else:
+                self.put(peer, copy)
+
+    def put(self, peer: str, data: memoryview | bytes) -> None:
+        if peer == self.address:
+            self._loopback.append(bytes(data))
+        elif not self.link.send(data, peer):
+            self._counters["drop_tx_full"] += 1
+
+    def release_due(self, now: float) -> bool:
+        """Send the held-back datagrams whose time has come; whether there were any."""
+        delayed = self._delayed
+        released = False
+        while delayed and delayed[0][0] <= now:
+            _, _, peer, data = heapq.heappop(delayed)
+            self.put(peer, data)
+            released = True
+        return released
+
+    def next_due(self) -> float | None:
+        return self._delayed[0][0] if self._delayed else None
+
+    @property
+    def has_loopback(self) -> bool:
+        return bool(self._loopback)
+
+    def receive(self, buf: bytearray, view: memoryview, socket: bool) -> tuple[memoryview, int, RocePath] | None:
+        """The next datagrams from one sender: the loopback's first, then (if ``socket``) the
+        link's into ``buf``. Returns them, the size of each but the last (a GRO run), and the
+        path they came by; None when nothing is waiting."""
+        if self._loopback:
+            data = self._loopback.popleft()
+            return memoryview(data), len(data), self._self_path
+        if not socket:
+            return None
+        got = self.link.recv_into(buf)
+        if got is None:
+            return None
+        size, (peer, sport), step = got
+        return view[:size], step or 1, self.link.rx_path(peer, sport)

@@ -1,0 +1,186 @@
+"""Who runs the engine, and when (docs/architecture.md, "Progress model").
+
+Every device has an engine thread that alone is enough: it waits in ``select`` on the link's
+socket and the hand-off's wake-up pipe (holding no GIL) with the next deadline as timeout,
+and runs engine passes for every doorbell, packet and timer. Drivers with no Python thread
+to lend (a C program, a shared NIC process, GPU-posted work) rely on it alone.
+
+Modes (``PYROCE_PROGRESS``):
+
+- ``inline`` (default): a Python caller that rings a doorbell or polls an empty CQ also runs
+  the engine itself, which is faster in Python than handing over to another thread. While it
+  does (it polled in the last ``INLINE_GRACE_S``), the engine thread stands back, so it does
+  not take the GIL from the polling thread, and looks again when that time is up: a doorbell
+  rung meanwhile waits at most ``INLINE_GRACE_S`` if the caller stops polling.
+- ``thread``: only the engine thread runs the engine; every doorbell wakes it. An empty poll
+  yields the GIL to it while it has something to do (as a C program's poll holds no GIL).
+- ``host``: no thread; the host (a simulator, a test) calls ``NicDevice.step(now)``.
+
+Engine failures never reach a caller: ``Engine`` contains a QP's to the QP, and anything
+else is counted and reported as IBV_EVENT_DEVICE_FATAL here.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from pyroce.nic.engine import Engine
+from pyroce.nic.handoff import Handoff
+from pyroce.nic.port import Clock
+
+MODES = ("inline", "thread", "host")
+INLINE_GRACE_S = 0.002  # the engine thread stands back while the application drove progress this recently
+IDLE_WAIT_S = 0.5  # longest engine sleep with no deadline
+YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
+SPIN_S = 0.0  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
+
+
+class Progress:
+    """Runs ``engine`` under ``lock`` from the callers and the engine thread, per ``mode``.
+
+    ``on_idle`` runs on the engine thread after each wait (publishing counters)."""
+
+    def __init__(self, engine: Engine, handoff: Handoff, lock: threading.Lock, mode: str, clock: Clock,
+                 name: str, on_idle: Callable[[float], None] | None = None) -> None:  # fmt: skip
+        if mode not in MODES:
+            raise ValueError(f"progress mode {mode!r} is not one of {', '.join(MODES)}")
+        self.engine = engine
+        self.mode = mode
+        self.inline = mode == "inline"
+        self._handoff = handoff
+        self._lock = lock
+        self._clock = clock
+        self._on_idle = on_idle
+        self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
+        self._stopping = False
+        self._busy = False  # the engine thread is between its wait and the end of its passes
+        self._passes = 0  # engine-thread runs so far (what a yielding poll waits to see change)
+        self._passed = threading.Condition(threading.Lock())
+        self._ready = select.epoll()
+        self._thread: threading.Thread | None = None
+        if mode != "host":
+            for fd in (engine.port.link.fileno(), handoff.fileno()):
+                self._ready.register(fd, select.EPOLLIN)
+            self._thread = threading.Thread(target=self._run, name=f"{name}-engine", daemon=True)
+            self._thread.start()
+
+    # --- from the drivers ----------------------------------------------------------------
+
+    def doorbell(self) -> None:
+        """A send doorbell was handed over. Inline: a lone request (no send work in flight on
+        the device) runs the engine now, without reading the socket (the answer cannot be
+        there yet); other doorbells wait for the application's next poll, which reaps what is
+        in flight, so that poll sends them all in GSO batches. Otherwise the engine thread."""
+        if self.inline:
+            if not self.engine.sending:
+                self.run_inline(receive=False)
+                return
+            if self._clock() - self._inline_at < INLINE_GRACE_S:
+                return  # the application is polling; the engine thread looks again after the grace
+        if self._thread is not None:
+            self._handoff.wake()
+
+    def wake(self) -> None:
+        """Something other than a doorbell changed (a command): the engine thread looks."""
+        if self._thread is not None:
+            self._handoff.wake()
+
+    def run_inline(self, receive: bool = True) -> None:
+        """Run the engine in the calling thread (inline mode). If the engine thread holds the
+        lock, wait for it in ``acquire``, which releases the GIL: spinning instead would keep
+        the GIL from the engine thread for a whole switch interval."""
+        with self._lock:
+            self._pass(receive)
+            if receive:
+                self._inline_at = self._clock()
+
+    def poll_empty(self) -> None:
+        """A driver found its CQ empty: inline, run the engine; thread, yield to its thread."""
+        if self.inline:
+            self.run_inline()
+        elif self._thread is not None:
+            self._yield()
+
+    def poll_found(self) -> None:
+        """A driver found completions waiting: it is still polling, so its next empty poll
+        runs the engine, and the engine thread stays back (inline)."""
+        if self.inline:
+            self._inline_at = self._clock()
+
+    def step(self, now: float) -> None:
+        """Host mode: one engine pass at the host's time ``now``."""
+        with self._lock:
+            self.engine.doorbells(*self._handoff.take())
+            try:
+                self.engine.step(now)
+            except Exception as exc:  # noqa: BLE001 - never into the host
+                self.engine.fail_device(exc)
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._thread is not None:
+            self._handoff.wake()
+            self._thread.join()
+        self._ready.close()
+
+    # --- the engine thread -----------------------------------------------------------------
+
+    def _pass(self, receive: bool = True) -> None:
+        engine = self.engine
+        engine.doorbells(*self._handoff.take())
+        try:
+            engine.run(self._clock, receive)
+        except Exception as exc:  # noqa: BLE001 - never into the caller; the engine goes on
+            engine.fail_device(exc)
+
+    def _yield(self) -> None:
+        """Thread mode's empty poll: while the engine thread has something to do (input
+        waiting, doorbells, or its passes under way), wait for its next pass to end, which
+        lets it have the GIL; otherwise return at once."""
+        with self._passed:
+            passes = self._passes
+            if self._busy or self._handoff.pending or self._ready.poll(0):
+                self._passed.wait_for(lambda: self._passes != passes, YIELD_WAIT_S)
+
+    def _run(self) -> None:
+        sources = [self.engine.port.link.fileno(), self._handoff.fileno()]
+        clock = self._clock
+        while not self._stopping:
+            if self.inline:
+                quiet = clock() - self._inline_at
+                if quiet < INLINE_GRACE_S:
+                    # The application is polling and runs the engine itself. Waking for its
+                    # packets or doorbells would only make this thread take the GIL from it (and
+                    # make it wait for the lock): sleep until the application may have gone quiet.
+                    time.sleep(INLINE_GRACE_S - quiet)
+                    continue
+            self._wait(sources)
+            self._handoff.drain()
+            if self.inline and clock() - self._inline_at < INLINE_GRACE_S:
+                continue  # the application took over while this thread slept
+            self._busy = True
+            with self._lock:
+                self._pass()
+            with self._passed:
+                self._busy = False
+                self._passes += 1
+                self._passed.notify_all()
+            if self._on_idle is not None:
+                self._on_idle(clock())
+
+    def _wait(self, sources: list[int]) -> None:
+        """Until input, a wake-up or the next deadline (at once if work is waiting)."""
+        engine = self.engine
+        if engine.has_work or self._handoff.pending:
+            return
+        if SPIN_S and not self.inline:
+            until = self._clock() + SPIN_S
+            while self._clock() < until:
+                if self._ready.poll(0):
+                    return
+        deadline = engine.next_deadline()
+        timeout = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, max(0.0, deadline - self._clock()))
+        select.select(sources, [], [], timeout)

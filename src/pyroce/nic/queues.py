@@ -1,0 +1,48 @@
+"""The queues as the NIC sees them: a CQ's ring and consumer record, a QP's rings and state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyroce.nic.cqe import Cqe
+from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.transport.rc import RcQp
+
+
+@dataclass(eq=False)
+class HwCq:
+    """A completion queue: the ring the NIC writes and the consumer index record (be32) the
+    driver publishes."""
+
+    cqn: int
+    ring: CqRing
+    consumer_record: memoryview
+    producer: int = 0
+
+    def push(self, cqe: Cqe) -> bool:
+        """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost)."""
+        consumer = int.from_bytes(self.consumer_record, "big")
+        if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count:
+            return False
+        self.producer = self.ring.produce(self.producer, cqe)
+        return True
+
+
+@dataclass(eq=False)
+class HwQp:
+    """A queue pair: its rings and doorbell record (driver memory), its CQs, its peer's
+    address, how far the engine has read each ring, and its transport state."""
+
+    qpn: int
+    rc: RcQp
+    sq: SendRing
+    rq_buf: memoryview
+    rq_count: int
+    rq_stride: int
+    doorbell: DoorbellRecord
+    send_cq: HwCq
+    recv_cq: HwCq
+    peer: str | None = None
+    sq_consumer: int = 0
+    rq_consumer: int = 0
+    sending: bool = False  # has send WQEs not yet completed (counted in Engine.sending)

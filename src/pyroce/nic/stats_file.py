@@ -1,0 +1,38 @@
+"""A running device's counters in a file, where ``pyroce stats`` reads them (as rxe's
+``hw_counters`` are read from sysfs)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+PUBLISH_EVERY_S = 1.0  # how often the engine thread writes its counters
+
+
+class StatsFile:
+    """``<dir>/<pid>-<device>.json``, replaced whole on each write and removed on close."""
+
+    def __init__(self, directory: str, device: str) -> None:
+        self.path: str | None = os.path.join(directory, f"{os.getpid()}-{device}.json")
+        self.written_at = float("-inf")
+
+    def due(self, now: float) -> bool:
+        return self.path is not None and now - self.written_at >= PUBLISH_EVERY_S
+
+    def write(self, document: dict[str, object], now: float) -> None:
+        self.written_at = now
+        if self.path is None:
+            return
+        partial = self.path + ".tmp"
+        try:
+            with open(partial, "w") as handle:
+                json.dump(document, handle)
+            os.replace(partial, self.path)
+        except OSError:
+            self.path = None  # nowhere to write: stop trying
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)

@@ -1,0 +1,77 @@
+"""The engine's transport deadlines: at most one per QP, so their number is bounded by the QPs.
+
+A QP's deadline moves with every ACK (the local ACK timer restarts on progress). A heap
+gives the next deadline cheaply, but replacing an entry in it is not; so ``arm`` records the
+QP's current deadline and pushes a new entry, and an entry whose deadline is no longer its
+QP's is stale: skipped when it reaches the top, and swept out whenever stale entries would
+outnumber the live ones. The heap then never holds more than about twice the QPs with a
+timer armed, however long the traffic runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
+SWEEP_SLACK = 64  # stale entries tolerated beyond the live ones before a sweep
+
+
+class Timers(Generic[Key]):
+    """One optional deadline per key (a QP): ``arm``, ``cancel``, ``due``, ``next_deadline``."""
+
+    def __init__(self) -> None:
+        self._deadline: dict[Key, float] = {}  # each key's live deadline
+        self._heap: list[tuple[float, int, Key]] = []  # (deadline, order, key); some entries stale
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        """Entries held, stale ones included (what the bound is about)."""
+        return len(self._heap)
+
+    def armed(self) -> int:
+        return len(self._deadline)
+
+    def arm(self, key: Key, deadline: float | None) -> None:
+        """``key``'s deadline is now ``deadline`` (None: no timer)."""
+        if deadline is None:
+            self.cancel(key)
+            return
+        if self._deadline.get(key) == deadline:
+            return
+        self._deadline[key] = deadline
+        heapq.heappush(self._heap, (deadline, next(self._order), key))
+        if len(self._heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+            self._sweep()
+
+    def cancel(self, key: Key) -> None:
+        if self._deadline.pop(key, None) is not None and len(self._heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+            self._sweep()
+
+    def deadline(self, key: Key) -> float | None:
+        return self._deadline.get(key)
+
+    def next_deadline(self) -> float | None:
+        """The earliest live deadline, or None."""
+        heap = self._heap
+        while heap and self._deadline.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)  # stale: its key's deadline moved or was cancelled
+        return heap[0][0] if heap else None
+
+    def due(self, now: float) -> list[Key]:
+        """The keys whose deadline has come (each disarmed), earliest first."""
+        keys: list[Key] = []
+        heap, live = self._heap, self._deadline
+        while heap and heap[0][0] <= now:
+            deadline, _, key = heapq.heappop(heap)
+            if live.get(key) == deadline:
+                del live[key]
+                keys.append(key)
+        return keys
+
+    def _sweep(self) -> None:
+        live = self._deadline
+        self._heap = [entry for entry in self._heap if live.get(entry[2]) == entry[0]]
+        heapq.heapify(self._heap)

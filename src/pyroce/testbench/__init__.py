@@ -1,0 +1,1 @@
+"""Test benches: the layers driven without sockets, threads or clocks (the in-memory fabric)."""

@@ -1,0 +1,100 @@
+"""The one way datagrams enter the transport: ICRC, header prediction, then the general path.
+
+A NIC engine and the in-memory fabric both hand what they received to a ``Demux``: a run of
+``step``-byte datagrams from one sender (UDP GRO hands several over as one; a lone datagram
+is a run of one). For each, the ICRC is checked against the path it came by; the QP it is
+addressed to tries header prediction (``RcQp.receive_run``: a message's MIDDLE packets in one
+loop); what prediction leaves is parsed into a ``Packet`` and goes through every rule and NAK
+of ``RcQp.receive``. Device-level outcomes (ICRC errors, malformed packets, unknown QPNs) are
+counted here; a QP's own in its counters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from pyroce.transport.rc import RcQp
+from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.opcodes import BTH_LEN
+from pyroce.wire.packet import parse_packet
+
+Verify = Callable[[memoryview], bool]  # a path's ICRC check (``RocePath.verify``)
+
+
+class Demux:
+    """Datagrams to the QPs they are addressed to (by BTH DestQP).
+
+    ``touched`` collects the QPNs that took packets, for the caller to service; ``failed``
+    the QPs whose transport raised (a bug) with the exception, for the caller to contain:
+    the other datagrams of the run still go on."""
+
+    def __init__(self, counters: Counter[str] | None = None) -> None:
+        self.qps: dict[int, RcQp] = {}
+        self.counters: Counter[str] = Counter() if counters is None else counters
+        self.touched: set[int] = set()
+        self.failed: list[tuple[int, Exception]] = []
+
+    def receive(self, datagrams: memoryview, step: int, verify: Verify | None, now: float) -> None:
+        """Datagrams from one sender, ``step`` bytes each but the last; ``verify`` None
+        skips the ICRC check. ICRCs are checked ahead in runs, so prediction only ever
+        sees segments that passed."""
+        qps, touched = self.qps, self.touched
+        predicted = predicted_bytes = 0
+        end = len(datagrams) or 1  # an empty datagram is looked at (and counted)
+        start = checked = 0  # the segments before ``checked`` passed their ICRC check
+        while start < end:
+            if verify is None:
+                checked = end
+            elif start >= checked:
+                checked = start
+                while checked < end and verify(datagrams[checked : checked + step]):
+                    checked += step
+                if checked == start:
+                    self.counters["icrc_errors"] += 1
+                    start += step
+                    continue
+            good = datagrams[start:checked]
+            if len(good) >= BTH_LEN:
+                qpn = int.from_bytes(good[5:8], "big")  # BTH DestQP
+                qp = qps.get(qpn)
+                if qp is not None:
+                    try:
+                        taken = qp.receive_run(good, step, now)
+                    except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
+                        self.failed.append((qpn, exc))
+                        start += step
+                        continue
+                    if taken:
+                        predicted += -(-taken // step)
+                        predicted_bytes += taken
+                        touched.add(qpn)
+                        start += taken
+                        continue
+            self._receive_one(good[:step], now)
+            start += step
+        if predicted:
+            counters = self.counters
+            counters["rcvd_pkts"] += predicted
+            counters["rcvd_bytes"] += predicted_bytes
+
+    def _receive_one(self, data: memoryview, now: float) -> None:
+        """One packet, ICRC checked, through the general path: parse, then the QP's rules."""
+        try:
+            pkt = parse_packet(data)
+        except MalformedPacket as exc:
+            self.counters[f"malformed_{type(exc).__name__}"] += 1
+            return
+        qpn = pkt.bth.dqpn
+        qp = self.qps.get(qpn)
+        if qp is None:
+            self.counters["drop_unknown_qpn"] += 1
+            return
+        self.counters["rcvd_pkts"] += 1
+        self.counters["rcvd_bytes"] += len(data)
+        try:
+            qp.receive(pkt, now)
+        except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
+            self.failed.append((qpn, exc))
+            return
+        self.touched.add(qpn)
