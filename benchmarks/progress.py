@@ -102,9 +102,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--modes", default="inline,thread", help="comma-separated progress modes (default: both)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    results = {mode: client(mode, args.iters, args.seconds) for mode in ("inline", "thread")}
+    results = {mode: client(mode, args.iters, args.seconds) for mode in args.modes.split(",")}
     print(f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'WRITE 64 KiB MB/s':>20}")
     for mode, figures in results.items():
         print(

@@ -65,7 +65,7 @@ class Engine:
         self.cqs: dict[int, HwCq] = {}
         self.verify_icrc = verify_icrc
         self.port = Port(link, faults, self.counters, clock)
-        self.demux = Demux(self.counters)
+        self.demux = Demux(self._fail_qpn, self.counters)
         self.timers: Timers[HwQp] = Timers()
         self.rung: set[HwQp] = set()
         self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
@@ -190,12 +190,6 @@ class Engine:
                 if qp is not None:
                     active.add(qp)
             demux.touched.clear()
-        if demux.failed:
-            for qpn, exc in demux.failed:
-                qp = self.qps.get(qpn)
-                if qp is not None:
-                    self._fail(qp, exc, "receive")
-            demux.failed.clear()
         return taken > 0
 
     def _fetch(self, qp: HwQp) -> None:
@@ -276,6 +270,11 @@ class Engine:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported
             rc.completions.clear()
+
+    def _fail_qpn(self, qpn: int, exc: Exception) -> None:
+        qp = self.qps.get(qpn)
+        if qp is not None:
+            self._fail(qp, exc, "receive")
 
     def fail_device(self, exc: Exception) -> None:
         """An exception outside any one QP's work: counted, kept, and reported as

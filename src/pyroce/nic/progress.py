@@ -35,7 +35,7 @@ MODES = ("inline", "thread", "host")
 INLINE_GRACE_S = 0.002  # the engine thread stands back while the application drove progress this recently
 IDLE_WAIT_S = 0.5  # longest engine sleep with no deadline
 YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
-SPIN_S = 0.0  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
+SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
 
 
 class Progress:

@@ -23,6 +23,11 @@ LATENCY_S = 0.000005  # one-way wire latency of the fabric
 _PATH = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(ROCE_UDP_PORT))
 
 
+def _raise(qpn: int, exc: Exception) -> None:
+    """A test bench shows the transport's bugs rather than containing them."""
+    raise RuntimeError(f"the transport of QP 0x{qpn:x} raised") from exc
+
+
 class FabricStalled(RuntimeError):
     """Nothing left to deliver and no timer armed, but the goal was not reached."""
 
@@ -32,7 +37,7 @@ class Fabric:
         self.now = 0.0
         self.faults = FaultInjector(faults or FaultConfig())
         self.qps: list[RcQp] = []
-        self.demux = Demux()  # the QPs by QPN, and the same receive path as a NIC's
+        self.demux = Demux(_raise)  # the QPs by QPN, and the same receive path as a NIC's
         self._in_flight: list[tuple[float, int, int, bytes]] = []  # (arrival, order, dest QPN, datagram)
         self._order = itertools.count()
         self._buf = bytearray(65536)
@@ -62,9 +67,6 @@ class Fabric:
             data = heapq.heappop(self._in_flight)[3]
             moved = True
             self.demux.receive(memoryview(data), len(data), _PATH.verify, self.now)
-        if self.demux.failed:
-            qpn, exc = self.demux.failed[0]
-            raise RuntimeError(f"the transport of QP 0x{qpn:x} raised") from exc  # a test bench shows bugs
         return moved
 
     def next_event(self) -> float | None:

@@ -20,20 +20,21 @@ from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import parse_packet
 
 Verify = Callable[[memoryview], bool]  # a path's ICRC check (``RocePath.verify``)
+OnError = Callable[[int, Exception], None]  # a QP's transport raised (a bug): its QPN and the exception
 
 
 class Demux:
     """Datagrams to the QPs they are addressed to (by BTH DestQP).
 
-    ``touched`` collects the QPNs that took packets, for the caller to service; ``failed``
-    the QPs whose transport raised (a bug) with the exception, for the caller to contain:
-    the other datagrams of the run still go on."""
+    ``touched`` collects the QPNs that took packets, for the caller to service. When a QP's
+    transport raises (a bug), ``on_error`` is told at once, so the caller can contain it to
+    that QP (move it to ERROR) before the next datagram; the other datagrams still go on."""
 
-    def __init__(self, counters: Counter[str] | None = None) -> None:
+    def __init__(self, on_error: OnError, counters: Counter[str] | None = None) -> None:
         self.qps: dict[int, RcQp] = {}
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.touched: set[int] = set()
-        self.failed: list[tuple[int, Exception]] = []
+        self.on_error = on_error
 
     def receive(self, datagrams: memoryview, step: int, verify: Verify | None, now: float) -> None:
         """Datagrams from one sender, ``step`` bytes each but the last; ``verify`` None
@@ -62,7 +63,7 @@ class Demux:
                     try:
                         taken = qp.receive_run(good, step, now)
                     except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
-                        self.failed.append((qpn, exc))
+                        self.on_error(qpn, exc)
                         start += step
                         continue
                     if taken:
@@ -95,6 +96,6 @@ class Demux:
         try:
             qp.receive(pkt, now)
         except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
-            self.failed.append((qpn, exc))
+            self.on_error(qpn, exc)
             return
         self.touched.add(qpn)
