@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import pyroce.verbs.enums as e
-from pyroce.transport.reasons import Reason
+from pyroce.ib.reasons import Reason
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD

@@ -26,6 +26,7 @@ import traceback
 from collections import Counter, deque
 from dataclasses import dataclass
 
+from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.udp import UdpLink
 from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
@@ -43,7 +44,6 @@ from pyroce.wire.framing import RocePath
 from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Packet, PacketRun, parse_packet
 
-MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 MAX_DATAGRAM = 65536
 RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
