@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
 PACKETS = re.compile(r"^packets: (\d+) sent, (\d+) received, (\d+) with a bad ICRC$", re.MULTILINE)
 
@@ -124,10 +126,16 @@ def test_demo_through_injected_faults_still_verifies() -> None:
     assert 0.8 * corrupt <= bad_icrc <= corrupt
 
 
+def device_counters(stats: str) -> dict[str, int]:
+    """The device counters of ``pyroce stats`` output (``  name  value`` lines, not the QPs')."""
+    lines = [line for line in stats.splitlines() if line.startswith("  ") and line[2] != " "]
+    return {name: int(value) for name, value in (line.split() for line in lines if not line.startswith("  qp"))}
+
+
 def test_stats_shows_running_devices(tmp_path: object) -> None:
     env = {"PYROCE_STATS_DIR": str(tmp_path)}
     program = (
-        "import sys, time; sys.path.insert(0, '.');"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r});"
         "from tests.rc_pair import connected_pair;"
         "from pyroce.verbs.wr import SGE, SendWR, RecvWR;"
         "a, b = connected_pair();"
@@ -142,13 +150,13 @@ def test_stats_shows_running_devices(tmp_path: object) -> None:
         deadline = time.monotonic() + 10
         while True:  # the engine publishes its counters once a second
             result = pyroce("stats", "--qp", env=env)
-            if "  sent_pkts  2" in result.stdout or time.monotonic() > deadline:
+            counters = device_counters(result.stdout)
+            if min(counters.get("sent_pkts", 0), counters.get("rcvd_pkts", 0)) >= 2 or time.monotonic() > deadline:
                 break
+            time.sleep(0.1)
         assert result.returncode == 0
         assert f"pyroce0 pid {holder.pid}" in result.stdout
-        device_lines = [line for line in result.stdout.splitlines() if line.startswith("  ") and line[2] != " "]
-        counters = dict(line.split() for line in device_lines if not line.startswith("  qp"))
-        assert int(counters["sent_pkts"]) >= 2 and int(counters["rcvd_pkts"]) >= 2
+        assert counters["sent_pkts"] >= 2 and counters["rcvd_pkts"] >= 2, result.stdout
         assert "  qp 0x" in result.stdout
     finally:
         assert holder.stdin is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 from hypothesis import given
@@ -24,6 +25,7 @@ from pyroce.nic.wqe import (
     encode_recv_wqe,
     encode_send_wqe,
 )
+from tests.waiting import DEADLINE_S
 
 sges = st.lists(st.builds(Sge, u64, st.integers(0, 0x7FFFFFFF), u32), max_size=8).map(tuple)
 
@@ -155,6 +157,7 @@ def test_a_polled_cqe_is_never_torn_by_a_concurrent_writer() -> None:
     ring = CqRing(memoryview(bytearray(count * CQE_SIZE)), count)
     total = 3000
     consumed = [0]
+    deadline = time.monotonic() + DEADLINE_S  # for both sides: a bug fails the test, not hangs it
 
     def produce() -> None:
         producer = 0
@@ -162,6 +165,8 @@ def test_a_polled_cqe_is_never_torn_by_a_concurrent_writer() -> None:
             if producer - consumed[0] < count:
                 producer = ring.produce(producer, Cqe(CqeOpcode.REQ, producer & 0xFFFFFF, producer & 0xFFFF,
                                                       byte_cnt=producer))  # fmt: skip
+            elif time.monotonic() > deadline:
+                return
 
     writer = threading.Thread(target=produce)
     writer.start()
@@ -169,6 +174,7 @@ def test_a_polled_cqe_is_never_torn_by_a_concurrent_writer() -> None:
     while index < total:
         cqe = ring.poll(index)
         if cqe is None:
+            assert time.monotonic() < deadline, f"CQE {index} of {total} never came"
             continue
         assert (cqe.qpn, cqe.byte_cnt, cqe.wqe_counter) == (index, index, index & 0xFFFF)
         index += 1

@@ -15,6 +15,7 @@ from pyroce.verbs.device import MAX_MSG_SZ
 from pyroce.verbs.mr import MR
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+from tests.waiting import spin_until
 
 PMTU = 1024
 SIZES = [0, 1, PMTU - 1, PMTU, PMTU + 1, 1 << 20]
@@ -267,8 +268,8 @@ def test_cq_resize_keeps_unpolled_completions(pair: tuple[Endpoint, Endpoint]) -
         wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
         a.qp.post_send(wr)
     first = a.poll(1)
-    while a.cq.hw.producer - a.cq.consumer < 4:  # the other four are written, not yet polled
-        a.ctx.device.kick()
+    # the other four are written, not yet polled
+    spin_until(lambda: a.cq.hw.producer - a.cq.consumer >= 4, "four CQEs written", a.ctx.device.kick)
     a.cq.resize(1000)
     assert a.cq.cqe >= 1000
     assert [wc.wr_id for wc in first + a.poll(4)] == [0, 1, 2, 3, 4]

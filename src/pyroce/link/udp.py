@@ -21,9 +21,8 @@ import select
 import socket
 import struct
 
-from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
+from pyroce.wire.framing import ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
 
-ROCEV2_PORT = 4791
 SOCKET_BUFFER = 8 << 20
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
@@ -45,7 +44,7 @@ class LinkError(OSError):
 class UdpLink:
     """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
 
-    def __init__(self, address: str, port: int = ROCEV2_PORT) -> None:
+    def __init__(self, address: str, port: int = ROCE_UDP_PORT) -> None:
         self.address = address
         self.port = port
         self._src = socket.inet_aton(address)
@@ -80,7 +79,7 @@ class UdpLink:
         path = self._tx_paths.get(peer)
         if path is None:
             ip = IPv4Header(self._src, socket.inet_aton(peer))
-            path = self._tx_paths[peer] = RocePath(ip, UdpHeader(self.port, ROCEV2_PORT))
+            path = self._tx_paths[peer] = RocePath(ip, UdpHeader(self.port, ROCE_UDP_PORT))
         return path
 
     def rx_path(self, peer: str, sport: int) -> RocePath:
@@ -95,7 +94,7 @@ class UdpLink:
         """Send one datagram; False when the socket buffer is full (the packet is lost, and
         the transport's retransmission recovers it, as on a congested wire)."""
         try:
-            self.sock.sendto(data, (peer, ROCEV2_PORT))
+            self.sock.sendto(data, (peer, ROCE_UDP_PORT))
         except (BlockingIOError, InterruptedError):
             return False
         return True
@@ -105,7 +104,7 @@ class UdpLink:
         GSO call; the packets must have been built as segments 0, 1, ... (``RocePath``)."""
         try:
             self.sock.sendmsg([data], [(SOL_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(segment_size))], 0,
-                              (peer, ROCEV2_PORT))  # fmt: skip
+                              (peer, ROCE_UDP_PORT))  # fmt: skip
         except (BlockingIOError, InterruptedError):
             return False
         return True

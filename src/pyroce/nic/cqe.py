@@ -12,7 +12,7 @@ import functools
 import struct
 from typing import NamedTuple
 
-from pyroce.transport.completion import WcStatus
+from pyroce.ib.enums import WcStatus
 
 CQE_SIZE = 64
 

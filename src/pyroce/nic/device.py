@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 
+from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.engine import AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
@@ -31,7 +32,6 @@ from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
 
-MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 
 

@@ -22,6 +22,7 @@ import traceback
 from collections import Counter, deque
 from typing import NamedTuple
 
+from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.memory import MrTable
@@ -34,7 +35,6 @@ from pyroce.nic.wqe import WqeError, decode_recv_wqe
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
-from pyroce.transport.reasons import Reason
 from pyroce.transport.work import RecvWork
 
 MAX_DATAGRAM = 65536

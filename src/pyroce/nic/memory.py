@@ -11,7 +11,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from pyroce.transport.memory import Access, MemFault
+from pyroce.ib.enums import Access
+from pyroce.transport.memory import MemFault
 
 MAX_MR_INDEX = 1 << 24
 _EMPTY = memoryview(bytearray(0))

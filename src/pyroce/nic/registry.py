@@ -23,7 +23,7 @@ import tempfile
 import threading
 
 from pyroce.link.faults import FaultConfig
-from pyroce.link.udp import LinkError, UdpLink
+from pyroce.link.udp import LinkError, UdpLink, interface_mtu
 from pyroce.nic.device import NicDevice
 from pyroce.nic.progress import MODES
 
@@ -86,6 +86,12 @@ def _create(name: str) -> NicDevice:
             if exc.errno != errno.EADDRINUSE:
                 raise
     raise LinkError(errno.EADDRINUSE, "no free loopback address for pyroce0")
+
+
+def netdev_mtu(device: NicDevice) -> int:
+    """The MTU of the network interface that holds the device's address: rxe's port takes its
+    active MTU from its netdev, and the verbs reach the link only through the NIC."""
+    return interface_mtu(device.address)
 
 
 def open_device(name: str) -> NicDevice:

@@ -6,10 +6,11 @@ completions, the next timer deadline. So every protocol behaviour can be driven 
 packet in a test.
 Rule 2: memory is reached only through the ``MemoryTable`` passed in, which checks key, PD,
 access and bounds before it hands out a view; the transport never forms an address itself.
-Rule 3: this package imports only ``pyroce.wire``.
+Rule 3: this package imports only ``pyroce.wire`` and the shared vocabulary, ``pyroce.ib``.
 """
 
-from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
-from pyroce.transport.memory import Access, MemFault, MemoryTable
-from pyroce.transport.rc import QpConfig, QpState, RcQp
+from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
+from pyroce.transport.completion import Completion
+from pyroce.transport.memory import MemFault, MemoryTable
+from pyroce.transport.rc import QpConfig, RcQp
 from pyroce.transport.work import RecvWork, SendWork, Sge, WorkOp

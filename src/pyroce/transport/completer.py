@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from pyroce.transport.completion import WcStatus
-from pyroce.transport.reasons import Reason
+from pyroce.ib.enums import WcStatus
+from pyroce.ib.reasons import Reason
 from pyroce.transport.work import ATOMICS, WorkOp
 from pyroce.wire.aeth import AethKind, NakCode, rnr_timer_to_us, syndrome_kind, syndrome_value
 from pyroce.wire.bth import run_length

@@ -11,15 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Protocol
 
-
-class Access(enum.IntFlag):
-    """``ibv_access_flags`` that gate an access."""
-
-    LOCAL_READ = 0  # always allowed
-    LOCAL_WRITE = 1
-    REMOTE_WRITE = 2
-    REMOTE_READ = 4
-    REMOTE_ATOMIC = 8
+from pyroce.ib.enums import Access
 
 
 class MemFault(enum.Enum):

@@ -8,37 +8,26 @@ are answered from RTR on, work is sent in RTS, and in ERROR every WQE is flushed
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from dataclasses import dataclass
 
+from pyroce.ib.enums import Access, QpState, WcOpcode, WcStatus
+from pyroce.ib.limits import MAX_MSG_SZ
+from pyroce.ib.reasons import Reason
 from pyroce.transport.completer import Completer
-from pyroce.transport.completion import Completion, WcOpcode, WcStatus
-from pyroce.transport.memory import Access, MemoryTable
-from pyroce.transport.reasons import Reason
+from pyroce.transport.completion import Completion
+from pyroce.transport.memory import MemoryTable
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
-from pyroce.wire.bth import BTH_STRUCT, PAD_MASK, TVER_MASK
+from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
 from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
-
-
-class QpState(enum.IntEnum):
-    """``ibv_qp_state``."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
 
 
 RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
@@ -72,8 +61,8 @@ class QpConfig:
     retry_cnt: int = 7
     rnr_retry: int = 7
     min_rnr_timer: int = 12
-    pkey: int = 0xFFFF
-    max_msg_sz: int = 0x800000  # the port's largest message; a longer RETH length is an invalid request
+    pkey: int = DEFAULT_PKEY
+    max_msg_sz: int = MAX_MSG_SZ  # the port's largest message; a longer RETH length is an invalid request
 
     @property
     def ack_timeout_s(self) -> float | None:

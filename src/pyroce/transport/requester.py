@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from pyroce.transport.completion import Completion, WcOpcode, WcStatus
-from pyroce.transport.memory import Access, MemFault
-from pyroce.transport.reasons import Reason
+from pyroce.ib.enums import Access, WcOpcode, WcStatus
+from pyroce.ib.reasons import Reason
+from pyroce.transport.completion import Completion
+from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH, new_bth

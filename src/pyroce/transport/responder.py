@@ -20,9 +20,10 @@ import struct
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, NamedTuple
 
-from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
-from pyroce.transport.memory import Access, MemFault
-from pyroce.transport.reasons import Reason
+from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
+from pyroce.ib.reasons import Reason
+from pyroce.transport.completion import Completion
+from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from pyroce.transport.memory import Access, MemFault, MemoryTable
+from pyroce.ib.enums import Access
+from pyroce.transport.memory import MemFault, MemoryTable
 from pyroce.transport.work import Sge
 
 

@@ -11,10 +11,10 @@ import errno
 import sys
 from typing import TYPE_CHECKING
 
+from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.rings import CqRing
 from pyroce.nic.wqe import WqeOpcode
-from pyroce.transport.completion import WcFlag, WcOpcode, WcStatus
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError

@@ -6,9 +6,9 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, fields
 
-from pyroce.link.udp import LinkError, interface_mtu
-from pyroce.nic.device import MAX_MSG_SZ, NicDevice
-from pyroce.nic.registry import DEVICE_NAMES, open_device, release_device
+from pyroce.ib.limits import MAX_MSG_SZ
+from pyroce.nic.device import NicDevice
+from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_mtu, open_device, release_device
 from pyroce.verbs.addr import GID, gid_of_ipv4
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import (
@@ -21,9 +21,9 @@ from pyroce.verbs.enums import (
     ibv_transport_type,
 )
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.wire.bth import DEFAULT_PKEY
 from pyroce.wire.mtu import mtu_for_netdev
 
-DEFAULT_PKEY = 0xFFFF
 PORT_NUM = 1
 
 
@@ -156,7 +156,7 @@ class Context(PyverbsObject):
             ) from None
         self.name = device_name
         self.gid = gid_of_ipv4(self.device.address)
-        self.active_mtu = mtu_for_netdev(interface_mtu(self.device.address))
+        self.active_mtu = mtu_for_netdev(netdev_mtu(self.device))
 
     @property
     def num_comp_vectors(self) -> int:

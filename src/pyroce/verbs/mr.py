@@ -13,8 +13,8 @@ import errno
 import mmap
 from typing import Any
 
+from pyroce.ib.enums import Access
 from pyroce.nic.memory import MemoryRegion
-from pyroce.transport.memory import Access
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import ibv_access_flags
 from pyroce.verbs.pd import PD

@@ -16,23 +16,21 @@ import errno
 import sys
 from collections import deque
 
+from pyroce.ib.enums import Access, QpState
+from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import DoorbellRecord, SendRing
-from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, WqeOpcode, encode_recv_wqe
-from pyroce.transport.memory import Access
-from pyroce.transport.rc import QpState
-from pyroce.transport.reasons import Reason
-from pyroce.transport.work import Sge
+from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
+from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
-from pyroce.verbs.enums import ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
 from pyroce.verbs.wr import RecvWR, SendWR
-from pyroce.wire.mtu import Mtu, mtu_to_bytes
+from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.psn import PSN_MASK
 
 WQE_OPCODES = {
@@ -91,7 +89,7 @@ class QPAttr:
     """``ibv_qp_attr``: defaults as pyverbs sets them (for RESET -> INIT)."""
 
     def __init__(self, qp_state: int = ibv_qp_state.IBV_QPS_INIT, cur_qp_state: int = ibv_qp_state.IBV_QPS_RESET,
-                 port_num: int = 1, path_mtu: int = Mtu.IBV_MTU_1024) -> None:  # fmt: skip
+                 port_num: int = 1, path_mtu: int = ibv_mtu.IBV_MTU_1024) -> None:  # fmt: skip
         self.qp_state = qp_state
         self.cur_qp_state = cur_qp_state
         self.port_num = port_num
@@ -275,7 +273,7 @@ class QP(PyverbsObject):
         if mask & M.IBV_QP_ACCESS_FLAGS:
             changes["access"] = Access(attr.qp_access_flags & 0xE)
         if mask & M.IBV_QP_PATH_MTU:
-            if attr.path_mtu not in Mtu._value2member_map_:
+            if attr.path_mtu not in ibv_mtu._value2member_map_:
                 raise invalid(f"path_mtu {attr.path_mtu} is not an ibv_mtu value")
             changes["pmtu"] = mtu_to_bytes(attr.path_mtu)
         for name, (bit, limit, field) in _LIMITS.items():

@@ -106,7 +106,6 @@ class OpInfo(NamedTuple):
 
 
 BTH_LEN = 12
-ICRC_LEN = 4
 
 HEADER_LEN = {
     OpFlag.DETH: 8,

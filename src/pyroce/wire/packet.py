@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
-from pyroce.wire.opcodes import BTH_LEN, ICRC_LEN, OPCODES, OpInfo, PayloadRule
+from pyroce.wire.icrc import ICRC_LEN
+from pyroce.wire.opcodes import BTH_LEN, OPCODES, OpInfo, PayloadRule
 from pyroce.wire.psn import psn_add
 
 

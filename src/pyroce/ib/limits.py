@@ -1,0 +1,3 @@
+"""Device limits that more than one layer enforces (verbs checks a request, the transport a packet)."""
+
+MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
