@@ -43,8 +43,9 @@ def check_report(stdout: str) -> int:
     return int(packets.group(3))
 
 
-def test_demo_between_two_processes() -> None:
-    result = pyroce("demo")
+@pytest.mark.parametrize("progress", ["inline", "thread"])
+def test_demo_between_two_processes(progress: str) -> None:
+    result = pyroce("demo", env={"PYROCE_PROGRESS": progress})
     assert result.returncode == 0, result.stderr
     assert check_report(result.stdout) == 0
     pids = re.findall(r"\(pid (\d+)\)", result.stdout)
@@ -109,9 +110,10 @@ def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
         server.wait(timeout=60)
 
 
-def test_demo_through_injected_faults_still_verifies() -> None:
+@pytest.mark.parametrize("progress", ["inline", "thread"])
+def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     result = pyroce("demo", "--loss", "0.05", "--reorder", "0.05", "--duplicate", "0.01", "--corrupt", "0.01",
-                    "--seed", "7")  # fmt: skip
+                    "--seed", "7", env={"PYROCE_PROGRESS": progress})  # fmt: skip
     assert result.returncode == 0, result.stderr
     bad_icrc = check_report(result.stdout)
     faults = re.search(r"^faults injected: corrupt (\d+), delay (\d+), drop (\d+), duplicate (\d+); "
