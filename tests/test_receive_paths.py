@@ -1,0 +1,148 @@
+"""Header prediction changes how fast a packet is placed, never what happens: the same
+datagrams given to one QP through ``Demux`` (prediction, GRO runs placed in one loop) and to
+a twin QP only through the general path (parse, ``RcQp.receive``) leave the same memory, the
+same completions, the same responses and the same counters, whatever is lost, repeated or
+reordered on the way."""
+
+from __future__ import annotations
+
+import random
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyroce.transport import RecvWork, SendWork, Sge, WorkOp
+from pyroce.transport.demux import Demux
+from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
+from pyroce.wire.packet import Packet, parse_packet
+from tests.fabric_pair import Node, make_node
+
+PATH = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(4791))
+SIZE = 1 << 17
+NOW = 1.0
+
+
+def datagrams(packets: list[Packet]) -> list[bytes]:
+    buf = bytearray(SIZE + 256)
+    return [bytes(buf[: PATH.build_into(buf, 0, pkt)]) for pkt in packets]
+
+
+def runs(data: list[bytes]) -> list[tuple[bytes, int]]:
+    """Consecutive datagrams of one size joined as GRO joins them (a shorter one ends a run)."""
+    out: list[tuple[bytes, int]] = []
+    for datagram in data:
+        if out and len(datagram) <= out[-1][1] and len(out[-1][0]) % out[-1][1] == 0 and len(out[-1][0]) < 64000:
+            out[-1] = (out[-1][0] + datagram, out[-1][1])
+        else:
+            out.append((datagram, len(datagram)))
+    return out
+
+
+def _raise(qpn: int, exc: Exception) -> None:
+    raise exc
+
+
+def through_both(twins: tuple[Node, Node], data: list[bytes]) -> None:
+    """``data`` to the first twin by ``Demux`` (in runs), to the second by the general path."""
+    predicted, general = twins
+    demux = Demux(_raise)
+    demux.qps[predicted.qp.config.qpn] = predicted.qp
+    for run, step in runs(data):
+        demux.receive(memoryview(run), step, PATH.verify, NOW)
+    for datagram in data:
+        general.qp.receive(parse_packet(datagram), NOW)
+
+
+def assert_same(twins: tuple[Node, Node]) -> None:
+    a, b = twins
+    assert a.buf == b.buf
+    assert a.drain() == b.drain()
+    assert a.qp.packets_to_send(NOW, 1 << 20) == b.qp.packets_to_send(NOW, 1 << 20)
+    assert a.qp.counters == b.qp.counters
+    assert a.qp.error_detail == b.qp.error_detail
+
+
+def mangle(data: list[bytes], seed: int, faults: bool) -> list[bytes]:
+    """Lose, repeat and swap a few datagrams (seeded)."""
+    if not faults:
+        return data
+    rng = random.Random(seed)
+    out = list(data)
+    for _ in range(rng.randint(1, 3)):
+        if not out:
+            break
+        index = rng.randrange(len(out))
+        action = rng.choice(("drop", "repeat", "swap"))
+        if action == "drop":
+            del out[index]
+        elif action == "repeat":
+            out.insert(index, out[index])
+        elif index + 1 < len(out):
+            out[index], out[index + 1] = out[index + 1], out[index]
+    return out
+
+
+def twins(qpn: int = 0x22, dqpn: int = 0x11, base: int = 0x9000000, pmtu: int = 256) -> tuple[Node, Node]:
+    """Two identical QPs with identical memory (the same MR key, where it is random otherwise)."""
+    with mock.patch("pyroce.nic.memory.secrets.randbits", return_value=0x5A), \
+            mock.patch("pyroce.nic.memory.secrets.randbelow", return_value=0x1233):  # fmt: skip
+        return make_node(qpn, dqpn, SIZE, base, pmtu=pmtu), make_node(qpn, dqpn, SIZE, base, pmtu=pmtu)
+
+
+# Lengths up to 80 path MTUs of 256 B, so a run crosses the AckReq every 64 packets carry
+OPS = st.lists(st.tuples(st.sampled_from([WorkOp.SEND, WorkOp.RDMA_WRITE, WorkOp.RDMA_WRITE_WITH_IMM]),
+                         st.integers(0, 80 * 256)), min_size=1, max_size=5)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS, st.integers(0, 2**32), st.booleans(), st.integers(0, 24000))
+def test_requests_place_the_same_either_way(ops: list[tuple[WorkOp, int]], seed: int, faults: bool,
+                                            recv_size: int) -> None:  # fmt: skip
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256)
+    sender.buf[:] = random.Random(seed).randbytes(SIZE)
+    pair = twins()
+    for node in pair:
+        for counter in range(len(ops)):
+            node.qp.post_recv(RecvWork(counter, (Sge(node.mr.addr, recv_size, node.mr.key),)))
+    for counter, (op, length) in enumerate(ops):
+        sender.qp.post_send(SendWork(counter, op, (Sge(sender.mr.addr, length, sender.mr.key),),
+                                     raddr=pair[0].mr.addr + 64, rkey=pair[0].mr.key, imm=counter))  # fmt: skip
+    through_both(pair, mangle(datagrams(sender.qp.packets_to_send(NOW, 1 << 20)), seed, faults))
+    assert_same(pair)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 80 * 256), min_size=1, max_size=4), st.integers(0, 2**32), st.booleans())
+def test_read_responses_place_the_same_either_way(lengths: list[int], seed: int, faults: bool) -> None:
+    responder = make_node(0x22, 0x11, SIZE, 0x9000000, pmtu=256)
+    responder.buf[:] = random.Random(seed).randbytes(SIZE)
+    pair = twins(0x11, 0x22, 0x10000)
+    for node in pair:
+        for counter, length in enumerate(lengths):
+            node.qp.post_send(SendWork(counter, WorkOp.RDMA_READ, (Sge(node.mr.addr + 8 * counter, length, node.mr.key),),
+                                       raddr=responder.mr.addr + 100 * counter, rkey=responder.mr.key))  # fmt: skip
+    requests = pair[0].qp.packets_to_send(NOW, 1 << 20)
+    assert requests == pair[1].qp.packets_to_send(NOW, 1 << 20)
+    for datagram in datagrams(requests):
+        responder.qp.receive(parse_packet(datagram), NOW)
+    responses = datagrams(responder.qp.packets_to_send(NOW, 1 << 20))
+    through_both(pair, mangle(responses, seed, faults))
+    assert_same(pair)
+
+
+def test_the_twins_differ_when_the_paths_would() -> None:
+    """The comparison can fail: one twin given one datagram fewer is told apart."""
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256)
+    sender.buf[:] = random.Random(1).randbytes(SIZE)
+    a, b = twins()
+    sender.qp.post_send(SendWork(0, WorkOp.RDMA_WRITE, (Sge(sender.mr.addr, 5000, sender.mr.key),),
+                                 raddr=a.mr.addr, rkey=a.mr.key))  # fmt: skip
+    data = datagrams(sender.qp.packets_to_send(NOW, 1 << 20))
+    through_both((a, b), data[:-1])
+    b.qp.receive(parse_packet(data[-1]), NOW)
+    try:
+        assert_same((a, b))
+    except AssertionError:
+        return
+    raise AssertionError("twins with different input compared equal")
