@@ -276,3 +276,37 @@ def test_close_twice_and_a_failed_construction_leave_nothing_open(link: UdpLink)
     with pytest.raises(ValueError, match="bogus"):
         NicDevice("pyroce-test", other, progress="bogus")
     assert other.sock.fileno() == -1  # the device owned the link and closed it on the way out
+
+
+def test_host_mode_runs_only_when_stepped_in_the_hosts_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYROCE_PROGRESS=host``: no thread, nothing moves until the host calls ``step(now)``,
+    and transport timers follow the host's clock (a simulator's), not the wall clock: seven
+    retries at a 4-second ACK timeout fail in simulated time, at once."""
+    monkeypatch.setenv("PYROCE_PROGRESS", "host")
+    a, b = connected_pair(timeout=20)  # 4.3 s local ACK timeout, retry_cnt 7
+    try:
+        device = a.ctx.device
+        assert device.progress_mode == "host"
+        wr = SendWR(wr_id=5, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, 8, a.mr.lkey)],
+                    send_flags=ibv_send_flags.IBV_SEND_SIGNALED)  # fmt: skip
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+        a.mr.write(b"stepped!", 8)
+        a.qp.post_send(wr)
+        assert a.cq.poll()[0] == 0 and device.qp_stats(a.qp.qp_num).get("sent_pkts", 0) == 0
+        now = 100.0
+        for _ in range(4):  # the WRITE, its arrival, the ACK, its arrival
+            device.step(now)
+        assert [wc.status for wc in a.cq.poll()[1]] == [ibv_wc_status.IBV_WC_SUCCESS]
+        assert b.mr.read(8, 0) == b"stepped!"
+        b.close()  # the peer QP is gone: the next WRITE is never acknowledged
+        a.qp.post_send(wr)
+        start = time.monotonic()
+        for step in range(12):
+            device.step(now + step * 4.4)
+        failed = a.cq.poll()[1]
+        assert [wc.status for wc in failed] == [ibv_wc_status.IBV_WC_RETRY_EXC_ERR]
+        assert device.qp_stats(a.qp.qp_num)["retransmitted_pkts"] == 7
+        assert time.monotonic() - start < 5  # 50 simulated seconds took no real ones
+    finally:
+        a.close()
+        b.close()
