@@ -55,6 +55,14 @@ def server(conn: Connection, mode: str, iters: int) -> None:
     ep.close()
 
 
+def _check(wcs: list, mode: str) -> list:
+    """The completions, or an error naming the failed one (status and reason)."""
+    for wc in wcs:
+        if wc.status != 0:
+            raise SystemExit(f"progress.py ({mode}): a work request failed: {wc}")
+    return wcs
+
+
 def client(mode: str, iters: int, seconds: float) -> dict[str, float]:
     os.environ["PYROCE_PROGRESS"] = mode
     spawn = multiprocessing.get_context("spawn")
@@ -70,7 +78,7 @@ def client(mode: str, iters: int, seconds: float) -> dict[str, float]:
         _send(ep)
         wcs = ep.poll(2)  # our send's completion and the pong
         samples.append((time.perf_counter() - start) / 2)
-        assert all(wc.status == 0 for wc in wcs)
+        _check(wcs, mode)
         _recv(ep)
     sent = 0
     start = time.perf_counter()
@@ -81,8 +89,7 @@ def client(mode: str, iters: int, seconds: float) -> dict[str, float]:
             wr.set_wr_rdma(remote.rkey, remote.addr)
             ep.qp.post_send(wr)
             outstanding += 1
-        for wc in ep.poll(1):
-            assert wc.status == 0
+        for wc in _check(ep.poll(1), mode):
             outstanding -= 1
             sent += WRITE_SIZE
     elapsed = time.perf_counter() - start
@@ -106,11 +113,14 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     results = {mode: client(mode, args.iters, args.seconds) for mode in args.modes.split(",")}
-    print(f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'WRITE 64 KiB MB/s':>20}")
+    base = results.get("inline")
+    print(f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'x inline p50':>14}{'WRITE 64 KiB MB/s':>20}")
     for mode, figures in results.items():
-        print(
-            f"{mode:<10}{figures['lat_us_p50']:>26.1f}{figures['lat_us_p99']:>10.1f}{figures['write_64k_MBps']:>20.1f}"
-        )
+        if base is not None:
+            figures["p50_vs_inline"] = figures["lat_us_p50"] / base["lat_us_p50"]
+        ratio = f"{figures['p50_vs_inline']:.2f}" if base is not None else "-"
+        print(f"{mode:<10}{figures['lat_us_p50']:>26.1f}{figures['lat_us_p99']:>10.1f}{ratio:>14}"
+              f"{figures['write_64k_MBps']:>20.1f}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -113,7 +113,7 @@ class Completer:
             offset += pmtu
         if count:
             entry.placed += count
-            req.comp_psn = psn_add(psn, count)
+            req.acknowledged(psn_add(psn, count))
             req.progress(now)
             self.qp.counters["rcvd_pkts"] += count
         return count * step
@@ -131,11 +131,11 @@ class Completer:
                 # Partly acknowledged (a long message ACKed every 64 packets), or a read/atomic
                 # whose own response must retire it.
                 if not entry.rd_atomic:
-                    req.comp_psn = psn_add(psn, 1)
+                    req.acknowledged(psn_add(psn, 1))
                     return True
                 return psn_diff(psn, entry.last_psn) <= 0
             req.complete_head()
-            req.comp_psn = psn_add(entry.last_psn, 1)
+            req.acknowledged(psn_add(entry.last_psn, 1))
         return True
 
     def _implied_nak(self) -> None:
@@ -146,13 +146,8 @@ class Completer:
             self.qp.counters["stale_responses"] += 1
             return
         self.qp.counters["implied_naks"] += 1
-        if req.retry_left == 0:
-            self.qp.counters["retry_exceeded_err"] += 1
-            req.fail_head(WcStatus.RETRY_EXC_ERR, Reason.RESPONSES_LOST,
-                          f"responses from PSN 0x{req.comp_psn:06x} on went missing {self.qp.config.retry_cnt} times")  # fmt: skip
-            return
-        req.retry_left -= 1
-        req.rewind(req.comp_psn)
+        req.retry(req.comp_psn, Reason.RESPONSES_LOST,
+                  f"responses from PSN 0x{req.comp_psn:06x} on went missing {self.qp.config.retry_cnt} times")
 
     def _acknowledge(self, pkt: Packet, psn: int, now: float) -> None:
         req = self.qp.requester
@@ -169,17 +164,11 @@ class Completer:
             req.progress(now)  # forward progress refills the retry budgets (IBA 9.7.5.1.4)
         if kind is AethKind.RNR_NAK:
             self.qp.counters["rcvd_rnr_err"] += 1
-            if req.rnr_left == 0:
-                self.qp.counters["retry_rnr_exceeded_err"] += 1
-                timer_ms = rnr_timer_to_us(syndrome_value(syndrome)) / 1e3
-                req.fail_head(WcStatus.RNR_RETRY_EXC_ERR, Reason.RNR_EXHAUSTED,
-                              f"receiver not ready for PSN 0x{psn:06x} after {self.qp.config.rnr_retry} RNR retries "
-                              f"({timer_ms:g} ms apart): the peer posts no receive before this SEND arrives")  # fmt: skip
-                return
-            if self.qp.config.rnr_retry != 7:
-                req.rnr_left -= 1
-            req.rewind(psn)
-            req.rnr_until = now + rnr_timer_to_us(syndrome_value(syndrome)) / 1e6
+            wait_us = rnr_timer_to_us(syndrome_value(syndrome))
+            req.receiver_not_ready(psn, wait_us / 1e6, now,
+                                   f"receiver not ready for PSN 0x{psn:06x} after {self.qp.config.rnr_retry} RNR "
+                                   f"retries ({wait_us / 1e3:g} ms apart): the peer posts no receive before this "
+                                   "SEND arrives")  # fmt: skip
             return
         if kind is not AethKind.NAK:
             self.qp.counters["bad_response"] += 1
@@ -187,14 +176,9 @@ class Completer:
         code = syndrome_value(syndrome)
         if code == NakCode.PSN_SEQ_ERR:
             self.qp.counters["rcvd_seq_err"] += 1
-            if req.retry_left == 0:
-                self.qp.counters["retry_exceeded_err"] += 1
-                req.fail_head(WcStatus.RETRY_EXC_ERR, Reason.SEQUENCE_NAKS,
-                              f"the peer NAKed PSN 0x{psn:06x} as out of sequence {self.qp.config.retry_cnt + 1} "
-                              "times: packets are lost on the way")  # fmt: skip
-                return
-            req.retry_left -= 1
-            req.rewind(psn)
+            req.retry(psn, Reason.SEQUENCE_NAKS,
+                      f"the peer NAKed PSN 0x{psn:06x} as out of sequence {self.qp.config.retry_cnt + 1} times: "
+                      "packets are lost on the way")
             return
         self.qp.counters["rcvd_nak_err"] += 1
         status, reason = NAK_STATUS.get(code, (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL))  # type: ignore[call-overload]
@@ -222,7 +206,7 @@ class Completer:
             return
         result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
         entry.data.write(0, result)  # type: ignore[union-attr]
-        req.comp_psn = psn_add(psn, 1)
+        req.acknowledged(psn_add(psn, 1))
         req.complete_head()
         req.progress(now)
 
@@ -257,7 +241,7 @@ class Completer:
         req = self.qp.requester
         entry.data.write(offset, payload)  # type: ignore[union-attr]
         entry.placed += 1
-        req.comp_psn = psn_add(psn, 1)
+        req.acknowledged(psn_add(psn, 1))
         if last:
             req.complete_head()
         req.progress(now)

@@ -289,16 +289,40 @@ class Requester:
             if not self.outstanding:
                 return
             self.qp.counters["local_ack_timeout_err"] += 1
-            if self.retry_left == 0:
-                self.qp.counters["retry_exceeded_err"] += 1
-                config = self.qp.config
-                self.fail_head(WcStatus.RETRY_EXC_ERR, Reason.ACK_TIMEOUT,
-                               f"no ACK for PSN 0x{self.comp_psn:06x} after {config.retry_cnt} retries at timeout "
-                               f"{config.timeout} ({(config.ack_timeout_s or 0) * 1e3:.0f} ms each): "
-                               "peer unreachable or not in RTR")  # fmt: skip
-                return
-            self.retry_left -= 1
-            self.rewind(self.comp_psn)
+            config = self.qp.config
+            self.retry(self.comp_psn, Reason.ACK_TIMEOUT,
+                       f"no ACK for PSN 0x{self.comp_psn:06x} after {config.retry_cnt} retries at timeout "
+                       f"{config.timeout} ({(config.ack_timeout_s or 0) * 1e3:.0f} ms each): "
+                       "peer unreachable or not in RTR")  # fmt: skip
+
+    # --- what the completer tells the requester ----------------------------------------------
+
+    def acknowledged(self, psn: int) -> None:
+        """Responses acknowledged every PSN before ``psn`` (the new oldest unacknowledged)."""
+        self.comp_psn = psn
+
+    def retry(self, psn: int, reason: Reason, detail: str) -> None:
+        """Something was lost from ``psn`` on (a timeout, a sequence NAK, an implied NAK): go
+        back and resend while ``retry_cnt`` allows (IBA 9.7.5.1.4), else fail the oldest WQE
+        with RETRY_EXC_ERR, ``reason`` and ``detail``."""
+        if self.retry_left == 0:
+            self.qp.counters["retry_exceeded_err"] += 1
+            self.fail_head(WcStatus.RETRY_EXC_ERR, reason, detail)
+            return
+        self.retry_left -= 1
+        self.rewind(psn)
+
+    def receiver_not_ready(self, psn: int, wait_s: float, now: float, detail: str) -> None:
+        """An RNR NAK for ``psn``: resend it after ``wait_s`` while ``rnr_retry`` allows (7:
+        forever), else fail the oldest WQE with RNR_RETRY_EXC_ERR and ``detail``."""
+        if self.rnr_left == 0:
+            self.qp.counters["retry_rnr_exceeded_err"] += 1
+            self.fail_head(WcStatus.RNR_RETRY_EXC_ERR, Reason.RNR_EXHAUSTED, detail)
+            return
+        if self.qp.config.rnr_retry != 7:
+            self.rnr_left -= 1
+        self.rewind(psn)
+        self.rnr_until = now + wait_s
 
     def get_timer(self) -> float | None:
         if self.rnr_until is not None:

@@ -60,16 +60,24 @@ class RespState(enum.Enum):
 
 
 class ErrorAction(NamedTuple):
-    """How the responder answers a failed check: which NAK, the receive WQE's completion
-    status and reason (if it completes one), and whether the QP goes to ERROR."""
+    """How the responder answers a failed check (rxe's ``ERR_*`` states, IBA 9.7.5.2): which
+    NAK (an RNR NAK carries the QP's ``min_rnr_timer``), the receive WQE's completion status and
+    reason (if it completes one), and whether the QP goes to ERROR. A NAK that is not fatal is
+    sent once: until the expected PSN arrives again, later packets are dropped (``nak_sent``).
+    ``counters`` are rxe's names for the event; otherwise ``resp_<state>``."""
 
     nak: NakCode | None
     recv_status: WcStatus | None
     fatal: bool
     reason: Reason = Reason.NONE
+    rnr: bool = False
+    counters: tuple[str, ...] = ()
 
 
 ERRORS = {
+    RespState.ERR_PSN_OUT_OF_SEQ: ErrorAction(NakCode.PSN_SEQ_ERR, None, False,
+                                              counters=("out_of_seq_request", "send_seq_nak")),  # fmt: skip
+    RespState.ERR_RNR: ErrorAction(None, None, False, rnr=True, counters=("send_rnr_err",)),
     RespState.ERR_OP_SEQ: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_UNSUPPORTED_OPCODE: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, None, True),
@@ -136,15 +144,6 @@ class Responder:
             self._execute(pkt)
         elif state is RespState.DUPLICATE:
             self._duplicate(pkt)
-        elif state is RespState.ERR_PSN_OUT_OF_SEQ:
-            self._nak(self.epsn, nak_syndrome(NakCode.PSN_SEQ_ERR))
-            self.nak_sent = True
-            self.qp.counters["out_of_seq_request"] += 1
-            self.qp.counters["send_seq_nak"] += 1
-        elif state is RespState.ERR_RNR:
-            self._nak(pkt.bth.psn, rnr_nak_syndrome(self.qp.config.min_rnr_timer))
-            self.nak_sent = True
-            self.qp.counters["send_rnr_err"] += 1
         elif state is not RespState.DROP:
             self._error(pkt, state)
 
@@ -385,8 +384,18 @@ class Responder:
                 self._atomic_ack(pkt.bth.psn, orig)
 
     def _error(self, pkt: Packet, state: RespState) -> None:
+        """Answer a failed check as its row in ``ERRORS`` says. A NAK the requester recovers
+        from carries the expected PSN (a sequence NAK names what is missing; an RNR NAK's packet
+        is the expected one)."""
         action = ERRORS[state]
-        self.qp.counters[f"resp_{state.name.lower()}"] += 1
+        counters = self.qp.counters
+        for name in action.counters or (f"resp_{state.name.lower()}",):
+            counters[name] += 1
+        if not action.fatal:
+            syndrome = rnr_nak_syndrome(self.qp.config.min_rnr_timer) if action.rnr else nak_syndrome(action.nak)  # type: ignore[arg-type]
+            self._nak(self.epsn, syndrome)
+            self.nak_sent = True
+            return
         self.qp.error_detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
         if action.recv_status is not None and self.recv is not None:
             recv, self.recv = self.recv, None
