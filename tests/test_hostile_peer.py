@@ -13,6 +13,7 @@ import pytest
 
 from pyroce.nic.memory import MrTable
 from pyroce.transport import Access, QpConfig, QpState, RcQp, RecvWork, SendWork, Sge, WcStatus, WorkOp
+from pyroce.transport.demux import Demux
 from pyroce.wire.aeth import NakCode, ack_syndrome, nak_syndrome, syndrome_kind, syndrome_value
 from pyroce.wire.bth import BTH
 from pyroce.wire.errors import MalformedPacket
@@ -80,8 +81,21 @@ def wire_bytes(pkt: Packet) -> bytes:
 
 def deliver(qp: RcQp, pkt: Packet, now: float) -> None:
     """As the NIC does: header prediction on the packet's bytes, else parse and the general path."""
-    if not qp.receive_predicted(wire_bytes(pkt), now):
-        qp.receive(pkt, now)
+    data = wire_bytes(pkt)
+    deliver_run(qp, memoryview(data), len(data), now)
+
+
+def deliver_run(qp: RcQp, run: memoryview, step: int, now: float) -> int:
+    """As the NIC does with a GRO run: through ``transport.demux`` (ICRCs not checked here).
+    Returns how many packets header prediction took."""
+    demux = Demux(_raise)
+    demux.qps[qp.config.qpn] = qp
+    demux.receive(run, step, None, now)
+    return demux.counters["predicted_pkts"]
+
+
+def _raise(qpn: int, exc: Exception) -> None:
+    raise exc
 
 
 def nak_code(responses: list[Packet]) -> int | None:
@@ -381,24 +395,6 @@ def test_read_response_middles_in_a_run_are_placed_in_one_loop_up_to_the_last() 
     assert bytes(buf) == data
     [completion] = qp.completions
     assert (completion.status, completion.byte_len) == (WcStatus.SUCCESS, 4096)
-
-
-def deliver_run(qp: RcQp, run: memoryview, step: int, now: float) -> int:
-    """As the NIC does with a GRO run: header prediction (the run loop), else each packet the
-    general way. Returns how many times prediction took packets."""
-    start = predicted = 0
-    while start < len(run):
-        taken = qp.receive_run(run[start:], step, now)
-        if taken:
-            predicted += 1
-            start += taken
-            continue
-        try:
-            qp.receive(parse_packet(bytes(run[start : start + step])), now)
-        except MalformedPacket:
-            pass
-        start += step
-    return predicted
 
 
 def test_a_late_read_response_after_a_rewind_is_a_ghost_on_the_fast_path_too() -> None:

@@ -78,6 +78,7 @@ class Demux:
             counters = self.counters
             counters["rcvd_pkts"] += predicted
             counters["rcvd_bytes"] += predicted_bytes
+            counters["predicted_pkts"] += predicted  # how much header prediction takes
 
     def _receive_one(self, data: memoryview, now: float) -> None:
         """One packet, ICRC checked, through the general path: parse, then the QP's rules."""
