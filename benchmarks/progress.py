@@ -114,7 +114,9 @@ def main() -> None:
     args = parser.parse_args()
     results = {mode: client(mode, args.iters, args.seconds) for mode in args.modes.split(",")}
     base = results.get("inline")
-    print(f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'x inline p50':>14}{'WRITE 64 KiB MB/s':>20}")
+    print(
+        f"{'progress':<10}{'SEND 2 B half-RTT p50 us':>26}{'p99 us':>10}{'x inline p50':>14}{'WRITE 64 KiB MB/s':>20}"
+    )
     for mode, figures in results.items():
         if base is not None:
             figures["p50_vs_inline"] = figures["lat_us_p50"] / base["lat_us_p50"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyroce.testbench.fabric import Fabric
 from pyroce.link.faults import FaultConfig
 from pyroce.nic.memory import MemoryRegion, MrTable
+from pyroce.testbench.fabric import Fabric
 from pyroce.transport import Access, Completion, QpConfig, QpState, RcQp
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from pyroce.testbench.fabric import Fabric
 from pyroce.link.faults import FaultConfig, ScriptRule
+from pyroce.testbench.fabric import Fabric
 from pyroce.transport import RecvWork, SendWork, Sge, WcStatus, WorkOp
 from pyroce.transport.rc import ACK_TIMEOUT_UNIT_S
 from pyroce.wire.opcodes import Opcode, opcode_name

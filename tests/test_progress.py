@@ -20,12 +20,12 @@ import pytest
 
 import pyroce.nic.handoff as handoff_module
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
+from pyroce.ib.reasons import Reason
 from pyroce.link.udp import UdpLink
 from pyroce.nic.device import NicDevice
 from pyroce.nic.engine import QP_FATAL
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.timers import SWEEP_SLACK, Timers
-from pyroce.ib.reasons import Reason
 from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import connected_pair

@@ -21,7 +21,8 @@ import select
 import socket
 import struct
 
-from pyroce.wire.framing import ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
+from pyroce.link.paths import RocePaths
+from pyroce.wire.framing import ROCE_UDP_PORT
 
 SOCKET_BUFFER = 8 << 20
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
@@ -41,13 +42,11 @@ class LinkError(OSError):
     """The link cannot be opened (address not local, port taken)."""
 
 
-class UdpLink:
+class UdpLink(RocePaths):
     """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
 
     def __init__(self, address: str, port: int = ROCE_UDP_PORT) -> None:
-        self.address = address
-        self.port = port
-        self._src = socket.inet_aton(address)
+        super().__init__(address, port)
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
@@ -68,27 +67,9 @@ class UdpLink:
         self._poll = select.epoll()
         self._poll.register(sock.fileno(), select.EPOLLIN)
         self._ready = self._poll.poll
-        self._tx_paths: dict[str, RocePath] = {}
-        self._rx_paths: dict[tuple[str, int], RocePath] = {}
 
     def fileno(self) -> int:
         return self.sock.fileno()
-
-    def tx_path(self, peer: str) -> RocePath:
-        """Headers and ICRC seeds of datagrams from this link to ``peer``."""
-        path = self._tx_paths.get(peer)
-        if path is None:
-            ip = IPv4Header(self._src, socket.inet_aton(peer))
-            path = self._tx_paths[peer] = RocePath(ip, UdpHeader(self.port, ROCE_UDP_PORT))
-        return path
-
-    def rx_path(self, peer: str, sport: int) -> RocePath:
-        """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed)."""
-        path = self._rx_paths.get((peer, sport))
-        if path is None:
-            ip = IPv4Header(socket.inet_aton(peer), self._src)
-            path = self._rx_paths[(peer, sport)] = RocePath(ip, UdpHeader(sport, self.port))
-        return path
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:
         """Send one datagram; False when the socket buffer is full (the packet is lost, and

@@ -146,8 +146,11 @@ class Completer:
             self.qp.counters["stale_responses"] += 1
             return
         self.qp.counters["implied_naks"] += 1
-        req.retry(req.comp_psn, Reason.RESPONSES_LOST,
-                  f"responses from PSN 0x{req.comp_psn:06x} on went missing {self.qp.config.retry_cnt} times")
+        req.retry(
+            req.comp_psn,
+            Reason.RESPONSES_LOST,
+            f"responses from PSN 0x{req.comp_psn:06x} on went missing {self.qp.config.retry_cnt} times",
+        )
 
     def _acknowledge(self, pkt: Packet, psn: int, now: float) -> None:
         req = self.qp.requester
@@ -176,9 +179,12 @@ class Completer:
         code = syndrome_value(syndrome)
         if code == NakCode.PSN_SEQ_ERR:
             self.qp.counters["rcvd_seq_err"] += 1
-            req.retry(psn, Reason.SEQUENCE_NAKS,
-                      f"the peer NAKed PSN 0x{psn:06x} as out of sequence {self.qp.config.retry_cnt + 1} times: "
-                      "packets are lost on the way")
+            req.retry(
+                psn,
+                Reason.SEQUENCE_NAKS,
+                f"the peer NAKed PSN 0x{psn:06x} as out of sequence {self.qp.config.retry_cnt + 1} times: "
+                "packets are lost on the way",
+            )
             return
         self.qp.counters["rcvd_nak_err"] += 1
         status, reason = NAK_STATUS.get(code, (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL))  # type: ignore[call-overload]

@@ -75,8 +75,9 @@ class ErrorAction(NamedTuple):
 
 
 ERRORS = {
-    RespState.ERR_PSN_OUT_OF_SEQ: ErrorAction(NakCode.PSN_SEQ_ERR, None, False,
-                                              counters=("out_of_seq_request", "send_seq_nak")),  # fmt: skip
+    RespState.ERR_PSN_OUT_OF_SEQ: ErrorAction(
+        NakCode.PSN_SEQ_ERR, None, False, counters=("out_of_seq_request", "send_seq_nak")
+    ),
     RespState.ERR_RNR: ErrorAction(None, None, False, rnr=True, counters=("send_rnr_err",)),
     RespState.ERR_OP_SEQ: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_UNSUPPORTED_OPCODE: ErrorAction(NakCode.INVALID_REQUEST, None, True),

@@ -1,0 +1,76 @@
+"""Links joined in memory: datagrams between devices of one process, with no sockets.
+
+A ``MemoryWire`` is a segment of Ethernet that only this process sees: each ``MemoryLink`` on
+it is bound to an address, and what one sends to an address the link bound there receives,
+the same bytes a UDP socket would deliver. With devices in host mode
+(``NicDevice(..., progress="host")``) and a host that calls ``step(now)``, two NICs run in
+simulated time, as under a simulator. Its fd becomes readable when a datagram waits, so the
+engine thread can also wait on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+from pyroce.link.paths import RocePaths
+
+
+class MemoryWire:
+    """The links joined by this wire, by address."""
+
+    def __init__(self) -> None:
+        self.links: dict[str, MemoryLink] = {}
+
+    def link(self, address: str) -> MemoryLink:
+        if address in self.links:
+            raise ValueError(f"{address} is already on this wire")
+        link = self.links[address] = MemoryLink(self, address)
+        return link
+
+
+class MemoryLink(RocePaths):
+    """One address on a ``MemoryWire`` (the ``Link`` the engine needs; no GSO)."""
+
+    gso = False
+
+    def __init__(self, wire: MemoryWire, address: str) -> None:
+        super().__init__(address)
+        self._wire = wire
+        self._inbox: deque[tuple[bytes, str]] = deque()
+        self._ready = os.eventfd(0, os.EFD_NONBLOCK)
+
+    def fileno(self) -> int:
+        return self._ready
+
+    def send(self, data: memoryview | bytes, peer: str) -> bool:
+        """Deliver to the link bound at ``peer``; to no link, the datagram is lost (as on a wire)."""
+        target = self._wire.links.get(peer)
+        if target is not None:
+            target._inbox.append((bytes(data), self.address))
+            os.eventfd_write(target._ready, 1)
+        return True
+
+    def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
+        for start in range(0, len(data), segment_size):
+            self.send(data[start : start + segment_size], peer)
+        return True
+
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
+        if not self._inbox:
+            try:  # not readable until the next send; checked again after, so none is missed
+                os.eventfd_read(self._ready)
+            except BlockingIOError:
+                pass
+            if not self._inbox:
+                return None
+        data, sender = self._inbox.popleft()
+        buf[: len(data)] = data
+        return len(data), (sender, self.port), len(data)
+
+    def close(self) -> None:
+        if self._wire.links.get(self.address) is self:
+            del self._wire.links[self.address]
+        if self._ready >= 0:
+            os.close(self._ready)
+            self._ready = -1
