@@ -35,9 +35,8 @@ and must still be that pattern. The C tool checks only the first byte of each pa
 the server; this one checks every byte on both sides and prints ``invalid data in page N`` for
 each page that differs (same message as the C tool).
 
-pyroce's device gets its IPv4 address from ``PYROCE_ADDR``; talking to Linux rxe also needs
-``PYROCE_VERIFY_ICRC=0`` (rxe's IPv4 ID varies and a UDP socket cannot see it). Errors: one
-line on stderr, exit status 1.
+pyroce's device gets its IPv4 address from ``PYROCE_ADDR``. Errors: one line on stderr, exit
+status 1.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ NSX=(ip netns exec "$NS")
 PP="$REPO/tools/rc_pingpong.py"
 COMMON=(-p "$PORT" -s "$SIZE" -m "$MTU" -r "$RXD" -n "$ITERS")
 GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${CHK:+ $CHK}"
-HOST_ENV=(env PYROCE_ADDR="$HOST_IP" PYROCE_VERIFY_ICRC=0)
+HOST_ENV=(env PYROCE_ADDR="$HOST_IP")  # default settings: ICRC checking on
 HOST_CMD=("$PYTHON" "$PP" -d pyroce0 -g 0 "${COMMON[@]}" ${CHK:+"$CHK"})
 WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 

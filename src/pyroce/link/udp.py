@@ -3,8 +3,8 @@
 The IPv4 trap (rocev2.md): the ICRC covers the IPv4 Identification and flags, so the socket
 is unconnected and sets ``IP_PMTUDISC_DO``: Linux then sends every datagram with ID 0 and DF,
 exactly the header ``pyroce.wire.framing.IPv4Header`` assumes. A receiver on a UDP socket
-cannot see the sender's ID; ICRCs from peers that also send ID 0 (pyroce, hardware NICs with
-fixed IDs) verify, those from rxe (a counter) cannot be checked here (``verify_icrc=False``).
+cannot see the sender's ID (rxe counts its IDs up, GSO segments carry 0, 1, 2, ...):
+``RocePath.verify`` solves for the ID that makes the ICRC valid (``pyroce.wire.ipv4_id``).
 
 System calls cost more than building a packet, so the link moves several packets per call
 when the kernel can: UDP GSO (``UDP_SEGMENT``) sends equal-sized packets to one peer in one

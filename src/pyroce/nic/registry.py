@@ -8,8 +8,8 @@ host can reach each other with no configuration: the whole ``127/8`` is local on
 also runs it in the caller's thread on a doorbell or an empty poll; ``host`` runs no thread and
 leaves it to ``NicDevice.step(now)``; ``nic.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
 misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
-``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_VERIFY_ICRC=0`` accepts IPv4 packets whose ICRC a UDP socket cannot check (from peers
-such as rxe that send a varying IPv4 ID; see ``pyroce.link.udp``).
+``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_VERIFY_ICRC=0`` turns ICRC checking off
+(it is on for every peer: ``pyroce.wire.ipv4_id``).
 
 A device opens on the first ``open_device`` and closes when its last user releases it.
 """

@@ -26,8 +26,8 @@ from pyroce.wire.icrc import (
     icrc_from_seed,
     icrc_seed,
     residue_from_seed,
-    seed_difference,
 )
+from pyroce.wire.ipv4_id import id_solver
 from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Buffer, Packet, PacketRun, build_packet_into, packet_length, parse_packet
 from pyroce.wire.psn import psn_add
@@ -156,19 +156,18 @@ class RocePath:
     cached per UDP length (a flow sends few distinct lengths), so building or checking a
     packet CRCs only its own bytes. This is what a UDP or raw link keeps per peer.
 
-    UDP GSO (rocev2.md's IPv4 trap, one level down): the kernel cuts one send into segments
-    and gives segment k of it the IPv4 ID k, and the ICRC covers the ID. So a packet built as
-    ``segment`` k of a GSO send carries the ICRC for ID k, and ``verify`` accepts the ICRC of
-    any ID a GSO segment can have (an IPv6 header has no ID: nothing changes there)."""
+    The IPv4 trap: the ICRC covers the IPv4 ID, which a UDP socket does not show. UDP GSO
+    gives segment k of a send the ID k, so a packet built as ``segment`` k carries the ICRC for
+    ID k; other peers (Linux rxe) count their IDs up. ``verify`` accepts the ICRC of whichever
+    ID makes it valid (``wire.ipv4_id``); an IPv6 header has no ID, and all 32 bits check."""
 
-    __slots__ = ("_deltas", "_seeds", "header_len", "ip", "udp")
+    __slots__ = ("_seeds", "header_len", "ip", "udp")
 
     def __init__(self, ip: IpHeader, udp: UdpHeader) -> None:
         self.ip = ip
         self.udp = udp
         self.header_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
         self._seeds: dict[int, int] = {}
-        self._deltas: dict[int, frozenset[int]] = {}
 
     def headers(self, udp_payload_len: int, segment: int = 0) -> bytearray:
         """The raw IP and UDP headers of a datagram with ``udp_payload_len`` bytes of payload
@@ -226,8 +225,8 @@ class RocePath:
         return count * size
 
     def verify(self, udp_payload: Buffer) -> bool:
-        """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path, as
-        a datagram on its own or as any segment of a GSO send."""
+        """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path: for
+        IPv4, with any IPv4 ID (the ID 0 this path assumes, a GSO segment's, a counter's)."""
         size = len(udp_payload)
         seed = self._seeds.get(size * MAX_GSO_SEGMENTS)  # runs per packet: the cache is read inline
         residue = residue_from_seed(self.seed(size) if seed is None else seed, udp_payload)
@@ -235,27 +234,18 @@ class RocePath:
             return True
         if self.header_len != IPV4_UDP_LEN:
             return False
-        deltas = self._deltas.get(size)
-        return residue ^ RESIDUE in (self._segment_deltas(size) if deltas is None else deltas)
+        return id_solver(size, _ipv4_headers_with_id).solve(residue ^ RESIDUE) is not None
 
-    def _segment_deltas(self, size: int) -> frozenset[int]:
-        """How the residue of a ``size``-byte datagram moves when it was GSO segment 1..63:
-        the ID enters the CRC linearly, so the deltas of the six ID bits combine by XOR."""
-        deltas = self._deltas.get(size)
-        if deltas is None:
-            if len(self._deltas) >= _MAX_SEEDS // MAX_GSO_SEGMENTS:
-                self._deltas.clear()
-            base = self.seed(size)
-            bits = [seed_difference(self.seed(size, 1 << bit), base, size) for bit in range(6)]
-            combined = []
-            for segment in range(1, MAX_GSO_SEGMENTS):
-                delta = 0
-                for bit, value in enumerate(bits):
-                    if segment >> bit & 1:
-                        delta ^= value
-                combined.append(delta)
-            deltas = self._deltas[size] = frozenset(combined)
-        return deltas
+
+_REFERENCE_IP = IPv4Header(bytes(4), bytes(4))
+_REFERENCE_UDP = UdpHeader(ROCE_UDP_PORT)
+
+
+def _ipv4_headers_with_id(udp_payload_len: int, ident: int) -> bytearray:
+    """IPv4 and UDP headers with ID ``ident`` (for ``wire.ipv4_id``: the addresses cancel out)."""
+    buf = bytearray(IPV4_UDP_LEN)
+    pack_ip_udp(buf, 0, _REFERENCE_IP._replace(ident=ident), _REFERENCE_UDP, udp_payload_len)
+    return buf
 
 
 _ICRC = struct.Struct("<I")
