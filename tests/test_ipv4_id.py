@@ -63,4 +63,3 @@ def test_every_rxe_packet_verifies_without_its_ip_header_and_damage_is_caught(ca
             passed_damaged += path.verify(memoryview(payload))
     assert checked == 13437 and len(idents) > 1000  # real, varying IDs
     assert passed_damaged <= damaged // 1000, f"{passed_damaged} of {damaged} damaged packets verified"
-

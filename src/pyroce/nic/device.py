@@ -149,7 +149,7 @@ class NicDevice:
             for name, value in changes.items():
                 setattr(qp.rc.config, name, value)
             if peer is not None:
-                qp.peer = peer
+                qp.peer = engine.demux.peers[qpn] = peer
             # Doorbells handed over but not yet taken belong to the queues as they are now.
             engine.doorbells(*self._handoff.take())
             if state is QpState.RESET:

@@ -87,6 +87,7 @@ class Engine:
     def remove_qp(self, qpn: int) -> HwQp | None:
         qp = self.qps.pop(qpn, None)
         self.demux.qps.pop(qpn, None)
+        self.demux.peers.pop(qpn, None)
         if qp is not None:
             self.sending -= qp.sending
             self.rung.discard(qp)
@@ -178,8 +179,8 @@ class Engine:
             got = port.receive(self._rx_buf, self._rx_view, socket)
             if got is None:
                 break
-            data, step, path = got
-            demux.receive(data, step, path.verify if verify_icrc else None, now)
+            data, step, path, source = got
+            demux.receive(data, step, path.verify if verify_icrc else None, now, source)
             taken += -(-len(data) // step) if data else 1  # the packets of a GRO run
         else:
             self.rx_full = True  # the batch ran out before the socket did

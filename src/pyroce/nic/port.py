@@ -92,17 +92,18 @@ class Port:
     def has_loopback(self) -> bool:
         return bool(self._loopback)
 
-    def receive(self, buf: bytearray, view: memoryview, socket: bool) -> tuple[memoryview, int, RocePath] | None:
+    def receive(self, buf: bytearray, view: memoryview,
+                socket: bool) -> tuple[memoryview, int, RocePath, str] | None:  # fmt: skip
         """The next datagrams from one sender: the loopback's first, then (if ``socket``) the
-        link's into ``buf``. Returns them, the size of each but the last (a GRO run), and the
-        path they came by; None when nothing is waiting."""
+        link's into ``buf``. Returns them, the size of each but the last (a GRO run), the path
+        they came by and the sender's address; None when nothing is waiting."""
         if self._loopback:
             data = self._loopback.popleft()
-            return memoryview(data), len(data), self._self_path
+            return memoryview(data), len(data), self._self_path, self.address
         if not socket:
             return None
         got = self.link.recv_into(buf)
         if got is None:
             return None
         size, (peer, sport), step = got
-        return view[:size], step or 1, self.link.rx_path(peer, sport)
+        return view[:size], step or 1, self.link.rx_path(peer, sport), peer

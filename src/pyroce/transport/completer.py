@@ -32,6 +32,18 @@ NAK_STATUS = {  # NAK code -> the requester's completion (rocev2.md's table)
     NakCode.REMOTE_OP_ERR: (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL),
     NakCode.INVALID_RD_REQUEST: (WcStatus.REM_INV_RD_REQ_ERR, Reason.REMOTE_INVALID_REQUEST),
 }
+# Which work requests a response of each kind may answer (IBA 9.7.5.1; rxe check_ack). An ACK
+# or NAK may name any request (it acknowledges everything through its PSN); a READ response or
+# an ATOMIC ACKNOWLEDGE whose PSN lands on another kind of request is a bad response: dropped
+# and counted, it completes nothing (the requester's timer resends, and the responder answers
+# the duplicate with the right kind).
+ANSWERS = {
+    Opcode.RC_RDMA_READ_RESPONSE_FIRST: frozenset({WorkOp.RDMA_READ}),
+    Opcode.RC_RDMA_READ_RESPONSE_MIDDLE: frozenset({WorkOp.RDMA_READ}),
+    Opcode.RC_RDMA_READ_RESPONSE_LAST: frozenset({WorkOp.RDMA_READ}),
+    Opcode.RC_RDMA_READ_RESPONSE_ONLY: frozenset({WorkOp.RDMA_READ}),
+    Opcode.RC_ATOMIC_ACKNOWLEDGE: ATOMICS,
+}
 ATOMIC_RESULT = struct.Struct("=Q")  # the original value lands in host byte order, as a NIC writes it
 
 
@@ -47,12 +59,25 @@ class Completer:
         opcode = pkt.bth.opcode
         if opcode == Opcode.RC_ACKNOWLEDGE:
             self._acknowledge(pkt, psn, now)
+        elif not self._answers(opcode, psn):
+            self.qp.counters["bad_response"] += 1
         elif opcode == Opcode.RC_ATOMIC_ACKNOWLEDGE:
             self._atomic_ack(pkt, psn, now)
-        elif OPCODE_FLAGS[pkt.bth.opcode] & Flag.READ:
-            self._read_response(pkt, psn, now)
         else:
-            self.qp.counters["bad_response"] += 1
+            self._read_response(pkt, psn, now)
+
+    def _answers(self, opcode: int, psn: int) -> bool:
+        """Whether the request sent at ``psn`` is of a kind a response ``opcode`` answers
+        (``ANSWERS``; any other opcode here is not a response at all)."""
+        kinds = ANSWERS.get(opcode)
+        if kinds is None:
+            return False
+        for entry in self.qp.requester.queue:
+            if not entry.started:
+                return False
+            if psn_diff(psn, entry.first_psn) >= 0 and psn_diff(psn, entry.last_psn) <= 0:
+                return entry.work.op in kinds
+        return False
 
     def receive_ack_predicted(self, psn: int, now: float) -> bool:
         """An ACK (its AETH says ACK) on the fast path (``RcQp.receive_predicted``): what

@@ -26,21 +26,25 @@ OnError = Callable[[int, Exception], None]  # a QP's transport raised (a bug): i
 class Demux:
     """Datagrams to the QPs they are addressed to (by BTH DestQP).
 
-    ``touched`` collects the QPNs that took packets, for the caller to service. When a QP's
+    RC packets are taken only from the QP's peer (``peers``, its address): another source is
+    dropped and counted (``drop_wrong_source``), as rxe's ``check_addr`` does, so a spoofed
+    packet can neither write nor be answered. ``touched`` collects the QPNs that took packets, for the caller to service. When a QP's
     transport raises (a bug), ``on_error`` is told at once, so the caller can contain it to
     that QP (move it to ERROR) before the next datagram; the other datagrams still go on."""
 
     def __init__(self, on_error: OnError, counters: Counter[str] | None = None) -> None:
         self.qps: dict[int, RcQp] = {}
+        self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.touched: set[int] = set()
         self.on_error = on_error
 
-    def receive(self, datagrams: memoryview, step: int, verify: Verify | None, now: float) -> None:
-        """Datagrams from one sender, ``step`` bytes each but the last; ``verify`` None
-        skips the ICRC check. ICRCs are checked ahead in runs, so prediction only ever
-        sees segments that passed."""
-        qps, touched = self.qps, self.touched
+    def receive(self, datagrams: memoryview, step: int, verify: Verify | None, now: float,
+                source: str | None = None) -> None:  # fmt: skip
+        """Datagrams from one sender (``source``, its address; None: not known, not checked),
+        ``step`` bytes each but the last; ``verify`` None skips the ICRC check. ICRCs are
+        checked ahead in runs, so prediction only ever sees segments that passed."""
+        qps, touched, peers = self.qps, self.touched, self.peers
         predicted = predicted_bytes = 0
         end = len(datagrams) or 1  # an empty datagram is looked at (and counted)
         start = checked = 0  # the segments before ``checked`` passed their ICRC check
@@ -59,6 +63,10 @@ class Demux:
             if len(good) >= BTH_LEN:
                 qpn = int.from_bytes(good[5:8], "big")  # BTH DestQP
                 qp = qps.get(qpn)
+                if source is not None and peers.get(qpn, source) != source:
+                    self.counters["drop_wrong_source"] += 1
+                    start += step
+                    continue
                 if qp is not None:
                     try:
                         taken = qp.receive_run(good, step, now)
