@@ -128,3 +128,32 @@ def test_responses_of_the_wrong_kind_complete_nothing(peer_and_endpoint) -> None
     peer.send(Packet(BTH(Opcode.RC_ACKNOWLEDGE, ep.qp.qp_num, psn), aeth=Aeth(ack_syndrome(), 1)), address)
     wcs = ep.poll(1, 5)
     assert [(wc.wr_id, wc.status) for wc in wcs] == [(9, ibv_wc_status.IBV_WC_SUCCESS)]
+
+
+@pytest.mark.parametrize("gso", ["1", "0"])
+def test_a_raw_socket_on_the_host_sees_gso_sends_whole_unless_gso_is_off(monkeypatch, gso: str) -> None:
+    """A receiver that reads raw IP on the same host (a capture, a test harness) gets a GSO
+    send as one super-datagram: the kernel segments it only for UDP sockets. ``PYROCE_GSO=0``
+    makes every packet a datagram of its own."""
+    monkeypatch.setenv("PYROCE_GSO", gso)
+    peer = ForeignPeer("127.63.7.1")
+    sniffer = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    ep = RcEndpoint.open(1 << 16)
+    try:
+        gid = socket.inet_pton(socket.AF_INET6, "::ffff:" + peer.address)
+        ep.connect(PeerInfo(gid, PEER_QPN, PEER_PSN, 0, 0), path_mtu=ibv_mtu.IBV_MTU_1024, timeout=18)
+        ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf, 8192, ep.mr.lkey)]))
+        assert len(peer.answers()) == 8  # the UDP socket gets eight packets either way
+        sizes = []
+        while select.select([sniffer], [], [], 0.2)[0]:
+            datagram = sniffer.recv(65536)
+            if datagram[16:20] == socket.inet_aton(peer.address) and datagram[22:24] == b"\x12\xb7":  # to :4791
+                sizes.append(len(datagram) - 28)
+        if gso == "1":
+            assert sizes == [8 * (12 + 1024 + 4)], sizes  # one datagram: BTH, payload, ICRC, eight times
+        else:
+            assert sizes[:1] == [12 + 1024 + 4] and len(sizes) == 8, sizes
+    finally:
+        ep.close()
+        sniffer.close()
+        peer.close()

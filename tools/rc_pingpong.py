@@ -141,6 +141,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("-l", "--sl", type=number, default=0, help="service level value")
     ap.add_argument("-g", "--gid-idx", type=number, default=0, help="local port gid index (default 0)")
     ap.add_argument("-c", "--chk", action="store_true", help="validate received buffer")
+    ap.add_argument("--stats", action="store_true",
+                    help="pyroce: print the device's packet counters on stderr at the end")  # fmt: skip
     args = ap.parse_args(argv)
     if not 0 <= args.port <= 65535:
         ap.error(f"port {args.port} is outside 0..65535")
@@ -425,6 +427,11 @@ def pingpong(args: argparse.Namespace) -> None:
         if args.chk:
             for page in pp.bad_pages():
                 print(f"invalid data in page {page}", flush=True)
+        if args.stats:
+            counters = pp.ctx.device.stats()
+            names = ("sent_pkts", "rcvd_pkts", "icrc_errors", "retransmitted_pkts", "drop_wrong_source")
+            print(f"{dev_name} counters: " + ", ".join(f"{name} {counters.get(name, 0)}" for name in names),
+                  file=sys.stderr, flush=True)  # fmt: skip
     finally:
         pp.close()
 

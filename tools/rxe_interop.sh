@@ -6,16 +6,18 @@
 # against tools/rc_pingpong.py both ways:
 #   1. guest server  `ibv_rc_pingpong -d rxe0 -g 1 ...`           <- pyroce client (host side, 10.77.0.1)
 #   2. pyroce server `tools/rc_pingpong.py ...` (10.77.0.1)      <- guest client `ibv_rc_pingpong ... 10.77.0.1`
-# prints both sides' output, checks that each side's "remote address" is the other's "local
-# address", and exits 0 only if both runs passed on both sides (1 if a run failed, 2 on a setup
-# error). The VM is shut down at the end unless it was already running or --keep-vm is given.
+# at each size, with pyroce's default settings (ICRC checking on). It prints both sides' output,
+# checks that each side's "remote address" is the other's "local address" and that pyroce
+# counted no ICRC error, and exits 0 only if every run passed on both sides (1 if a run failed,
+# 2 on a setup error). A guest process of a failed run is killed. The VM is shut down at the end
+# unless it was already running or --keep-vm is given.
 #
 # Run it as root (qemu, netns, tap) from anywhere:
-#   tools/rxe_interop.sh                       # 1000 iterations of 4096 bytes each way, path MTU 1024
-#   tools/rxe_interop.sh -n 200 -s 1 -c        # other sizes; -c makes both tools validate the buffer
-#   tools/rxe_interop.sh --capture /tmp/cap    # also write rc1.pcap / rc2.pcap (tcpdump on the tap)
+#   tools/rxe_interop.sh                       # 1000 iterations of 1, 4096 and 65536 bytes each way, MTU 1024
+#   tools/rxe_interop.sh -n 200 -s 4096 -c     # one size; -c makes both tools validate the buffer
+#   tools/rxe_interop.sh --capture /tmp/cap    # also write rc1-SIZE.pcap / rc2-SIZE.pcap (tcpdump on the tap)
 #
-# Options: -n ITERS (1000)  -s SIZE (4096)  -m MTU (1024)  -r RX_DEPTH (500)  -p TCP_PORT (18515)
+# Options: -n ITERS (1000)  -s SIZES (1,4096,65536)  -m MTU (1024)  -r RX_DEPTH (500)  -p TCP_PORT (18515)
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
@@ -34,13 +36,13 @@ HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
 GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 
-ITERS=1000; SIZE=4096; MTU=1024; RXD=500; PORT=18515; GIDX=1; CHK=""; CAPTURE=""; KEEP=0; TIMEOUT=300
+ITERS=1000; SIZES_ARG=1,4096,65536; MTU=1024; RXD=500; PORT=18515; GIDX=1; CHK=""; CAPTURE=""; KEEP=0; TIMEOUT=300
 VM_MTU=1500
 usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -n) ITERS="$2"; shift 2;;
-    -s) SIZE="$2"; shift 2;;
+    -s) SIZES_ARG="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
     -r) RXD="$2"; shift 2;;
     -p) PORT="$2"; shift 2;;
@@ -63,17 +65,18 @@ RXEVM_DIR="${RXEVM_DIR:-/var/tmp/rxevm}"
 export RXEVM_DIR RXEVM_NS="$NS"
 NSX=(ip netns exec "$NS")
 PP="$REPO/tools/rc_pingpong.py"
-COMMON=(-p "$PORT" -s "$SIZE" -m "$MTU" -r "$RXD" -n "$ITERS")
-GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${CHK:+ $CHK}"
 HOST_ENV=(env PYROCE_ADDR="$HOST_IP")  # default settings: ICRC checking on
-HOST_CMD=("$PYTHON" "$PP" -d pyroce0 -g 0 "${COMMON[@]}" ${CHK:+"$CHK"})
 WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 
 STARTED_VM=0
 TCPDUMP_PID=""
 SERVER_PID=""
+JOB=""
 cleanup() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill "$SERVER_PID" 2>/dev/null; fi
+  # a guest job still running (the script was interrupted, or a run failed): stop it, so no
+  # ibv_rc_pingpong is left behind in the guest
+  if [[ -n "$JOB" ]]; then "$RXEVM/vmexec.sh" -i 1 --kill "$JOB" >/dev/null 2>&1 || true; fi
   stop_capture
   if ((STARTED_VM && !KEEP)); then
     echo "=== shutting the guest down"
@@ -128,6 +131,7 @@ check() {
     grep -q "^$ITERS iters in " "$f" || { echo "  FAIL: no '$ITERS iters in' line from $(basename "$f" .out)"; ok=0; }
     if grep -q 'invalid data' "$f"; then echo "  FAIL: $(basename "$f" .out) found invalid data"; ok=0; fi
   done
+  grep -q "icrc_errors 0," "$hout" || { echo "  FAIL: pyroce counted ICRC errors (or printed no counters)"; ok=0; }
   if [[ "$(addr_of local "$gout")" != "$(addr_of remote "$hout")" || -z "$(addr_of local "$gout")" ]] \
      || [[ "$(addr_of local "$hout")" != "$(addr_of remote "$gout")" || -z "$(addr_of local "$hout")" ]]; then
     echo "  FAIL: the local/remote address lines of the two sides do not match"; ok=0
@@ -152,57 +156,71 @@ wait_host_listen() {
 
 FAILED=0
 
-# ---------------------------------------------------------------- 1: guest server, pyroce client
-echo
-echo "=== run 1: guest ibv_rc_pingpong server <- pyroce rc_pingpong.py client"
-start_capture rc1
-echo "--- guest ($GUEST_IP, rxe0): ibv_rc_pingpong $GUEST_ARGS"
-JOB="$(guest --bg "ibv_rc_pingpong $GUEST_ARGS")" || die "cannot start the guest server"
-if wait_guest_listen "$JOB" >/dev/null 2>&1; then
-  "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" "$GUEST_IP" >"$WORK/pyroce.out" 2>&1
-  HRC=$?
-else
-  echo "guest server is not listening on TCP $PORT" >"$WORK/pyroce.out"; HRC=2
-fi
-# the server finishes right after the client; if the client failed, it may never (blocked in accept)
-guest --wait "$JOB" --timeout "$( ((HRC == 0)) && echo "$TIMEOUT" || echo 15)" >"$WORK/guest.out" 2>&1
-GRC=$?
-if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
-stop_capture
-sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
-echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]} $GUEST_IP"
-sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
-check "guest server / pyroce client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out" || FAILED=1
-
-# ---------------------------------------------------------------- 2: pyroce server, guest client
-echo
-echo "=== run 2: pyroce rc_pingpong.py server <- guest ibv_rc_pingpong client"
-start_capture rc2
-"${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" >"$WORK/pyroce.out" 2>&1 &
-SERVER_PID=$!
-if wait_host_listen; then
-  guest --timeout "$TIMEOUT" "ibv_rc_pingpong $GUEST_ARGS $HOST_IP" >"$WORK/guest.out" 2>&1
+# run_pair: both directions at $SIZE bytes
+run_pair() {
+  COMMON=(-p "$PORT" -s "$SIZE" -m "$MTU" -r "$RXD" -n "$ITERS")
+  GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${CHK:+ $CHK}"
+  HOST_CMD=("$PYTHON" "$PP" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${CHK:+"$CHK"})
+  # ---------------------------------------------------------------- 1: guest server, pyroce client
+  echo
+  echo "=== run 1 ($SIZE bytes): guest ibv_rc_pingpong server <- pyroce rc_pingpong.py client"
+  start_capture "rc1-$SIZE"
+  echo "--- guest ($GUEST_IP, rxe0): ibv_rc_pingpong $GUEST_ARGS"
+  JOB="$(guest --bg "ibv_rc_pingpong $GUEST_ARGS")" || die "cannot start the guest server"
+  if wait_guest_listen "$JOB" >/dev/null 2>&1; then
+    "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" "$GUEST_IP" >"$WORK/pyroce.out" 2>&1
+    HRC=$?
+  else
+    echo "guest server is not listening on TCP $PORT" >"$WORK/pyroce.out"; HRC=2
+  fi
+  # the server finishes right after the client; if the client failed, it may never (blocked in accept)
+  guest --wait "$JOB" --timeout "$( ((HRC == 0)) && echo "$TIMEOUT" || echo 15)" >"$WORK/guest.out" 2>&1
   GRC=$?
-else
-  echo "pyroce server is not listening on TCP $PORT" >"$WORK/guest.out"; GRC=2
-fi
-# likewise: a server whose client failed may wait for it forever; give it 15 s
-if ((GRC != 0)); then
-  for _ in $(seq 1 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-  kill "$SERVER_PID" 2>/dev/null && echo "(still waiting 15 s after the client failed; killed)" >>"$WORK/pyroce.out"
-fi
-wait "$SERVER_PID"
-HRC=$?
-SERVER_PID=""
-stop_capture
-echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]}"
-sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
-echo "--- guest ($GUEST_IP, rxe0): ibv_rc_pingpong $GUEST_ARGS $HOST_IP"
-sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
-check "pyroce server / guest client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out" || FAILED=1
+  if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
+  JOB=""
+  stop_capture
+  sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
+  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]} $GUEST_IP"
+  sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
+  check "$SIZE bytes: guest server / pyroce client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out" || FAILED=1
+
+  # ---------------------------------------------------------------- 2: pyroce server, guest client
+  echo
+  echo "=== run 2 ($SIZE bytes): pyroce rc_pingpong.py server <- guest ibv_rc_pingpong client"
+  start_capture "rc2-$SIZE"
+  "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" >"$WORK/pyroce.out" 2>&1 &
+  SERVER_PID=$!
+  if wait_host_listen; then
+    JOB="$(guest --bg "ibv_rc_pingpong $GUEST_ARGS $HOST_IP")" || die "cannot start the guest client"
+    guest --wait "$JOB" --timeout "$TIMEOUT" >"$WORK/guest.out" 2>&1
+    GRC=$?
+    if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
+    JOB=""
+  else
+    echo "pyroce server is not listening on TCP $PORT" >"$WORK/guest.out"; GRC=2
+  fi
+  # likewise: a server whose client failed may wait for it forever; give it 15 s
+  if ((GRC != 0)); then
+    for _ in $(seq 1 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill "$SERVER_PID" 2>/dev/null && echo "(still waiting 15 s after the client failed; killed)" >>"$WORK/pyroce.out"
+  fi
+  wait "$SERVER_PID"
+  HRC=$?
+  SERVER_PID=""
+  stop_capture
+  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]}"
+  sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
+  echo "--- guest ($GUEST_IP, rxe0): ibv_rc_pingpong $GUEST_ARGS $HOST_IP"
+  sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
+  check "$SIZE bytes: pyroce server / guest client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out" || FAILED=1
+
+}
+
+IFS=, read -ra SIZES <<<"$SIZES_ARG"
+for SIZE in "${SIZES[@]}"; do run_pair; done
 
 echo
-[[ -n "$CAPTURE" ]] && echo "captures: $CAPTURE/rc1.pcap $CAPTURE/rc2.pcap (decode: pyroce decode FILE)"
+[[ -n "$CAPTURE" ]] && echo "captures: $CAPTURE/rc1-SIZE.pcap, rc2-SIZE.pcap (decode: pyroce decode FILE)"
 if ((FAILED)); then echo "=== rxe interop: FAILED"; exit 1; fi
-echo "=== rxe interop: both directions passed"
+echo "=== rxe interop: both directions passed at ${SIZES_ARG//,/, } bytes"
 exit 0

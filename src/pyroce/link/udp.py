@@ -45,7 +45,9 @@ class LinkError(OSError):
 class UdpLink(RocePaths):
     """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
 
-    def __init__(self, address: str, port: int = ROCE_UDP_PORT) -> None:
+    def __init__(self, address: str, port: int = ROCE_UDP_PORT, batching: bool = True) -> None:
+        """``batching=False`` turns UDP GSO and GRO off: every packet is a datagram of its own
+        on the host too (captures, raw-socket receivers on this host; ``PYROCE_GSO=0``)."""
         super().__init__(address, port)
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -62,8 +64,8 @@ class UdpLink(RocePaths):
             raise
         sock.setblocking(False)
         self.sock = sock
-        self.gso = _enable(sock, UDP_SEGMENT, 0)  # probe: sends may carry a segment size
-        self.gro = _enable(sock, UDP_GRO, 1)
+        self.gso = batching and _enable(sock, UDP_SEGMENT, 0)  # probe: sends may carry a segment size
+        self.gro = batching and _enable(sock, UDP_GRO, 1)
         self._poll = select.epoll()
         self._poll.register(sock.fileno(), select.EPOLLIN)
         self._ready = self._poll.poll

@@ -221,8 +221,7 @@ class Engine:
         """Send what the QP has to send and write its completions; False if it had nothing."""
         rc = qp.rc
         items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
-        if items:
-            self.counters["sent_pkts"] += sent
+        if items:  # (the QP counts them: sent_pkts)
             batch = self._tx_batch
             batch.start(qp.peer, self.port.gso_to(qp.peer))  # type: ignore[arg-type]
             batch.send(self.port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]

@@ -8,7 +8,8 @@ host can reach each other with no configuration: the whole ``127/8`` is local on
 also runs it in the caller's thread on a doorbell or an empty poll; ``host`` runs no thread and
 leaves it to ``NicDevice.step(now)``; ``nic.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
 misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
-``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_VERIFY_ICRC=0`` turns ICRC checking off
+``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_GSO=0`` turns UDP GSO and GRO off (see the
+README: a capture or a raw-socket receiver on this host sees a GSO send as one datagram). ``PYROCE_VERIFY_ICRC=0`` turns ICRC checking off
 (it is on for every peer: ``pyroce.wire.ipv4_id``).
 
 A device opens on the first ``open_device`` and closes when its last user releases it.
@@ -68,12 +69,15 @@ def _create(name: str) -> NicDevice:
     except ValueError as exc:
         raise LinkError(errno.EINVAL, f"PYROCE_FAULTS: {exc}") from None
 
+    batching = os.environ.get("PYROCE_GSO", "1")
+    if batching not in ("0", "1"):
+        raise LinkError(errno.EINVAL, f"PYROCE_GSO={batching!r} is not 0 or 1")
     progress = os.environ.get("PYROCE_PROGRESS") or "inline"
     if progress not in MODES:
         raise LinkError(errno.EINVAL, f"PYROCE_PROGRESS={progress!r} is not one of {', '.join(MODES)}")
 
     def make(address: str) -> NicDevice:
-        return NicDevice(name, UdpLink(address), verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
+        return NicDevice(name, UdpLink(address, batching=batching == "1"), verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
                          progress=progress, faults=faults, stats_dir=stats_dir())  # fmt: skip
 
     address = configured_address()

@@ -84,7 +84,6 @@ class Demux:
             start += step
         if predicted:
             counters = self.counters
-            counters["rcvd_pkts"] += predicted
             counters["rcvd_bytes"] += predicted_bytes
             counters["predicted_pkts"] += predicted  # how much header prediction takes
 
@@ -100,7 +99,6 @@ class Demux:
         if qp is None:
             self.counters["drop_unknown_qpn"] += 1
             return
-        self.counters["rcvd_pkts"] += 1
         self.counters["rcvd_bytes"] += len(data)
         try:
             qp.receive(pkt, now)
