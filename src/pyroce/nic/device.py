@@ -21,6 +21,7 @@ from collections import Counter
 
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.link.faults import FaultConfig, FaultInjector
+from pyroce.nic.capture import DEFAULT_KEEP, Capture
 from pyroce.nic.engine import AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MrTable
@@ -198,6 +199,17 @@ class NicDevice:
         self._progress.step(now)
 
     # --- what the device reports ------------------------------------------------------
+
+    def start_capture(self, keep: int = DEFAULT_KEEP) -> Capture:
+        """Record every datagram this device sends and receives from now on (``nic.capture``)."""
+        capture = Capture(keep)
+        with self._lock:
+            self.engine.port.capture = capture
+        return capture
+
+    def stop_capture(self) -> None:
+        with self._lock:
+            self.engine.port.capture = None
 
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""

@@ -76,7 +76,7 @@ class Engine:
         self.last_error = ""  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._rx_view = memoryview(self._rx_buf)
-        self._tx_batch = TxBatch(memoryview(bytearray(MAX_DATAGRAM)), link, self.port.transmit, self.counters)
+        self._tx_batch = TxBatch(memoryview(bytearray(MAX_DATAGRAM)), self.port, self.counters)
 
     # --- queues ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pyroce.link.faults import FaultInjector
+from pyroce.nic.capture import Capture
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
@@ -51,6 +52,7 @@ class Port:
         self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
         self._order = itertools.count()
         self._self_path = link.rx_path(link.address, link.port)
+        self.capture: Capture | None = None  # records what is sent and received when set
 
     def gso_to(self, peer: str) -> bool:
         """Whether packets to ``peer`` may leave as GSO batches: not through faults (which
@@ -70,10 +72,19 @@ class Port:
                 self.put(peer, copy)
 
     def put(self, peer: str, data: memoryview | bytes) -> None:
+        if self.capture is not None:
+            self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
         if peer == self.address:
             self._loopback.append(bytes(data))
         elif not self.link.send(data, peer):
             self._counters["drop_tx_full"] += 1
+
+    def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
+        """One GSO send (``segment_size``-byte datagrams to ``peer``); False if the socket
+        buffer was full."""
+        if self.capture is not None:
+            self.capture.record(self._clock(), self.address, self.link.port, peer, data, segment_size)
+        return self.link.send_segments(data, segment_size, peer)
 
     def release_due(self, now: float) -> bool:
         """Send the held-back datagrams whose time has come; whether there were any."""
@@ -106,4 +117,6 @@ class Port:
         if got is None:
             return None
         size, (peer, sport), step = got
+        if self.capture is not None:
+            self.capture.record(self._clock(), peer, sport, self.address, view[:size], step or 1)
         return view[:size], step or 1, self.link.rx_path(peer, sport), peer

@@ -12,9 +12,9 @@ loopback) every packet is a batch of its own.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 
-from pyroce.link.udp import MAX_GSO_BYTES, UdpLink
+from pyroce.link.udp import MAX_GSO_BYTES
+from pyroce.nic.port import Port
 from pyroce.wire.framing import MAX_GSO_SEGMENTS, RocePath
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN
@@ -24,13 +24,11 @@ from pyroce.wire.packet import Packet, PacketRun, packet_length
 class TxBatch:
     """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
 
-    __slots__ = ("_counters", "_link", "_one", "_peer", "end", "gso", "segment_size", "segments", "view")
+    __slots__ = ("_counters", "_peer", "_port", "end", "gso", "segment_size", "segments", "view")
 
-    def __init__(self, view: memoryview, link: UdpLink, one: Callable[[str, memoryview], None],
-                 counters: Counter[str]) -> None:  # fmt: skip
+    def __init__(self, view: memoryview, port: Port, counters: Counter[str]) -> None:
         self.view = view  # the engine's transmit buffer
-        self._link = link
-        self._one = one  # sends one datagram the device's way (faults, loopback, link)
+        self._port = port  # sends the device's way (faults, loopback, capture, link)
         self._counters = counters  # the device's: sent_bytes, drop_tx_full
         self._peer = ""
         self.gso = False
@@ -38,7 +36,7 @@ class TxBatch:
 
     def start(self, peer: str, gso: bool) -> None:
         """Packets for ``peer`` come next: what is gathered for another peer goes first."""
-        gso = gso and self._link.gso
+        gso = gso and self._port.gso
         if self.segments and (peer != self._peer or gso != self.gso):
             self.flush()
         self._peer = peer
@@ -90,7 +88,7 @@ class TxBatch:
         data = self.view[: self.end]
         self._counters["sent_bytes"] += self.end
         if self.segments == 1:
-            self._one(self._peer, data)
-        elif not self._link.send_segments(data, self.segment_size, self._peer):
+            self._port.transmit(self._peer, data)
+        elif not self._port.send_segments(data, self.segment_size, self._peer):
             self._counters["drop_tx_full"] += self.segments
         self.end = self.segments = 0
