@@ -16,3 +16,6 @@ CAPTURES = sorted(DATA.glob("*.pcap"))
 def capture_records() -> dict[str, tuple[int, list]]:
     """Every capture's link type and records, read once per session."""
     return {path.name: read_pcap(path) for path in CAPTURES}
+
+
+pytest_plugins = ["pytester"]  # runs pytest sessions inside a test (the pyroce plugin's own tests)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-PACKAGES = ("ib", "wire", "transport", "link", "nic", "verbs", "apps", "cli", "testbench")
+PACKAGES = ("ib", "wire", "transport", "link", "nic", "verbs", "apps", "cli", "testbench", "testing")
 
 # The pyroce packages each layer may import besides itself (None: any not in FORBIDDEN)
 ALLOWED: dict[str, frozenset[str] | None] = {
@@ -26,6 +26,7 @@ FORBIDDEN = {
     "nic": frozenset({"verbs", "apps", "cli"}),
     "link": frozenset({"nic", "verbs", "transport", "apps", "cli"}),
     "testbench": frozenset({"nic", "verbs", "apps", "cli"}),  # benches for the sans-IO layers
+    "testing": frozenset({"cli"}),  # the pytest plugin: a user of the verbs, not of the tools
 }
 
 

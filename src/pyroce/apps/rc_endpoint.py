@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
@@ -42,6 +42,7 @@ class RcEndpoint:
     qp: QP
     mr: MR
     psn: int
+    failed: list[WC] = field(default_factory=list)  # failed completions ``poll`` returned, for reports
 
     @classmethod
     def open(cls, mr_size: int, max_wr: int = 64, max_sge: int = 4, max_inline: int = 64,
@@ -81,6 +82,7 @@ class RcEndpoint:
         while len(wcs) < count:
             _, got = self.cq.poll(count - len(wcs))
             wcs += got
+            self.failed += [wc for wc in got if wc.status]
             if not got and time.monotonic() > deadline:
                 raise PollTimeout(f"{len(wcs)} of {count} completions after {deadline_s} s")
         return wcs

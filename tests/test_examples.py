@@ -1,0 +1,43 @@
+"""The examples a new user runs first do what they say."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], text=True, capture_output=True, timeout=60, check=False,
+                          **kwargs)  # type: ignore[call-overload]  # fmt: skip
+
+
+def test_connect_two_qps() -> None:
+    result = run(str(EXAMPLES / "connect_two_qps.py"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "SEND: 17 bytes arrived: 'hello over RoCEv2'",
+        "RDMA WRITE: the peer's memory now holds 'hello over RoCEv2'",
+    ]
+
+
+def test_two_processes() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    server = subprocess.Popen([sys.executable, str(EXAMPLES / "two_processes.py"), "server", port], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert server.stdout is not None
+        assert "waiting on TCP port" in server.stdout.readline()
+        client = run(str(EXAMPLES / "two_processes.py"), "client", "127.0.0.1", port)
+        assert client.returncode == 0, client.stderr
+        out, err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert server.returncode == 0, err
+    written = client.stdout.split("wrote ")[1].split(" bytes")[0]  # the client's address varies in length
+    assert f"SEND says 'I wrote {written} bytes'; my memory holds 'written by process at 127." in out
