@@ -10,6 +10,7 @@ kind complete a request.
 from __future__ import annotations
 
 import itertools
+import os
 import select
 import socket
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from pyroce.wire.bth import BTH
 from pyroce.wire.framing import ROCE_UDP_PORT, Frame, IPv4Header, UdpHeader, build_frame
 
 PEER_QPN, PEER_PSN = 0x77, 0x1000
+NET = f"127.63.{os.getpid() % 250 + 1}"  # this run's own addresses (another run may be going on)
 SPORT = 49152
 
 
@@ -62,7 +64,7 @@ class ForeignPeer:
 
 @pytest.fixture
 def peer_and_endpoint() -> Iterator[tuple[ForeignPeer, RcEndpoint]]:
-    peer = ForeignPeer("127.63.7.1")
+    peer = ForeignPeer(f"{NET}.1")
     ep = RcEndpoint.open(1 << 16)
     gid = socket.inet_pton(socket.AF_INET6, "::ffff:" + peer.address)
     ep.connect(PeerInfo(gid, PEER_QPN, PEER_PSN, 0, 0), path_mtu=ibv_mtu.IBV_MTU_1024, timeout=18)
@@ -100,7 +102,7 @@ def test_packets_from_another_address_than_the_qps_peer_are_dropped(peer_and_end
     peer, ep = peer_and_endpoint
     address = ep.ctx.device.address
     before = counters(ep).get("drop_wrong_source", 0)
-    peer.send(write(ep, psn=PEER_PSN, offset=0, data=b"spoofed"), address, source="127.63.7.2")
+    peer.send(write(ep, psn=PEER_PSN, offset=0, data=b"spoofed"), address, source=f"{NET}.2")
     assert peer.answers(0.5) == []  # no ACK, to anyone
     assert counters(ep)["drop_wrong_source"] == before + 1 and ep.mr.read(7, 0) == bytes(7)
     peer.send(write(ep, psn=PEER_PSN, offset=0, data=b"genuine"), address)
@@ -136,12 +138,13 @@ def test_a_raw_socket_on_the_host_sees_gso_sends_whole_unless_gso_is_off(monkeyp
     send as one super-datagram: the kernel segments it only for UDP sockets. ``PYROCE_GSO=0``
     makes every packet a datagram of its own."""
     monkeypatch.setenv("PYROCE_GSO", gso)
-    peer = ForeignPeer("127.63.7.1")
+    peer = ForeignPeer(f"{NET}.1")
     sniffer = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     ep = RcEndpoint.open(1 << 16)
     try:
         gid = socket.inet_pton(socket.AF_INET6, "::ffff:" + peer.address)
-        ep.connect(PeerInfo(gid, PEER_QPN, PEER_PSN, 0, 0), path_mtu=ibv_mtu.IBV_MTU_1024, timeout=18)
+        # a 17 s ACK timeout: the peer never answers, and no retransmission may come in the test
+        ep.connect(PeerInfo(gid, PEER_QPN, PEER_PSN, 0, 0), path_mtu=ibv_mtu.IBV_MTU_1024, timeout=22)
         ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf, 8192, ep.mr.lkey)]))
         assert len(peer.answers()) == 8  # the UDP socket gets eight packets either way
         sizes = []

@@ -262,7 +262,7 @@ def test_an_engine_exception_fails_its_qp_not_the_caller(monkeypatch: pytest.Mon
 
 @pytest.fixture
 def link() -> Iterator[UdpLink]:
-    link = UdpLink("127.63.0.1")
+    link = UdpLink(f"127.62.{os.getpid() % 250 + 1}.1")
     yield link
     link.close()
 
@@ -272,7 +272,7 @@ def test_close_twice_and_a_failed_construction_leave_nothing_open(link: UdpLink)
     device.close()
     device.close()  # idempotent: a second close neither raises nor closes a reused fd
     assert link.sock.fileno() == -1
-    other = UdpLink("127.63.0.2")
+    other = UdpLink(f"127.62.{os.getpid() % 250 + 1}.2")
     with pytest.raises(ValueError, match="bogus"):
         NicDevice("pyroce-test", other, progress="bogus")
     assert other.sock.fileno() == -1  # the device owned the link and closed it on the way out

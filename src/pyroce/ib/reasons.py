@@ -29,6 +29,7 @@ class Reason(enum.IntEnum):
     RECV_TOO_SHORT = 12
     RECV_PROTECTION = 13
     ENGINE_ERROR = 14
+    INJECTED = 15
 
     @property
     def text(self) -> str:
@@ -53,4 +54,5 @@ REASON_TEXT = {
     Reason.RECV_PROTECTION: "the receive buffer is not inside a registered MR of this PD with local write",
     Reason.ENGINE_ERROR: "pyroce's engine failed while handling this QP (a bug: please report it with the "
     "device's last_error); the QP moved to the error state",
+    Reason.INJECTED: "a fault injected by a test's fault plan moved the QP to the error state",
 }

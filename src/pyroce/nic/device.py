@@ -18,11 +18,13 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from pyroce.ib.limits import MAX_MSG_SZ
+from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.capture import DEFAULT_KEEP, Capture
-from pyroce.nic.engine import AsyncEvent, Engine
+from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.nic.port import Clock, Link
@@ -52,6 +54,7 @@ class NicDevice:
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN
         self._stats_file = StatsFile(stats_dir, name) if stats_dir else None
+        self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
         handoff = None
         try:  # nothing is left open when a step fails: the link is this device's from here on
             injector = FaultInjector(faults) if faults is not None and faults.active else None
@@ -210,6 +213,45 @@ class NicDevice:
     def stop_capture(self) -> None:
         with self._lock:
             self.engine.port.capture = None
+
+    # --- fault injection (pyroce.testing.faults drives these) ---------------------------
+
+    def inject_qp_error(self, qpn: int, detail: str) -> None:
+        """Move the QP to the error state as a NIC does on a fatal error: its oldest work
+        request fails with GENERAL_ERR (reason ``INJECTED``), the rest flush, QP_FATAL is raised."""
+        with self._lock:
+            engine = self.engine
+            qp = engine.qps[qpn]
+            engine.doorbells(*self._handoff.take())
+            if qp in engine.rung or qp in engine.receives:
+                engine.fetch(qp)  # the work posted before the error is the work it fails
+            engine.fail_qp(qp, detail, Reason.INJECTED)
+        self._progress.wake()
+
+    def inject_rnr(self, qpn: int, count: int) -> None:
+        """The QP answers the next ``count`` messages that need a receive WQE with an RNR NAK,
+        as if none were posted."""
+        with self._lock:
+            self.engine.qps[qpn].rc.responder.forced_rnr += count
+
+    def inject_cq_overrun(self, cq: HwCq, count: int = 1) -> None:
+        """The next ``count`` completions for the CQ are lost as in an overrun (CQ_ERR)."""
+        with self._lock:
+            cq.overruns_injected += count
+
+    def set_port_state(self, active: bool) -> None:
+        """Take the port down (nothing sent or received; IBV_EVENT_PORT_ERR) or up again
+        (IBV_EVENT_PORT_ACTIVE)."""
+        with self._lock:
+            port = self.engine.port
+            if port.active != active:
+                port.active = active
+                event = PORT_ACTIVE if active else PORT_ERR
+                self.engine.events.append(AsyncEvent(event, 1, f"port 1 {'active' if active else 'down'}"))
+
+    @property
+    def port_active(self) -> bool:
+        return self.engine.port.active
 
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""

@@ -42,7 +42,8 @@ RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending
 TX_BUDGET = 64  # packets one QP may send per pass
 MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS = 1024  # async events kept for the driver to read
-QP_FATAL, DEVICE_FATAL = 1, 8  # ibv_event_type: IBV_EVENT_QP_FATAL, IBV_EVENT_DEVICE_FATAL
+# ibv_event_type values of the events the engine raises
+CQ_ERR, QP_FATAL, DEVICE_FATAL, PORT_ACTIVE, PORT_ERR = 0, 1, 8, 9, 10
 
 
 class AsyncEvent(NamedTuple):
@@ -141,7 +142,7 @@ class Engine:
             # New work goes out before the receive below: a request on its way while this
             # pass looks at the socket, not after (it is the latency of a lone post).
             try:
-                self._fetch(qp)
+                self.fetch(qp)
                 self._service(qp, now)
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "send queue")
@@ -151,7 +152,7 @@ class Engine:
         if self.receives:
             for qp in list(self.receives):
                 try:
-                    self._fetch(qp)
+                    self.fetch(qp)
                 except Exception as exc:  # noqa: BLE001 - contained to the QP
                     self._fail(qp, exc, "receive queue")
             self.receives.clear()
@@ -193,7 +194,7 @@ class Engine:
             demux.touched.clear()
         return taken > 0
 
-    def _fetch(self, qp: HwQp) -> None:
+    def fetch(self, qp: HwQp) -> None:
         """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
         rc = qp.rc
         producer = qp.doorbell.read(DoorbellRecord.SEND)
@@ -244,16 +245,20 @@ class Engine:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq
             if not cq.push(cqe_from_completion(qp.qpn, completion)):
                 self.counters["cq_overflow"] += 1
+                self.events.append(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
         qp.rc.completions.clear()
 
     # --- failures -------------------------------------------------------------------------
 
     def _fail(self, qp: HwQp, exc: Exception, where: str) -> None:
-        """An exception escaped the transport or the engine while handling ``qp``: move the QP
-        to ERROR (its work flushes), say why, raise QP_FATAL, and leave it out of later passes."""
-        detail = f"pyroce engine error ({where}): {type(exc).__name__}: {exc}"
+        """An exception escaped the transport or the engine while handling ``qp``."""
         self.counters["engine_errors"] += 1
         self.last_error = "".join(traceback.format_exception(exc))
+        self.fail_qp(qp, f"pyroce engine error ({where}): {type(exc).__name__}: {exc}", Reason.ENGINE_ERROR)
+
+    def fail_qp(self, qp: HwQp, detail: str, reason: Reason) -> None:
+        """Move the QP to ERROR (its oldest work request fails with GENERAL_ERR and ``reason``,
+        the rest flush), say why, raise QP_FATAL, and leave it out of later passes."""
         rc = qp.rc
         rc.error_detail = detail
         try:
@@ -261,7 +266,7 @@ class Engine:
         except Exception:  # noqa: BLE001 - the state was broken: stop it without flushing
             rc.state = QpState.ERR
         if rc.completions:  # the oldest work request reports the failure; the rest are flushed
-            rc.completions[0] = rc.completions[0]._replace(status=WcStatus.GENERAL_ERR, vendor_err=Reason.ENGINE_ERROR)
+            rc.completions[0] = rc.completions[0]._replace(status=WcStatus.GENERAL_ERR, vendor_err=reason)
         self.events.append(AsyncEvent(QP_FATAL, qp.qpn, detail))
         self.rung.discard(qp)
         self.active.discard(qp)

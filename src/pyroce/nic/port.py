@@ -53,6 +53,7 @@ class Port:
         self._order = itertools.count()
         self._self_path = link.rx_path(link.address, link.port)
         self.capture: Capture | None = None  # records what is sent and received when set
+        self.active = True  # the port's state: down, nothing is sent or received (a fault plan)
 
     def gso_to(self, peer: str) -> bool:
         """Whether packets to ``peer`` may leave as GSO batches: not through faults (which
@@ -72,6 +73,9 @@ class Port:
                 self.put(peer, copy)
 
     def put(self, peer: str, data: memoryview | bytes) -> None:
+        if not self.active:
+            self._counters["drop_port_down"] += 1
+            return
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
         if peer == self.address:
@@ -82,6 +86,9 @@ class Port:
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         """One GSO send (``segment_size``-byte datagrams to ``peer``); False if the socket
         buffer was full."""
+        if not self.active:
+            self._counters["drop_port_down"] += -(-len(data) // segment_size)
+            return True
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, segment_size)
         return self.link.send_segments(data, segment_size, peer)
@@ -114,6 +121,9 @@ class Port:
         if not socket:
             return None
         got = self.link.recv_into(buf)
+        while got is not None and not self.active:  # a port that is down hears nothing
+            self._counters["drop_port_down"] += 1
+            got = self.link.recv_into(buf)
         if got is None:
             return None
         size, (peer, sport), step = got

@@ -18,11 +18,13 @@ class HwCq:
     ring: CqRing
     consumer_record: memoryview
     producer: int = 0
+    overruns_injected: int = 0  # pushes still to fail as if full (a test's fault plan)
 
     def push(self, cqe: Cqe) -> bool:
         """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost)."""
         consumer = int.from_bytes(self.consumer_record, "big")
-        if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count:
+        if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count or self.overruns_injected:
+            self.overruns_injected -= bool(self.overruns_injected)
             return False
         self.producer = self.ring.produce(self.producer, cqe)
         return True

@@ -14,6 +14,7 @@ import pytest
 from pyroce.apps.rc_endpoint import RcEndpoint
 from pyroce.link.faults import FaultConfig
 from pyroce.nic.capture import Capture
+from pyroce.testing.faults import FaultPlan
 from pyroce.testing.remote import RemotePeer
 from pyroce.verbs.device import Context
 from pyroce.wire import NotRoce, opcode_name, parse_frame
@@ -106,6 +107,16 @@ def rdma_capture(request: pytest.FixtureRequest, rdma_context: Context) -> Itera
     _opened(request).append(capture)
     yield capture
     rdma_context.device.stop_capture()
+
+
+@pytest.fixture
+def rdma_fault_plan(request: pytest.FixtureRequest, rdma_context: Context) -> Iterator[FaultPlan]:
+    """A ``FaultPlan`` for pyroce0 (seeded by the test's ``rdma_faults`` marker, else 0):
+    verbs that fail with a chosen errno, forced RNR, QP errors, CQ overruns, the port down."""
+    marker = request.node.get_closest_marker("rdma_faults")
+    plan = FaultPlan(rdma_context.device, seed=int(marker.kwargs.get("seed", 0)) if marker else 0)
+    yield plan
+    plan.clear()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -106,6 +106,7 @@ class Responder:
     def __init__(self, qp: RcQp) -> None:
         self.qp = qp
         self.recv_queue: deque[RecvWork] = deque()
+        self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self.reset()
 
     def reset(self) -> None:
@@ -221,8 +222,12 @@ class Responder:
             return RespState.ERR_UNSUPPORTED_OPCODE
         if flags & (Flag.READ | Flag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
             return RespState.ERR_TOO_MANY_RD_ATOMIC
-        if flags & Flag.RWR and self.recv is None and not self.recv_queue:
-            return RespState.ERR_RNR
+        if flags & Flag.RWR and self.recv is None:
+            if not self.recv_queue:
+                return RespState.ERR_RNR
+            if self.forced_rnr:
+                self.forced_rnr -= 1
+                return RespState.ERR_RNR
         if not OPCODE_PAYLOAD[pkt.bth.opcode].allows(len(pkt.payload), self.qp.config.pmtu):
             return RespState.ERR_LENGTH
         if flags & Flag.RETH:

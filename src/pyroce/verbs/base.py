@@ -7,9 +7,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+
+if TYPE_CHECKING:
+    from pyroce.nic.device import NicDevice
 
 
 class PyverbsObject:
@@ -55,3 +58,13 @@ class PyverbsObject:
     def _check_open(self) -> None:
         if self.closed:
             raise PyverbsRDMAError(f"{type(self).__name__} is closed", errno.EBADF)
+
+
+def check_injected(device: NicDevice, verb: str, action: str) -> None:
+    """Fail ``verb`` (libibverbs' name: ``post_send``, ``reg_mr``, ...) with the errno a test's
+    fault plan chose for this call, as the provider's verb would fail (``pyroce.testing.faults``)."""
+    plan = device.verb_faults
+    if plan is not None:
+        code = plan(verb)
+        if code:
+            raise PyverbsRDMAError(f"Failed to {action}: injected by a fault plan", code)

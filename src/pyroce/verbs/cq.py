@@ -15,7 +15,7 @@ from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.rings import CqRing
 from pyroce.nic.wqe import WqeOpcode
-from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.device import Context
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 
@@ -74,6 +74,7 @@ class CQ(PyverbsObject):
                  comp_vector: int = 0) -> None:  # fmt: skip
         super().__init__()
         creator._check_open()
+        check_injected(creator.device, "create_cq", "create CQ")
         _check_cqe(creator, cqe, "create")
         if channel is not None:
             raise PyverbsRDMAError("Failed to create CQ: completion channels are not supported yet", errno.EOPNOTSUPP)

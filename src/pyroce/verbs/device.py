@@ -180,7 +180,8 @@ class Context(PyverbsObject):
 
     def query_port(self, port_num: int = PORT_NUM) -> PortAttr:
         self._check_port(port_num)
-        return PortAttr(active_mtu=int(self.active_mtu))
+        state = ibv_port_state.IBV_PORT_ACTIVE if self.device.port_active else ibv_port_state.IBV_PORT_DOWN
+        return PortAttr(state=state, active_mtu=int(self.active_mtu))
 
     def query_gid(self, port_num: int, index: int) -> GID:
         self._check_port(port_num)

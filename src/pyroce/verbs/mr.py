@@ -15,7 +15,7 @@ from typing import Any
 
 from pyroce.ib.enums import Access
 from pyroce.nic.memory import MemoryRegion
-from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.enums import ibv_access_flags
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -41,6 +41,7 @@ class MR(PyverbsObject):
     def __init__(self, creator: PD, length: int, access: int, address: Any = None, **kwargs: object) -> None:
         super().__init__()
         creator._check_open()
+        check_injected(creator.ctx.device, "reg_mr", "register a MR")
         if length < 0:
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
         if access & ~SUPPORTED_ACCESS:

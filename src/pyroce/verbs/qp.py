@@ -21,7 +21,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import DoorbellRecord, SendRing
 from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe
 from pyroce.verbs.addr import AHAttr
-from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
@@ -162,6 +162,7 @@ class QP(PyverbsObject):
         super().__init__()
         creator._check_open()
         ctx = creator.ctx
+        check_injected(ctx.device, "create_qp", "create QP")
         if init_attr.qp_type != ibv_qp_type.IBV_QPT_RC:
             raise PyverbsRDMAError(f"Failed to create QP: QP type {init_attr.qp_type} is not supported yet",
                                    errno.EOPNOTSUPP)  # fmt: skip
@@ -226,6 +227,7 @@ class QP(PyverbsObject):
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse."""
         self._check_open()
+        check_injected(self.ctx.device, "modify_qp", "modify QP")
         cur = qp_attr.cur_qp_state if attr_mask & M.IBV_QP_CUR_STATE else self.qp_state
         target = qp_attr.qp_state if attr_mask & M.IBV_QP_STATE else cur
         try:
@@ -331,6 +333,7 @@ class QP(PyverbsObject):
         """Write one WQE per WR of the chain, then ring the doorbell once. WRs before a bad one
         are posted, as in libibverbs; the bad one raises."""
         self._check_open()
+        check_injected(self.ctx.device, "post_send", "post send")
         wr: SendWR | None = send_wr
         error: PyverbsRDMAError | None = None
         posted = 0
@@ -408,6 +411,7 @@ class QP(PyverbsObject):
 
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
         self._check_open()
+        check_injected(self.ctx.device, "post_recv", "post receive")
         chain: RecvWR | None = wr
         posted = 0
         error: PyverbsRDMAError | None = None
