@@ -72,5 +72,7 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path):
             [sys.executable, "-m", "pyroce", "decode", str(path)], capture_output=True, text=True, check=False
         )
         assert proc.returncode == 1
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("pyroce: error") and message in proc.stderr
+        assert (
+            proc.stderr.count("\n") == 1 and proc.stderr.startswith("pyroce decode: error: ") and message in proc.stderr
+        )
         assert "Traceback" not in proc.stderr

@@ -104,7 +104,7 @@ def decode(stream, out: TextIO, quiet: bool = False) -> DecodeSummary:
     return summary
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "decode",
         help="print the RoCEv2 packets of a pcap file, checking every ICRC",
@@ -114,6 +114,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", help="a pcap file (tcpdump -w, tshark -F pcap)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary line")
     parser.set_defaults(run=run)
+    return parser
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
