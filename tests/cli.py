@@ -25,10 +25,10 @@ def command(*args: str, netns: str | None = None) -> list[str]:
 
 
 def pyroce(*args: str, netns: str | None = None, env: dict[str, str] | None = None, timeout: float = 300,
-           stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+           stdin: bytes | None = None, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """Run the command to its end, ``stdin`` as its input (``TimeoutExpired`` after ``timeout``
-    s: a hang fails the test); its output as text."""
-    done = subprocess.run(command(*args, netns=netns), env=cli_env(env), capture_output=True, timeout=timeout,
+    s: a hang fails the test); its output as text. ``drop`` names variables it does not get."""
+    done = subprocess.run(command(*args, netns=netns), env=cli_env(env, drop), capture_output=True, timeout=timeout,
                           check=False, input=stdin or b"")  # fmt: skip
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
