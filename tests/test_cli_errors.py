@@ -125,3 +125,13 @@ def test_a_failed_completion_shows_its_status_and_reason() -> None:
     assert_one_line_error(result, "SEND of 0 B failed with IBV_WC_RETRY_EXC_ERR (transport retry counter exceeded)",
                           "no ACK for PSN", "after 7 retries")  # fmt: skip
     assert result.returncode == 1
+
+
+def test_help_lists_the_environment() -> None:
+    result = pyroce("--help", timeout=30)
+    assert result.returncode == 0
+    environment = result.stdout.split("environment:\n")[1]
+    for name in ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_VERIFY_ICRC", "PYROCE_GSO", "PYROCE_FAULTS",
+                 "PYROCE_STATS_DIR"):  # fmt: skip
+        assert f"  {name}=" in environment
+    assert "inline" in environment and "thread" in environment and "host" in environment
