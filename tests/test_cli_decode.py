@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
+import json
+import os
+import socket
+from pathlib import Path
 
+import pytest
 from conftest import DATA
 
 from pyroce.cli import main
+from pyroce.verbs.enums import ibv_wr_opcode
+from pyroce.verbs.wr import SGE, SendWR
 from pyroce.wire import BTH, Frame, IPv4Header, Opcode, Packet, PcapWriter, Reth, UdpHeader, build_frame
+from tests.cli import assert_one_line_error, pyroce
+from tests.peer_process import peer_process
 
 ETH = bytes.fromhex("020000000002 020000000001 0800")
 
@@ -68,9 +75,96 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path):
         (cut, "truncated pcap record at byte"),
         (tmp_path / "missing.pcap", "No such file or directory"),
     ]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pyroce", "decode", str(path)], capture_output=True, text=True, check=False
-        )
+        proc = pyroce("decode", str(path), timeout=60)
         assert proc.returncode == 1
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("pyroce: error") and message in proc.stderr
+        assert (
+            proc.stderr.count("\n") == 1 and proc.stderr.startswith("pyroce decode: error: ") and message in proc.stderr
+        )
         assert "Traceback" not in proc.stderr
+
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def capture_write(tmp_path: Path, size: int) -> Path:
+    """A real capture on ``lo`` (an AF_PACKET socket, as tcpdump's) of an RDMA WRITE of
+    ``size`` bytes between two processes, as the sending host sees it: GSO sends whole."""
+    if not hasattr(socket, "AF_PACKET") or os.geteuid() != 0:
+        pytest.skip("needs root and AF_PACKET to capture on lo")
+    tap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    tap.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    tap.bind(("lo", 0))
+    frames: list[bytes] = []
+    try:
+        with peer_process(1 << 20) as (ep, peer, _):
+            ends = {socket.inet_aton(ep.ctx.device.address), peer.gid[12:]}
+            ep.mr.write(os.urandom(size), size)
+            wr = SendWR(opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, size, ep.mr.lkey)])
+            wr.set_wr_rdma(peer.rkey, peer.addr)
+            ep.qp.post_send(wr)
+            (wc,) = ep.poll(1, 10)
+            assert wc.status == 0
+        tap.setblocking(False)
+        while True:  # the tap copies each frame as it is sent: all are queued by now
+            try:
+                data, (_, _, kind, _, _) = tap.recvfrom(1 << 18)
+            except BlockingIOError:
+                break
+            if kind == PACKET_OUTGOING and {data[26:30], data[30:34]} == ends:
+                frames.append(data)
+    finally:
+        tap.close()
+    path = tmp_path / "write.pcap"
+    with open(path, "wb") as stream:
+        writer = PcapWriter(stream)
+        for data in frames:
+            writer.write(data)
+    return path
+
+
+def test_a_loopback_capture_of_gso_sends_decodes_packet_by_packet(tmp_path):
+    """A 64 KiB WRITE at PMTU 4096 leaves in two GSO sends ([FIRST, MIDDLE] and [13 x MIDDLE,
+    LAST]); a capture on lo holds each as one datagram, which decode splits, every ICRC ok."""
+    path = capture_write(tmp_path, 65536)
+    status, text = run("decode", str(path))
+    lines = text.splitlines()
+    assert status == 0
+    writes = [line for line in lines if "RC_RDMA_WRITE_" in line]
+    assert [line.split()[0] for line in writes] == ["1.0", "1.1"] + [f"2.{k}" for k in range(14)]
+    assert all(line.endswith("icrc=ok") for line in lines[:-1])
+    assert lines[-1].endswith(" 0 icrc=BAD, 0 malformed, 0 other frames, 2 GSO sends split")
+    result = pyroce("decode", "--json", "-", stdin=path.read_bytes(), timeout=60)  # from stdin, as JSON
+    assert result.returncode == 0, result.stderr
+    *packets, summary = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(p["frame"], p["segment"]) for p in packets if p["opcode"].startswith("RC_RDMA_WRITE_")] == [
+        (1, 0), (1, 1)] + [(2, k) for k in range(14)]  # fmt: skip
+    assert all(p["icrc_ok"] for p in packets) and summary["icrc_bad"] == 0 and summary["gso_split"] == 2
+    assert summary["roce"] == len(packets) == summary["icrc_ok"]
+
+
+def test_json_output(tmp_path):
+    status, text = run("decode", "--json", str(DATA / "write_bw_loss3.pcap"))
+    assert status == 0
+    *packets, summary = [json.loads(line) for line in text.splitlines()]
+    first = next(p for p in packets if p["headers"].get("reth"))
+    assert first["opcode"] == "RC_RDMA_WRITE_FIRST" and first["segment"] is None and first["icrc_ok"]
+    assert first["headers"]["reth"] == {"va": 0x7FB42D882000, "rkey": 0xA9A, "dma_len": 65536}
+    naks = [p for p in packets if "aeth" in p["headers"] and p["headers"]["aeth"]["text"].startswith("NAK PSN_SEQ_ERR")]
+    assert len(naks) == 35
+    assert summary == {"type": "summary", "frames": 4627, "roce": 4582, "icrc_bad": 0, "malformed": 0, "other": 45,
+                       "gso_split": 0, "icrc_ok": 4582}  # fmt: skip
+
+
+def test_an_unsupported_link_type_is_an_error(tmp_path):
+    path = tmp_path / "ieee80211.pcap"
+    with open(path, "wb") as stream:
+        PcapWriter(stream, linktype=105).write(b"\0" * 64)
+    result = pyroce("decode", str(path), timeout=60)
+    assert_one_line_error(result, f"pyroce decode: error: {path}: link type 105 is not supported")
+    assert result.returncode == 1 and result.stdout == ""
+
+
+def test_stdin_that_is_not_a_pcap():
+    result = pyroce("decode", "-", stdin=b"hello", timeout=60)
+    assert_one_line_error(result, "pyroce decode: error: <stdin>: not a pcap file")

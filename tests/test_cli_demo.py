@@ -3,31 +3,21 @@ checked; and the same between two network namespaces joined by a veth pair."""
 
 from __future__ import annotations
 
+import json
 import os
+import pty
+import random
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.cli import background, cli_env, command, pyroce
+
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
 PACKETS = re.compile(r"^packets: (\d+) sent, (\d+) received, (\d+) with a bad ICRC$", re.MULTILINE)
-
-
-def pyroce(*args: str, netns: str | None = None, env: dict[str, str] | None = None,
-           background: bool = False) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:  # fmt: skip
-    command = [sys.executable, "-m", "pyroce", *args]
-    if netns is not None:
-        command = ["ip", "netns", "exec", netns, *command]
-    full_env = {**os.environ, **(env or {})}
-    if background:
-        return subprocess.Popen(command, env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return subprocess.run(command, env=full_env, text=True, capture_output=True, timeout=300, check=False)
 
 
 def check_report(stdout: str) -> int:
@@ -52,10 +42,75 @@ def test_demo_between_two_processes(progress: str) -> None:
     assert len(set(pids)) == 2  # two processes, each with its own device and address
 
 
-def test_demo_connect_error_is_one_line() -> None:
-    result = pyroce("demo", "--connect", "256.0.0.1:18515")  # not an address: fails at once
-    assert result.returncode == 1
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+def test_demo_json_report() -> None:
+    result = pyroce("demo", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [row["operation"] for row in report["operations"]] == [
+        "SEND/RECV", "RDMA_WRITE", "RDMA_READ", "ATOMIC_FETCH_AND_ADD", "ATOMIC_CMP_AND_SWP"]  # fmt: skip
+    assert report["verified"]["errors"] == 0 and report["verified"]["operations"] > 300
+    assert report["verified"]["bytes"] == sum(row["bytes"] for row in report["operations"])
+    assert report["client"]["pid"] != report["server"]["pid"] and report["path_mtu"] == 4096
+    assert report["counters"]["sent_pkts"] > 0 and report["counters"].get("icrc_errors", 0) == 0
+    assert report["mismatches"] == [] and report["faults_injected"] == {}
+
+
+def test_demo_with_pyroce_addr_exported() -> None:
+    """One address cannot hold two devices: the spawned server takes its own loopback address."""
+    address = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}.1"
+    result = pyroce("demo", env={"PYROCE_ADDR": address})
+    assert result.returncode == 0, result.stderr
+    assert check_report(result.stdout) == 0
+    client, server = re.findall(r"([\d.]+) \(pid \d+\)", result.stdout.splitlines()[0])
+    assert client == address and server != address
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_serve_on_any_port_says_where_and_reports(as_json: bool) -> None:
+    flags = ["--json"] if as_json else []
+    server = background("demo", "--serve", "127.0.0.1:0", "--timeout", "60", *flags)
+    try:
+        assert server.stdout is not None
+        listening = server.stdout.readline()
+        if as_json:
+            port = json.loads(listening)["listening"]["port"]
+        else:
+            port = int(re.fullmatch(r"pyroce demo: listening on 127\.0\.0\.1:(\d+) for 60 s\n", listening).group(1))
+        assert port != 0
+        client = pyroce("demo", "--connect", f"127.0.0.1:{port}", *flags)
+        assert client.returncode == 0, client.stderr
+        verified = json.loads(client.stdout)["verified"] if as_json else client.stdout.splitlines()[-1]
+    finally:
+        served, errors = server.communicate(timeout=60)
+    assert server.returncode == 0, errors
+    if as_json:
+        assert json.loads(served)["verified"] == verified
+    else:
+        assert re.fullmatch(r"pyroce demo: served 127\.0\.0\.1:\d+, (.*)\n", served).group(1) == verified
+
+
+def test_progress_shows_on_a_terminal_only() -> None:
+    """stderr on a pseudo-terminal: progress lines, erased before the report ends on stdout."""
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(command("demo"), env=cli_env(), stdout=subprocess.PIPE, stderr=follower)
+        os.close(follower)
+        shown = b""
+        while True:  # the pty is read as the demo writes, so its buffer never fills
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: every writer closed it
+                break
+            if not chunk:
+                break
+            shown += chunk
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0
+    assert shown.startswith(b"\rSEND/RECV: message 1 of ") and shown.count(b" of ") >= 2  # at most 10 a second
+    assert shown.endswith(b"\r\x1b[K")  # the last progress line erased
+    assert check_report(stdout.decode()) == 0 and b"message 1 of" not in stdout
 
 
 def _netns_available() -> bool:
@@ -97,8 +152,7 @@ def two_hosts() -> Iterator[tuple[str, str]]:
 
 def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
     a, b = two_hosts
-    server = pyroce("demo", "--serve", "10.199.0.1:18515", netns=a, env={"PYROCE_ADDR": "10.199.0.1"},
-                    background=True)  # fmt: skip
+    server = background("demo", "--serve", "10.199.0.1:18515", netns=a, env={"PYROCE_ADDR": "10.199.0.1"})
     try:
         client = pyroce("demo", "--connect", "10.199.0.1:18515", netns=b, env={"PYROCE_ADDR": "10.199.0.2"})
         assert client.returncode == 0, client.stderr
@@ -106,8 +160,8 @@ def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
         assert "10.199.0.2" in client.stdout and "10.199.0.1" in client.stdout
         assert "path MTU 1024 B" in client.stdout  # a 1500-byte veth gives the 1024 active MTU
     finally:
-        assert isinstance(server, subprocess.Popen)
-        server.wait(timeout=60)
+        served, _ = server.communicate(timeout=60)
+    assert server.returncode == 0 and "served 10.199.0.2:" in served and served.endswith(" 0 errors\n")
 
 
 @pytest.mark.parametrize("progress", ["inline", "thread"])
@@ -115,6 +169,7 @@ def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     result = pyroce("demo", "--loss", "0.05", "--reorder", "0.05", "--duplicate", "0.01", "--corrupt", "0.01",
                     "--seed", "7", env={"PYROCE_PROGRESS": progress})  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # a long run, but piped: no progress line
     bad_icrc = check_report(result.stdout)
     faults = re.search(r"^faults injected: corrupt (\d+), delay (\d+), drop (\d+), duplicate (\d+); "
                        r"retransmitted (\d+) packets", result.stdout, re.MULTILINE)  # fmt: skip
@@ -126,42 +181,3 @@ def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     # 20 of an ACK. Some never arrive: with one datagram per packet (faults turn GSO off) the
     # loopback socket buffers overflow now and then (1-4% of packets), as a congested wire.
     assert 0.8 * corrupt <= bad_icrc <= corrupt
-
-
-def device_counters(stats: str) -> dict[str, int]:
-    """The device counters of ``pyroce stats`` output (``  name  value`` lines, not the QPs')."""
-    lines = [line for line in stats.splitlines() if line.startswith("  ") and line[2] != " "]
-    return {name: int(value) for name, value in (line.split() for line in lines if not line.startswith("  qp"))}
-
-
-def test_stats_shows_running_devices(tmp_path: object) -> None:
-    env = {"PYROCE_STATS_DIR": str(tmp_path)}
-    program = (
-        f"import sys; sys.path.insert(0, {str(ROOT)!r});"
-        "from tests.rc_pair import connected_pair;"
-        "from pyroce.verbs.wr import SGE, SendWR, RecvWR;"
-        "a, b = connected_pair();"
-        "b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 100, b.mr.lkey)]));"
-        "a.qp.post_send(SendWR(wr_id=2, sg=[SGE(a.mr.buf, 100, a.mr.lkey)]));"
-        "a.poll(); b.poll(); print('ready', flush=True); sys.stdin.readline()"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", program], env={**os.environ, **env}, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
-        deadline = time.monotonic() + 10
-        while True:  # the engine publishes its counters once a second
-            result = pyroce("stats", "--qp", env=env)
-            counters = device_counters(result.stdout)
-            if min(counters.get("sent_pkts", 0), counters.get("rcvd_pkts", 0)) >= 2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert result.returncode == 0
-        assert f"pyroce0 pid {holder.pid}" in result.stdout
-        assert counters["sent_pkts"] >= 2 and counters["rcvd_pkts"] >= 2, result.stdout
-        assert "  qp 0x" in result.stdout
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=30)
-    assert pyroce("stats", env=env).stdout.strip() == "no pyroce device is running"

@@ -4,51 +4,25 @@ the engine thread, with a real peer process (spawned) that answers with digests 
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 import pytest
 
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
-from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
+from pyroce.verbs.enums import ibv_wr_opcode
 from pyroce.verbs.wr import SGE, SendWR
+from tests.peer_process import peer_process
 
 REGION = 4 << 20
 
 
-def _passive_peer(conn: Connection) -> None:
-    """The other process: an endpoint that connects, then reports digests of its MR."""
-    ep = RcEndpoint.open(REGION)
-    conn.send(tuple(ep.info()))
-    peer, mtu = conn.recv()
-    ep.connect(PeerInfo(*peer), path_mtu=mtu)
-    conn.send("connected")
-    while (request := conn.recv()) != "quit":
-        offset, length = request
-        conn.send(hashlib.sha256(ep.mr.read(length, offset)).hexdigest())
-    ep.close()
-
-
 @pytest.fixture
-def pair():
-    spawn = multiprocessing.get_context("spawn")
-    conn, child = spawn.Pipe()
-    process = spawn.Process(target=_passive_peer, args=(child,), daemon=True)
-    process.start()
-    ep = RcEndpoint.open(REGION)
-    try:
-        assert conn.poll(60), "the peer process did not start"
-        peer = PeerInfo(*conn.recv())
-        conn.send((tuple(ep.info()), ibv_mtu.IBV_MTU_4096))
-        ep.connect(peer, path_mtu=ibv_mtu.IBV_MTU_4096)
-        assert conn.recv() == "connected"
-        yield ep, peer, conn
-    finally:
-        conn.send("quit")
-        process.join(30)
-        ep.close()
+def pair() -> Iterator[tuple[RcEndpoint, PeerInfo, Connection]]:
+    with peer_process(REGION) as connected:
+        yield connected
 
 
 def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:

@@ -1,4 +1,9 @@
-"""The ``pyroce`` command: one sub-command per tool, errors as one line and a non-zero exit."""
+"""The ``pyroce`` command: one sub-command per tool, errors as one line and a non-zero exit.
+
+Every error a user can cause is one line on stderr, ``pyroce <tool>: error: <what>`` (or
+``pyroce: error: ...`` before a tool is chosen), with exit status 1 (2 for a bad command line).
+Library code raises; this is the one place that turns its exceptions into that line.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,46 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from pyroce import __version__
-from pyroce.cli import decode, demo, stats
+from pyroce.apps.rc_endpoint import PollTimeout
+from pyroce.cli import decode, demo, doctor, stats
+from pyroce.cli.errors import CliError
+from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
-_TOOLS = (demo, decode, stats)
+_TOOLS = (demo, decode, stats, doctor)
+
+ENVIRONMENT = """\
+environment:
+  PYROCE_ADDR=IPv4         the device's address (an address of this host); unset: each process
+                           takes its own loopback address, 127.64.0.0/10 plus its pid
+  PYROCE_PROGRESS=MODE     inline (default: the caller's thread also runs the engine), thread
+                           (only the engine thread) or host (no thread: NicDevice.step)
+  PYROCE_VERIFY_ICRC=0|1   check the ICRC of every received packet (default 1)
+  PYROCE_GSO=0|1           UDP GSO and GRO (default 1); 0 sends one datagram per packet, for captures
+  PYROCE_FAULTS=SPEC       injected faults, e.g. loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7
+  PYROCE_STATS_DIR=DIR     where devices publish counters for `pyroce stats` (default /tmp/pyroce-UID)
+
+docs/cli.md describes every command, its exit codes and JSON output."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line (no usage block), as every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pyroce", description="pyroce: a software RoCEv2 RDMA stack in Python.")
+    parser = OneLineParser(prog="pyroce", description="pyroce: a software RoCEv2 RDMA stack in Python.",
+                           epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--version", action="version", version=f"pyroce {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for tool in _TOOLS:
-        tool.add_parser(subparsers)
+        tool_parser = tool.add_parser(subparsers)
+        tool_parser.set_defaults(prefix=tool_parser.prog)
     return parser
 
 
@@ -32,14 +62,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.run(args, out or sys.stdout)
+        return int(args.run(args, out or sys.stdout))
     except BrokenPipeError:  # output piped into head(1) and the like: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (WireError, OSError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        where = f": {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
-        print(f"pyroce: error{where}: {detail}", file=sys.stderr)
+    except (CliError, PyverbsError, PollTimeout, WireError, OSError) as exc:
+        print(f"{args.prefix}: error: {describe(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: an OSError's text without ``[Errno n]``, with its file."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from typing import Any, TextIO
@@ -12,28 +13,46 @@ from pyroce.nic.registry import stats_dir
 
 
 def running_devices(folder: str | None) -> list[dict[str, Any]]:
-    """The documents published by devices whose process is still alive."""
+    """The documents published by devices whose process is still alive; the files of ended
+    processes (``<pid>-<device>.json``, and a ``.tmp`` one cut short) are removed."""
     if folder is None or not os.path.isdir(folder):
         return []
     documents = []
     for name in sorted(os.listdir(folder)):
-        if not name.endswith(".json"):
+        pid, dash, rest = name.partition("-")
+        if not (dash and pid.isdigit() and rest.endswith((".json", ".json.tmp"))):
+            continue  # not a device's file
+        path = os.path.join(folder, name)
+        if not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             continue
+        if name.endswith(".tmp"):
+            continue  # being written
         try:
-            with open(os.path.join(folder, name)) as handle:
-                document = json.load(handle)
-            os.kill(int(document["pid"]), 0)
-        except (OSError, ValueError, KeyError):
-            continue  # a device that is gone, or a file being replaced
-        documents.append(document)
+            with open(path) as handle:
+                documents.append(json.load(handle))
+        except (OSError, ValueError):
+            continue  # replaced or removed while read
     return documents
 
 
-def add_parser(subparsers: Any) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process (EPERM): alive
+    return True
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("stats", help="counters of the running pyroce devices")
     parser.add_argument("--qp", action="store_true", help="also show each QP's counters")
     parser.add_argument("--json", action="store_true", help="print the counters as JSON")
     parser.set_defaults(run=_run)
+    return parser
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

@@ -22,6 +22,7 @@ import ipaddress
 import os
 import tempfile
 import threading
+from typing import NamedTuple
 
 from pyroce.link.faults import FaultConfig
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
@@ -58,32 +59,47 @@ def stats_dir() -> str | None:
     return path
 
 
-def _loopback_addresses() -> list[str]:
-    start = os.getpid() % LOOPBACK_SIZE
+def loopback_addresses(pid: int) -> list[str]:
+    """The loopback addresses a process with ``pid`` tries, in order, when ``PYROCE_ADDR`` is unset."""
+    start = pid % LOOPBACK_SIZE
     return [str(ipaddress.IPv4Address(LOOPBACK_BASE + (start + i) % LOOPBACK_SIZE)) for i in range(16)]
 
 
-def _create(name: str) -> NicDevice:
+class DeviceSettings(NamedTuple):
+    """What the ``PYROCE_*`` variables ask of a device, checked (for ``_create`` and ``pyroce doctor``)."""
+
+    faults: FaultConfig
+    batching: bool  # PYROCE_GSO: UDP GSO and GRO when the kernel has them
+    progress: str  # PYROCE_PROGRESS: one of ``nic.progress.MODES``
+    verify_icrc: bool  # PYROCE_VERIFY_ICRC
+
+
+def device_settings() -> DeviceSettings:
+    """The device settings from the environment; ``LinkError`` (EINVAL) names a bad value."""
     try:
         faults = FaultConfig.parse(os.environ.get("PYROCE_FAULTS", ""))
     except ValueError as exc:
         raise LinkError(errno.EINVAL, f"PYROCE_FAULTS: {exc}") from None
-
     batching = os.environ.get("PYROCE_GSO", "1")
     if batching not in ("0", "1"):
         raise LinkError(errno.EINVAL, f"PYROCE_GSO={batching!r} is not 0 or 1")
     progress = os.environ.get("PYROCE_PROGRESS") or "inline"
     if progress not in MODES:
         raise LinkError(errno.EINVAL, f"PYROCE_PROGRESS={progress!r} is not one of {', '.join(MODES)}")
+    return DeviceSettings(faults, batching == "1", progress, os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0")
+
+
+def _create(name: str) -> NicDevice:
+    settings = device_settings()
 
     def make(address: str) -> NicDevice:
-        return NicDevice(name, UdpLink(address, batching=batching == "1"), verify_icrc=os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0",
-                         progress=progress, faults=faults, stats_dir=stats_dir())  # fmt: skip
+        return NicDevice(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
+                         progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
 
     address = configured_address()
     if address is not None:
         return make(address)
-    for candidate in _loopback_addresses():
+    for candidate in loopback_addresses(os.getpid()):
         try:
             return make(candidate)
         except LinkError as exc:

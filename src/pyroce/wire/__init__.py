@@ -39,8 +39,10 @@ from pyroce.wire.framing import (
     UdpHeader,
     build_datagram,
     build_frame,
+    locate_datagram,
     parse_frame,
 )
+from pyroce.wire.gso import gso_segment_size, split_gso_frame
 from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Deth, Feth, Reth
 from pyroce.wire.icrc import compute_icrc, icrc_from_seed, icrc_seed, verify_icrc, verify_icrc_from_seed
 from pyroce.wire.mtu import Mtu, mtu_for_netdev, mtu_from_bytes, mtu_to_bytes

@@ -43,6 +43,8 @@ LINKTYPE_RAW = 101
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
+LINKTYPES = frozenset({LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_IPV6})
+SUPPORTED_LINKTYPES = "Ethernet, Linux cooked or raw IP"
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
@@ -306,15 +308,25 @@ def _ip_offset(view: memoryview, linktype: int) -> int:
         return _SLL_LEN
     if linktype in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
         return 0
-    raise NotRoce(f"link type {linktype} is not supported (Ethernet, Linux cooked or raw IP)")
+    raise NotRoce(f"link type {linktype} is not supported ({SUPPORTED_LINKTYPES})")
 
 
-def parse_frame(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Frame:
-    """Parse a whole frame carrying RoCEv2 and check its ICRC.
+class Datagram(NamedTuple):
+    """Where a frame's RoCEv2 UDP datagram lies, and its IP and UDP headers."""
+
+    ip_at: int  # offset of the IP header
+    roce_at: int  # offset of the UDP payload (the BTH)
+    end: int  # end of the IP datagram (Ethernet padding may follow)
+    ip: IpHeader
+    udp: UdpHeader
+
+
+def locate_datagram(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Datagram:
+    """The IP and UDP headers of a frame to UDP port 4791, and where its payload lies.
 
     Raises ``NotRoce`` for frames that are not IP/UDP to port 4791 (or are IP fragments or
     carry IPv4 options), ``TruncatedPacket`` and ``LengthMismatch`` when IP and UDP lengths
-    disagree with the bytes present, and whatever ``parse_packet`` raises."""
+    disagree with the bytes present."""
     view = memoryview(data)
     ip_at = _ip_offset(view, linktype)
     if len(view) < ip_at + 1:
@@ -352,14 +364,20 @@ def parse_frame(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Frame:
         raise NotRoce(f"UDP port {dport} is not RoCEv2 ({ROCE_UDP_PORT})")
     if udp_len != ip_end - udp_at:
         raise LengthMismatch(f"UDP length {udp_len} disagrees with the IP length ({ip_end - udp_at})")
-    roce_at = udp_at + _UDP_LEN
-    udp_payload = view[roce_at:ip_end]
+    return Datagram(ip_at, udp_at + _UDP_LEN, ip_end, ip, UdpHeader(sport, dport, checksum))
+
+
+def parse_frame(data: Buffer, linktype: int = LINKTYPE_ETHERNET) -> Frame:
+    """Parse a whole frame carrying RoCEv2 and check its ICRC.
+
+    Raises what ``locate_datagram`` and ``parse_packet`` raise."""
+    view = memoryview(data)
+    where = locate_datagram(view, linktype)
+    udp_payload = view[where.roce_at : where.end]
     packet = parse_packet(udp_payload)
     icrc = int.from_bytes(udp_payload[-ICRC_LEN:], "little")
-    icrc_ok = compute_icrc(view[ip_at:roce_at], udp_payload[:-ICRC_LEN]) == icrc
-    return Frame(
-        bytes(view[:ip_at]), ip, UdpHeader(sport, dport, checksum), packet, icrc, icrc_ok, bytes(view[ip_end:])
-    )
+    icrc_ok = compute_icrc(view[where.ip_at : where.roce_at], udp_payload[:-ICRC_LEN]) == icrc
+    return Frame(bytes(view[: where.ip_at]), where.ip, where.udp, packet, icrc, icrc_ok, bytes(view[where.end :]))
 
 
 def format_address(raw: bytes) -> str:

@@ -1,0 +1,136 @@
+"""``pyroce doctor``: what a device opened here would use, why, and what to change.
+
+It answers "why does pyroce not work here" before a program fails: the address (and so the
+GID) a device would take and whether it is one of this host's, the active MTU its interface
+gives, whether UDP 4791 can be bound there, whether the kernel has UDP GSO and GRO, and
+whether every ``PYROCE_*`` variable is valid. It probes with sockets it closes at once, so it
+leaves nothing bound, and it opens no device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from pyroce.link.udp import LinkError, UdpLink, interface_mtu
+from pyroce.nic.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
+from pyroce.verbs.addr import gid_of_ipv4
+from pyroce.wire.mtu import mtu_for_netdev, mtu_to_bytes
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    value: str  # what a device would use, or what is wrong
+    why: str = ""  # where the value comes from
+    fix: str = ""  # what to change, when not ok
+
+
+def _from_env(name: str, default: str) -> str:
+    value = os.environ.get(name)
+    return f"{name}={value}" if value else f"{name} unset: the default, {default}"
+
+
+def check_settings() -> tuple[list[Check], DeviceSettings | None]:
+    try:
+        settings = device_settings()
+    except LinkError as exc:
+        return [Check("settings", False, exc.strerror or str(exc), fix="correct or unset that variable")], None
+    checks = [
+        Check("progress", True, settings.progress, _from_env("PYROCE_PROGRESS", "inline")),
+        Check("icrc", True, "checked" if settings.verify_icrc else "not checked", _from_env("PYROCE_VERIFY_ICRC", "1")),
+        Check(
+            "faults",
+            True,
+            os.environ.get("PYROCE_FAULTS", "") if settings.faults.active else "none",
+            _from_env("PYROCE_FAULTS", "none"),
+        ),
+    ]
+    folder = stats_dir()
+    why = _from_env("PYROCE_STATS_DIR", "a folder per user in the temporary directory")
+    fix = "" if folder else "set PYROCE_STATS_DIR to a folder you can write"
+    checks.append(Check("stats", folder is not None, folder or "cannot be created", why, fix))
+    return checks, settings
+
+
+def check_address(settings: DeviceSettings | None) -> list[Check]:
+    try:
+        configured = configured_address()
+    except LinkError as exc:
+        return [Check("address", False, exc.strerror or str(exc), fix="set PYROCE_ADDR to an IPv4 address of this host, "
+                      "or unset it for a loopback address")]  # fmt: skip
+    if configured is not None:
+        address, why = configured, "PYROCE_ADDR"
+    else:
+        address = loopback_addresses(os.getpid())[0]
+        why = ("PYROCE_ADDR unset: each process takes its own loopback address, 127.64.0.0/10 plus its pid "
+               "(the next of 16 if taken); reachable from this host only")  # fmt: skip
+    checks = [Check("address", True, address, why)]
+    try:
+        link = UdpLink(address)
+    except LinkError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return [Check("address", False, exc.strerror or str(exc), why,
+                          "set PYROCE_ADDR to an address `ip -4 addr` lists, or unset it for a loopback address")]  # fmt: skip
+        if exc.errno != errno.EADDRINUSE or configured is None:
+            raise
+        checks.append(Check("port", False, exc.strerror or str(exc), "RoCEv2 is UDP port 4791",
+                            "stop the other device on this address (`pyroce stats` lists pyroce's; `rdma link` "
+                            "shows rxe), or use another address in PYROCE_ADDR"))  # fmt: skip
+        link = UdpLink(address, 0)  # for the GSO and GRO probe
+    else:
+        checks.append(Check("port", True, f"UDP {address}:4791 can be bound", "RoCEv2 is UDP port 4791"))
+    try:
+        gso, gro = link.gso, link.gro
+    finally:
+        link.close()
+    checks.append(Check("gid", True, str(gid_of_ipv4(address)), "the address, IPv4-mapped: RoCEv2 GID index 0"))
+    netdev = interface_mtu(address)
+    try:
+        mtu = f"{mtu_to_bytes(mtu_for_netdev(netdev))} B"
+        checks.append(Check("active_mtu", True, mtu, f"interface MTU {netdev} less 96 bytes of headers"))
+    except ValueError as exc:
+        checks.append(Check("active_mtu", False, str(exc), fix="raise the interface's MTU to 352 or more"))
+    used = settings is not None and settings.batching
+    have = " and ".join(name for name, present in (("GSO", gso), ("GRO", gro)) if present) or "neither"
+    checks.append(Check("gso_gro", gso and gro, f"the kernel has {have}; {'used' if used else 'not used'}",
+                        _from_env("PYROCE_GSO", "1"), "" if gso and gro else "Linux 5.0 or later has both "
+                        "(pyroce works without them, with one system call per packet)"))  # fmt: skip
+    return checks
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="what a device would use here (address, GID, MTU, progress, GSO), and what is wrong",
+        description="Say which address, GID, active MTU and progress mode a pyroce device would use "
+        "here and why, whether UDP 4791 can be bound and GSO/GRO are available, and what to "
+        "change when something is wrong. Exit 0 when all is well, 1 otherwise.",
+    )
+    parser.add_argument("--json", action="store_true", help='print {"ok": ..., "checks": [...]} as JSON')
+    parser.set_defaults(run=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    checks, settings = check_settings()
+    checks = check_address(settings) + checks
+    ok = all(check.ok for check in checks)
+    if args.json:
+        print(json.dumps({"ok": ok, "checks": [asdict(check) for check in checks]}, indent=2), file=out)
+        return 0 if ok else 1
+    width = max(len(check.name) for check in checks)
+    for check in checks:
+        print(f"{'ok' if check.ok else 'FAIL':<5} {check.name:<{width}}  {check.value}", file=out)
+        if check.why:
+            print(f"{'':<{width + 8}}({check.why})", file=out)
+        if check.fix:
+            print(f"{'':<{width + 8}}fix: {check.fix}", file=out)
+    problems = sum(not check.ok for check in checks)
+    print("all is well" if ok else f"{problems} problem{'s' * (problems > 1)}", file=out)
+    return 0 if ok else 1

@@ -1,0 +1,48 @@
+"""Running ``python -m pyroce`` as a user does, from this tree's sources, with a time limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+
+
+def cli_env(env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment with this tree's ``src`` first on PYTHONPATH, ``env`` over it
+    and the variables in ``drop`` removed."""
+    path = os.pathsep.join(filter(None, (str(SRC), os.environ.get("PYTHONPATH"))))
+    full = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    return {name: value for name, value in full.items() if name not in drop}
+
+
+def command(*args: str, netns: str | None = None) -> list[str]:
+    line = [sys.executable, "-m", "pyroce", *args]
+    return line if netns is None else ["ip", "netns", "exec", netns, *line]
+
+
+def pyroce(*args: str, netns: str | None = None, env: dict[str, str] | None = None, timeout: float = 300,
+           stdin: bytes | None = None, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run the command to its end, ``stdin`` as its input (``TimeoutExpired`` after ``timeout``
+    s: a hang fails the test); its output as text. ``drop`` names variables it does not get."""
+    done = subprocess.run(command(*args, netns=netns), env=cli_env(env, drop), capture_output=True, timeout=timeout,
+                          check=False, input=stdin or b"")  # fmt: skip
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def background(*args: str, netns: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start the command with its stdout and stderr piped."""
+    return subprocess.Popen(command(*args, netns=netns), env=cli_env(env), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    """A bad input's answer: one line on stderr naming ``words``, a non-zero exit, no traceback."""
+    assert result.returncode != 0, result
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("pyroce"), result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr

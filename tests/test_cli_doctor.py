@@ -1,0 +1,83 @@
+"""``pyroce doctor``: what a device would use here and why, what is wrong and what to change."""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import random
+import socket
+
+import pytest
+
+from pyroce.cli import main
+from tests.cli import pyroce
+
+SETTINGS = ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_GSO", "PYROCE_FAULTS", "PYROCE_VERIFY_ICRC", "PYROCE_STATS_DIR")
+
+
+def doctor(env: dict[str, str]) -> tuple[int, dict[str, dict[str, object]]]:
+    result = pyroce("doctor", "--json", env=env, drop=tuple(name for name in SETTINGS if name not in env), timeout=60)
+    document = json.loads(result.stdout)
+    assert document["ok"] == (result.returncode == 0) and result.stderr == ""
+    return result.returncode, {check["name"]: check for check in document["checks"]}
+
+
+def loopback_address() -> str:
+    return f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}.{random.randrange(1, 250)}"
+
+
+def test_all_is_well_by_default() -> None:
+    status, checks = doctor({})
+    assert status == 0
+    assert str(checks["address"]["value"]).startswith("127.") and "PYROCE_ADDR unset" in str(checks["address"]["why"])
+    assert checks["gid"]["value"] == ipaddress.IPv6Address(f"::ffff:{checks['address']['value']}").exploded
+    assert checks["active_mtu"]["value"] == "4096 B" and "65536" in str(checks["active_mtu"]["why"])
+    assert checks["progress"]["value"] == "inline" and checks["port"]["ok"] and checks["gso_gro"]["ok"]
+
+
+def test_an_exported_address_is_used_and_its_reason_shown() -> None:
+    address = loopback_address()
+    status, checks = doctor({"PYROCE_ADDR": address, "PYROCE_PROGRESS": "thread", "PYROCE_GSO": "0"})
+    assert status == 0
+    assert checks["address"]["value"] == address and checks["address"]["why"] == "PYROCE_ADDR"
+    assert checks["progress"]["value"] == "thread" and checks["progress"]["why"] == "PYROCE_PROGRESS=thread"
+    assert str(checks["gso_gro"]["value"]).endswith("; not used")
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "words"),
+    [
+        ({"PYROCE_ADDR": "192.0.2.1"}, "address", "is not an address of this host"),  # TEST-NET-1
+        ({"PYROCE_ADDR": "nonsense"}, "address", "is not an IPv4 address"),
+        ({"PYROCE_PROGRESS": "bogus"}, "settings", "PYROCE_PROGRESS='bogus'"),
+        ({"PYROCE_GSO": "yes"}, "settings", "PYROCE_GSO='yes'"),
+        ({"PYROCE_FAULTS": "loss=2"}, "settings", "PYROCE_FAULTS"),
+    ],
+)
+def test_what_is_wrong_and_what_to_change(env: dict[str, str], name: str, words: str) -> None:
+    status, checks = doctor(env)
+    assert status == 1
+    assert not checks[name]["ok"] and words in str(checks[name]["value"]) and checks[name]["fix"]
+
+
+def test_a_busy_port() -> None:
+    address = loopback_address()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind((address, 4791))
+        status, checks = doctor({"PYROCE_ADDR": address})
+    assert status == 1
+    assert checks["port"]["value"] == f"UDP {address}:4791 is already in use" and "PYROCE_ADDR" in str(
+        checks["port"]["fix"])  # fmt: skip
+    assert checks["gso_gro"]["ok"]  # still probed, on another port
+
+
+def test_text_report_and_nothing_left_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    address = loopback_address()
+    monkeypatch.setenv("PYROCE_ADDR", address)
+    out = io.StringIO()
+    assert main(["doctor"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["ok", "address", address] and lines[-1] == "all is well"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
+        again.bind((address, 4791))  # the doctor's probe is closed
