@@ -9,13 +9,16 @@ from __future__ import annotations
 import random
 from unittest import mock
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pyroce.transport import RecvWork, SendWork, Sge, WorkOp
 from pyroce.transport.demux import Demux
+from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
+from pyroce.wire.opcodes import Opcode
 from pyroce.wire.packet import Packet, parse_packet
+from pyroce.wire.psn import psn_diff
 from tests.fabric_pair import Node, make_node
 
 PATH = RocePath(IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])), UdpHeader(4791))
@@ -55,12 +58,25 @@ def through_both(twins: tuple[Node, Node], data: list[bytes]) -> None:
 
 
 def assert_same(twins: tuple[Node, Node]) -> None:
+    """The same state; the one freedom is ACK coalescing (IBA 9.7.5.1.1): where an AckReq falls
+    inside a GRO run, the run loop acknowledges the last PSN it placed, the general path the
+    AckReq's own, and both are right."""
     a, b = twins
     assert a.buf == b.buf
     assert a.drain() == b.drain()
-    assert a.qp.packets_to_send(NOW, 1 << 20) == b.qp.packets_to_send(NOW, 1 << 20)
+    predicted, general = a.qp.packets_to_send(NOW, 1 << 20), b.qp.packets_to_send(NOW, 1 << 20)
+    assert [_coalescable(p) for p in predicted] == [_coalescable(p) for p in general]
+    for ours, theirs in zip(predicted, general):
+        assert ours == theirs or psn_diff(ours.bth.psn, theirs.bth.psn) > 0, (ours, theirs)
     assert a.qp.counters == b.qp.counters
     assert a.qp.error_detail == b.qp.error_detail
+
+
+def _coalescable(pkt: Packet) -> Packet:
+    """A positive ACK with its PSN left out (what coalescing may move); anything else whole."""
+    if pkt.bth.opcode == Opcode.RC_ACKNOWLEDGE and syndrome_kind(pkt.aeth.syndrome) is AethKind.ACK:  # type: ignore[union-attr]
+        return pkt._replace(bth=pkt.bth._replace(psn=0))
+    return pkt
 
 
 def mangle(data: list[bytes], seed: int, faults: bool) -> list[bytes]:
@@ -97,6 +113,7 @@ OPS = st.lists(st.tuples(st.sampled_from([WorkOp.SEND, WorkOp.RDMA_WRITE, WorkOp
 
 @settings(max_examples=60, deadline=None)
 @given(OPS, st.integers(0, 2**32), st.booleans(), st.integers(0, 24000))
+@example([(WorkOp.RDMA_WRITE, 14593), (WorkOp.RDMA_WRITE, 17921)], 0, False, 0)  # an AckReq inside a run
 def test_requests_place_the_same_either_way(ops: list[tuple[WorkOp, int]], seed: int, faults: bool,
                                             recv_size: int) -> None:  # fmt: skip
     sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256)
