@@ -21,7 +21,7 @@ from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
-from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, TVER_MASK
+from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
@@ -150,8 +150,8 @@ class RcQp:
         if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
-            return False
+        if flags & (TVER_MASK | SE_MASK) or pkey != config.pkey or self.state not in RECEIVING_STATES:
+            return False  # (a solicited LAST goes the general way, which reports the SE in its completion)
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
