@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import selectors
 import threading
 import time
 from collections.abc import Iterator
@@ -23,17 +22,16 @@ from pyroce.verbs.enums import ibv_send_flags, ibv_wc_opcode
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import connected_pair
-from tests.waiting import DEADLINE_S, spin_until
+from tests.waiting import DEADLINE_S, readable, spin_until
 
 Pair = tuple[RcEndpoint, RcEndpoint]
 
 
-@pytest.fixture(params=["inline", "thread"])
-def pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
-    """Two endpoints whose CQs have completion channels, in the progress mode of the param."""
-    monkeypatch.setenv("PYROCE_PROGRESS", request.param)
+@pytest.fixture
+def pair(progress_mode: str) -> Iterator[Pair]:
+    """Two endpoints whose CQs have completion channels, in inline and thread progress modes."""
     a, b = connected_pair(events=True)
-    assert a.ctx.device.progress_mode == request.param
+    assert a.ctx.device.progress_mode == progress_mode
     yield a, b
     a.close()
     b.close()
@@ -62,12 +60,6 @@ def post_recv(b: RcEndpoint, count: int = 1) -> None:
 def channel(ep: RcEndpoint) -> CompChannel:
     assert ep.channel is not None
     return ep.channel
-
-
-def readable(fd: int, timeout: float) -> bool:
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        return bool(selector.select(timeout))
 
 
 def step_until(ep: RcEndpoint, count: int) -> list[int]:

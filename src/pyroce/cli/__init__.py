@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyroce import __version__
-from pyroce.cli import decode, demo, stats
+from pyroce.cli import decode, demo, events, stats
 from pyroce.wire import WireError
 
-_TOOLS = (demo, decode, stats)
+_TOOLS = (demo, decode, stats, events)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -150,13 +150,15 @@ class RcQp:
         if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & (TVER_MASK | SE_MASK) or pkey != config.pkey or self.state not in RECEIVING_STATES:
-            return False  # (a solicited LAST goes the general way, which reports the SE in its completion)
+        if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
+            return False
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
         start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
-        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4
+        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4; a solicited one goes the
+            if flags & SE_MASK:  # general way, which reports the SE in its completion
+                return False
             if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
                 return False
         elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
