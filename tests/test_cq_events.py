@@ -78,6 +78,14 @@ def step_until(ep: RcEndpoint, count: int) -> list[int]:
     return wcs
 
 
+def raise_event(a: RcEndpoint, b: RcEndpoint) -> None:
+    """Host mode: arm ``b``'s CQ and complete one SEND into it (its event is then on the channel)."""
+    post_recv(b)
+    b.cq.req_notify()
+    send(a)
+    step_until(b, 1)
+
+
 def test_a_selector_wakes_for_the_next_completion(pair: Pair) -> None:
     a, b = pair
     post_recv(b)
@@ -191,10 +199,7 @@ def test_a_solicited_arm_does_not_narrow_an_arm_for_any_completion(host_pair: Pa
 
 def test_destroying_a_cq_drops_its_unread_events(host_pair: Pair) -> None:
     a, b = host_pair
-    post_recv(b)
-    b.cq.req_notify()
-    send(a)
-    step_until(b, 1)
+    raise_event(a, b)
     assert readable(channel(b).fd, 0)
     b.qp.close()
     b.cq.close()
@@ -204,10 +209,7 @@ def test_destroying_a_cq_drops_its_unread_events(host_pair: Pair) -> None:
 def test_closing_a_cq_acknowledges_what_it_counted(host_pair: Pair) -> None:
     """libibverbs' destroy waits for every event to be acknowledged; pyverbs' close acks first."""
     a, b = host_pair
-    post_recv(b)
-    b.cq.req_notify()
-    send(a)
-    step_until(b, 1)
+    raise_event(a, b)
     channel(b).get_cq_event(b.cq)
     b.qp.close()
     b.cq.close()
@@ -239,10 +241,7 @@ def test_misuse_answers_with_libibverbs_errnos(host_pair: Pair) -> None:
 def test_an_event_for_another_cq_of_the_channel_is_an_error_counted_on_that_cq(host_pair: Pair) -> None:
     a, b = host_pair
     other = CQ(b.ctx, 4, None, channel(b))
-    post_recv(b)
-    b.cq.req_notify()
-    send(a)
-    step_until(b, 1)
+    raise_event(a, b)
     with pytest.raises(PyverbsRDMAError, match="unexpected CQ") as raised:
         channel(b).get_cq_event(other)
     assert raised.value.error_code == errno.EINVAL
