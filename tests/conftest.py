@@ -1,4 +1,5 @@
-"""Shared fixtures: the rxe golden captures copied from ../shared/data/rxe-captures."""
+"""Shared fixtures: the rxe golden captures copied from ../shared/data/rxe-captures, and the
+progress modes a device opened in a test runs in."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ CAPTURES = sorted(DATA.glob("*.pcap"))
 def capture_records() -> dict[str, tuple[int, list]]:
     """Every capture's link type and records, read once per session."""
     return {path.name: read_pcap(path) for path in CAPTURES}
+
+
+@pytest.fixture(params=["inline", "thread"])
+def progress_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """pyroce0 opened from here on runs in this progress mode (a device already open keeps its own)."""
+    monkeypatch.setenv("PYROCE_PROGRESS", request.param)
+    return str(request.param)
 
 
 pytest_plugins = ["pytester"]  # runs pytest sessions inside a test (the pyroce plugin's own tests)

@@ -17,12 +17,13 @@ Endpoint = RcEndpoint
 __all__ = ["ALL_ACCESS", "Endpoint", "connected_pair", "open_endpoint"]
 
 
-def open_endpoint() -> RcEndpoint:
-    return RcEndpoint.open(MR_SIZE, psn=START_PSN)
+def open_endpoint(events: bool = False) -> RcEndpoint:
+    return RcEndpoint.open(MR_SIZE, psn=START_PSN, events=events)
 
 
-def connected_pair(**connect: int) -> tuple[RcEndpoint, RcEndpoint]:
-    a, b = open_endpoint(), open_endpoint()
+def connected_pair(events: bool = False, **connect: int) -> tuple[RcEndpoint, RcEndpoint]:
+    """``events``: each CQ reports to a completion channel (``Endpoint.channel``)."""
+    a, b = open_endpoint(events), open_endpoint(events)
     a.connect(b.info(), **connect)
     b.connect(a.info(), **connect)
     return a, b

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import selectors
 import time
 from collections.abc import Callable
 
@@ -16,3 +17,10 @@ def spin_until(done: Callable[[], bool], what: str, spin: Callable[[], object] =
     while not done():
         assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
         spin()
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether a selector finds ``fd`` readable within ``timeout_s`` (0: now)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout_s))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
-from pyroce.verbs.cq import CQ, WC
+from pyroce.verbs.cq import CQ, WC, CompChannel
 from pyroce.verbs.device import Context
 from pyroce.verbs.enums import ibv_access_flags, ibv_mtu, ibv_qp_type
 from pyroce.verbs.mr import MR
@@ -43,18 +43,22 @@ class RcEndpoint:
     mr: MR
     psn: int
     failed: list[WC] = field(default_factory=list)  # failed completions ``poll`` returned, for reports
+    channel: CompChannel | None = None  # the CQ's completion channel (``open(events=True)``)
 
     @classmethod
     def open(cls, mr_size: int, max_wr: int = 64, max_sge: int = 4, max_inline: int = 64,
-             access: int = ALL_ACCESS, device: str = "pyroce0", psn: int | None = None) -> RcEndpoint:  # fmt: skip
+             access: int = ALL_ACCESS, device: str = "pyroce0", psn: int | None = None,
+             events: bool = False) -> RcEndpoint:  # fmt: skip
+        """``events``: the CQ reports to a completion channel of its own."""
         ctx = Context(name=device)
         pd = PD(ctx)
-        cq = CQ(ctx, 4 * max_wr)
+        channel = CompChannel(ctx) if events else None
+        cq = CQ(ctx, 4 * max_wr, None, channel)
         cap = QPCap(max_send_wr=max_wr, max_recv_wr=max_wr, max_send_sge=max_sge, max_recv_sge=max_sge,
                     max_inline_data=max_inline)  # fmt: skip
         qp = QP(pd, QPInitAttr(qp_type=ibv_qp_type.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
         mr = MR(pd, mr_size, access)
-        return cls(ctx, pd, cq, qp, mr, secrets.randbits(24) if psn is None else psn)
+        return cls(ctx, pd, cq, qp, mr, secrets.randbits(24) if psn is None else psn, channel=channel)
 
     def info(self) -> PeerInfo:
         return PeerInfo(self.ctx.query_gid(1, 0).raw, self.qp.qp_num, self.psn, self.mr.rkey, self.mr.buf)

@@ -60,6 +60,6 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
             opcode = CqeOpcode.RESP_SEND
         grh = 1 << 28 if flags & _GRH else 0
         return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
-                        grh | completion.src_qp, 0, 0, 0, 0))  # fmt: skip
+                        grh | completion.src_qp, 0, 0, 0, 0, completion.solicited))  # fmt: skip
     return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,
-                    REQ_WQE_OPCODE[completion.opcode], 0, 0))  # fmt: skip
+                    REQ_WQE_OPCODE[completion.opcode], 0, 0, False))  # fmt: skip

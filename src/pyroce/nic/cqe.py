@@ -1,6 +1,7 @@
 """Completion queue entries in mlx5's 64-byte layout (``struct mlx5_cqe64``/``mlx5_err_cqe``).
 
-Byte 63 ``op_own``: opcode in bits 7:4, owner bit 0. The producer (the engine) writes bytes
+Byte 63 ``op_own``: opcode in bits 7:4, the solicited event bit 1 (``mlx5dv_get_cqe_se``),
+owner bit 0. The producer (the engine) writes bytes
 0-59 first and the last word (``wqe_counter``, signature, ``op_own``) last, so a consumer
 that sees a valid ``op_own`` sees a whole CQE.
 """
@@ -63,13 +64,14 @@ class Cqe(NamedTuple):
     s_wqe_opcode: int = 0
     syndrome: int = 0  # error CQEs only
     vendor_err: int = 0  # error CQEs only: pyroce's reason code
+    solicited: bool = False  # the message's last packet asked for a solicited event (BTH SE)
 
     @property
     def is_error(self) -> bool:
         return self.opcode in ERROR_OPCODES
 
 
-new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all eleven fields, without NamedTuple.__new__'s frame
+new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
 
 _BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
 _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
@@ -91,7 +93,8 @@ def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) ->
                     0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
     if error:
         _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
-    _TAIL.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0, (cqe.opcode << 4) | (owner & 1))
+    op_own = (cqe.opcode << 4) | (cqe.solicited << 1) | (owner & 1)
+    _TAIL.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0, op_own)
 
 
 def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:
@@ -109,7 +112,7 @@ def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int
         vendor_err, syndrome = _ERR.unpack_from(buf, offset + _ERR_AT)
         timestamp = 0
     cqe = new_cqe((opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
-                   opcode_qpn >> 24, syndrome, vendor_err))  # fmt: skip
+                   opcode_qpn >> 24, syndrome, vendor_err, bool(op_own & 2)))  # fmt: skip
     return cqe, op_own & 1
 
 

@@ -27,6 +27,7 @@ from pyroce.nic.capture import DEFAULT_KEEP, Capture
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MrTable
+from pyroce.nic.notify import EventQueue
 from pyroce.nic.port import Clock, Link
 from pyroce.nic.progress import Progress
 from pyroce.nic.queues import HwCq, HwQp
@@ -55,15 +56,17 @@ class NicDevice:
         self._next_qpn = FIRST_QPN
         self._stats_file = StatsFile(stats_dir, name) if stats_dir else None
         self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
-        handoff = None
+        handoff = engine = None
         try:  # nothing is left open when a step fails: the link is this device's from here on
             injector = FaultInjector(faults) if faults is not None and faults.active else None
-            self.engine = Engine(link, verify_icrc=verify_icrc, faults=injector, clock=clock)
+            self.engine = engine = Engine(link, verify_icrc=verify_icrc, faults=injector, clock=clock)
             handoff = Handoff()
-            self._progress = Progress(self.engine, handoff, self._lock, progress, clock, name, self._idle)
+            self._progress = Progress(engine, handoff, self._lock, progress, clock, name, self._idle)
         except BaseException:
             if handoff is not None:
                 handoff.close()
+            if engine is not None:
+                engine.events.close()
             link.close()
             raise
         self._handoff = handoff
@@ -104,9 +107,17 @@ class NicDevice:
         with self._lock:
             self.engine.mrs.deregister(region)
 
-    def create_cq(self, buf: memoryview, cqe_count: int, consumer_record: memoryview) -> HwCq:
+    def create_comp_channel(self) -> EventQueue[int]:
+        """A completion channel: the CQNs of the completion events of the CQs created on it."""
+        return EventQueue()
+
+    def destroy_comp_channel(self, channel: EventQueue[int]) -> None:
+        channel.close()
+
+    def create_cq(self, buf: memoryview, cqe_count: int, consumer_record: memoryview,
+                  channel: EventQueue[int] | None = None) -> HwCq:  # fmt: skip
         with self._lock:
-            cq = HwCq(self._next_cqn, CqRing(buf, cqe_count), consumer_record)
+            cq = HwCq(self._next_cqn, CqRing(buf, cqe_count), consumer_record, channel)
             self._next_cqn += 1
             self.engine.cqs[cq.cqn] = cq
             return cq
@@ -128,9 +139,20 @@ class NicDevice:
             for cqe in pending:
                 cq.producer = cq.ring.produce(cq.producer, cqe)
 
+    def arm_cq(self, cq: HwCq, solicited_only: bool) -> None:
+        """``ibv_req_notify_cq``: the next completion written to the CQ raises an event on its
+        channel (with ``solicited_only``, the next solicited or failed one). A command under the
+        engine lock, so a CQE written after this returns is one the arm sees."""
+        with self._lock:
+            cq.arm(solicited_only)
+
     def destroy_cq(self, cq: HwCq) -> None:
+        """Remove the CQ, and its events not yet read from its channel (as ib_uverbs does)."""
         with self._lock:
             self.engine.cqs.pop(cq.cqn, None)
+            cq.armed = False
+        if cq.channel is not None:
+            cq.channel.discard(lambda cqn: cqn == cq.cqn)
 
     def create_qp(self, pdn: int, send_cq: HwCq, recv_cq: HwCq, sq_buf: memoryview, sq_wqebbs: int,
                   rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview) -> int:  # fmt: skip
@@ -247,7 +269,7 @@ class NicDevice:
             if port.active != active:
                 port.active = active
                 event = PORT_ACTIVE if active else PORT_ERR
-                self.engine.events.append(AsyncEvent(event, 1, f"port 1 {'active' if active else 'down'}"))
+                self.engine.events.put(AsyncEvent(event, 1, f"port 1 {'active' if active else 'down'}"))
 
     @property
     def port_active(self) -> bool:
@@ -270,11 +292,13 @@ class NicDevice:
         return dict(sorted(total.items()))
 
     def async_events(self) -> list[AsyncEvent]:
-        """The asynchronous events raised since the last call, oldest first."""
-        with self._lock:
-            events = list(self.engine.events)
-            self.engine.events.clear()
-            return events
+        """The asynchronous events raised and not yet read, oldest first."""
+        return self.engine.events.take_all()
+
+    @property
+    def events(self) -> EventQueue[AsyncEvent]:
+        """The asynchronous events as they come: ``fileno()`` to wait on, ``get()`` to read one."""
+        return self.engine.events
 
     def qp_error_detail(self, qpn: int) -> str:
         """One line on why the QP's last failed work request failed ("" if none has)."""
@@ -309,3 +333,4 @@ class NicDevice:
             self._stats_file.remove()
         self._link.close()
         self._handoff.close()
+        self.engine.events.close()

@@ -19,13 +19,14 @@ the error state with the reason in its error detail, an IBV_EVENT_QP_FATAL event
 from __future__ import annotations
 
 import traceback
-from collections import Counter, deque
+from collections import Counter
 from typing import NamedTuple
 
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.memory import MrTable
+from pyroce.nic.notify import EventQueue
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
@@ -73,7 +74,7 @@ class Engine:
         self.active: set[HwQp] = set()
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
-        self.events: deque[AsyncEvent] = deque(maxlen=MAX_EVENTS)
+        self.events: EventQueue[AsyncEvent] = EventQueue(MAX_EVENTS)  # the driver reads them (async_fd)
         self.last_error = ""  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._rx_view = memoryview(self._rx_buf)
@@ -245,7 +246,7 @@ class Engine:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq
             if not cq.push(cqe_from_completion(qp.qpn, completion)):
                 self.counters["cq_overflow"] += 1
-                self.events.append(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
+                self.events.put(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
         qp.rc.completions.clear()
 
     # --- failures -------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class Engine:
             rc.state = QpState.ERR
         if rc.completions:  # the oldest work request reports the failure; the rest are flushed
             rc.completions[0] = rc.completions[0]._replace(status=WcStatus.GENERAL_ERR, vendor_err=reason)
-        self.events.append(AsyncEvent(QP_FATAL, qp.qpn, detail))
+        self.events.put(AsyncEvent(QP_FATAL, qp.qpn, detail))
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
@@ -287,4 +288,4 @@ class Engine:
         detail = f"pyroce engine error: {type(exc).__name__}: {exc}"
         self.counters["engine_errors"] += 1
         self.last_error = "".join(traceback.format_exception(exc))
-        self.events.append(AsyncEvent(DEVICE_FATAL, 0, detail))
+        self.events.put(AsyncEvent(DEVICE_FATAL, 0, detail))

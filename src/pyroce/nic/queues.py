@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
+from pyroce.nic.notify import EventQueue
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
 from pyroce.transport.rc import RcQp
 
@@ -12,22 +13,36 @@ from pyroce.transport.rc import RcQp
 @dataclass(eq=False)
 class HwCq:
     """A completion queue: the ring the NIC writes and the consumer index record (be32) the
-    driver publishes."""
+    driver publishes; its completion channel and whether it is armed (``ibv_req_notify_cq``)."""
 
     cqn: int
     ring: CqRing
     consumer_record: memoryview
+    channel: EventQueue[int] | None = None  # where its completion events go (CQNs)
     producer: int = 0
     overruns_injected: int = 0  # pushes still to fail as if full (a test's fault plan)
+    armed: bool = False  # the next CQE (that qualifies) raises one completion event, then disarms
+    solicited_only: bool = False  # armed for a solicited or failed completion only
 
     def push(self, cqe: Cqe) -> bool:
-        """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost)."""
+        """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
+        An armed CQ then raises its event: the CQE is in the ring before the channel hears of it."""
         consumer = int.from_bytes(self.consumer_record, "big")
         if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count or self.overruns_injected:
             self.overruns_injected -= bool(self.overruns_injected)
             return False
         self.producer = self.ring.produce(self.producer, cqe)
+        if self.armed and (not self.solicited_only or cqe.solicited or cqe.is_error):
+            self.armed = False
+            if self.channel is not None:
+                self.channel.put(self.cqn)
         return True
+
+    def arm(self, solicited_only: bool) -> None:
+        """Arm for the next completion; an arm for any completion is not narrowed by a later
+        solicited-only one until it fires (rxe's ``rxe_req_notify_cq``)."""
+        self.solicited_only = solicited_only and (not self.armed or self.solicited_only)
+        self.armed = True
 
 
 @dataclass(eq=False)

@@ -24,3 +24,4 @@ class Completion(NamedTuple):
     flags: WcFlag = WcFlag.NONE
     src_qp: int = 0
     vendor_err: int = 0
+    solicited: bool = False  # a receive completion of a message whose last packet had SE set

@@ -21,7 +21,7 @@ from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
-from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, TVER_MASK
+from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
@@ -156,7 +156,9 @@ class RcQp:
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
         start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
-        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4
+        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4; a solicited one goes the
+            if flags & SE_MASK:  # general way, which reports the SE in its completion
+                return False
             if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
                 return False
         elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU

@@ -337,9 +337,10 @@ class Responder:
         elif pkt is not None and pkt.ieth is not None:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
         opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
-        self.qp.completions.append(
-            Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags)  # type: ignore[union-attr]
-        )
+        solicited = pkt is not None and pkt.bth.se
+        completion = Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags,  # type: ignore[union-attr]
+                                solicited=solicited)  # fmt: skip
+        self.qp.completions.append(completion)
 
     def _read(self, view: memoryview, psn: int) -> None:
         count = max(1, -(-len(view) // self.qp.config.pmtu))

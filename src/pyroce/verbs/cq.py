@@ -1,18 +1,25 @@
-"""Completion queues (pyverbs ``cq.pyx``): ``CQ(ctx, cqe)`` and ``WC``.
+"""Completion queues (pyverbs ``cq.pyx``): ``CompChannel(ctx)``, ``CQ(ctx, cqe, ...)`` and ``WC``.
 
 The CQ's ring is memory the NIC writes in mlx5's CQE layout; ``poll`` reads CQEs from it (owner
 bit valid), turns each into a ``WC`` and publishes the consumer index, as libmlx5 does. The
 ``wr_id`` of each completion comes from the QP's table, indexed by the CQE's ``wqe_counter``.
+
+Completion events: ``cq.req_notify()`` arms the CQ in the NIC (a command); the NIC writes the
+next CQE, disarms the CQ and puts its CQN on the channel, whose ``fd`` (an eventfd, readable
+while events wait) works with select, poll, epoll and asyncio. ``channel.get_cq_event(cq)``
+takes one event (waiting for it), ``cq.ack_events(n)`` acknowledges them (``cq.num_events``).
 """
 
 from __future__ import annotations
 
 import errno
 import sys
+import weakref
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.notify import EventQueue
 from pyroce.nic.rings import CqRing
 from pyroce.nic.wqe import WqeOpcode
 from pyroce.verbs.base import PyverbsObject, check_injected
@@ -65,32 +72,98 @@ class WC:
                 f"vendor_err={self.vendor_err}{', reason=' + repr(self.reason) if self.reason else ''})")  # fmt: skip
 
 
+class CompChannel(PyverbsObject):
+    """``CompChannel(ctx)`` (``ibv_create_comp_channel``): where the completion events of the
+    CQs created on it arrive. Closing it closes those CQs first, as pyverbs does."""
+
+    CLOSE_ORDER = 2  # after the CQs
+
+    def __init__(self, context: Context) -> None:
+        super().__init__()
+        context._check_open()
+        self.context = context
+        self.events: EventQueue[int] = context.device.create_comp_channel()
+        self.cqs: weakref.WeakValueDictionary[int, CQ] = weakref.WeakValueDictionary()  # by CQN
+        context.add_ref(self)
+
+    @property
+    def fd(self) -> int:
+        """Readable while events wait (select, poll, epoll, ``loop.add_reader``); made
+        non-blocking, ``get_cq_event`` fails with EAGAIN instead of waiting."""
+        return self.events.fileno()
+
+    def get_cq_event(self, expected_cq: CQ) -> None:
+        """Wait for the next completion event and count it on ``expected_cq`` (``num_events``).
+
+        EINVAL at once if ``expected_cq`` is not on this channel (pyverbs would wait for an event
+        that cannot come), or, the event taken, if it was another CQ's ("Received event on an
+        unexpected CQ"; it is counted on that CQ). EAGAIN if ``fd`` is non-blocking and no
+        event waits."""
+        self._check_open()
+        if expected_cq.channel is not self:
+            raise PyverbsRDMAError("Failed to get CQ event: the CQ has no events on this channel", errno.EINVAL)
+        try:
+            cqn = self.events.get()
+        except BlockingIOError:
+            raise PyverbsRDMAError("Failed to get CQ event", errno.EAGAIN) from None
+        cq = self.cqs.get(cqn)
+        if cq is not None:
+            cq.num_events += 1
+        if cq is not expected_cq:
+            raise PyverbsRDMAError("Received event on an unexpected CQ", errno.EINVAL)
+
+    def _release(self) -> None:
+        self.context.device.destroy_comp_channel(self.events)
+
+
 class CQ(PyverbsObject):
     """``CQ(ctx, cqe, cq_context=None, channel=None, comp_vector=0)``."""
 
     CLOSE_ORDER = 1
 
-    def __init__(self, creator: Context, cqe: int, cq_context: object = None, channel: object = None,
+    def __init__(self, creator: Context, cqe: int, cq_context: object = None, channel: CompChannel | None = None,
                  comp_vector: int = 0) -> None:  # fmt: skip
         super().__init__()
         creator._check_open()
         check_injected(creator.device, "create_cq", "create CQ")
         _check_cqe(creator, cqe, "create")
         if channel is not None:
-            raise PyverbsRDMAError("Failed to create CQ: completion channels are not supported yet", errno.EOPNOTSUPP)
+            channel._check_open()
         if comp_vector >= creator.num_comp_vectors:
             raise PyverbsRDMAError(f"Failed to create CQ: no completion vector {comp_vector}", errno.EINVAL)
         count = _ring_size(cqe)
         self.ctx = creator
         self.cq_context = cq_context
+        self.channel = channel
+        self.num_events = 0  # events taken by get_cq_event and not acknowledged
         self._buf = bytearray(count * CQE_SIZE)
         self._consumer_record = bytearray(4)
         self.ring = CqRing(memoryview(self._buf), count)
-        self.hw = creator.device.create_cq(memoryview(self._buf), count, memoryview(self._consumer_record))
+        self.hw = creator.device.create_cq(memoryview(self._buf), count, memoryview(self._consumer_record),
+                                           channel.events if channel is not None else None)  # fmt: skip
         self.cqe = count - 1
         self.consumer = 0
         self.qps: dict[int, QP] = {}
         creator.add_ref(self)
+        if channel is not None:
+            channel.cqs[self.hw.cqn] = self
+            channel.add_ref(self)
+
+    @property
+    def comp_channel(self) -> CompChannel | None:
+        return self.channel
+
+    def req_notify(self, solicited_only: bool = False) -> None:
+        """``ibv_req_notify_cq``: raise one event on the channel when the next completion is
+        written (``solicited_only``: the next solicited or failed one); re-arm after each event.
+        Completions already in the CQ raise none: arm, then poll, then wait."""
+        self._check_open()
+        self.ctx.device.arm_cq(self.hw, bool(solicited_only))
+
+    def ack_events(self, num_events: int) -> None:
+        """``ibv_ack_cq_events``: acknowledge events ``get_cq_event`` returned. ``close``
+        acknowledges what is left, as pyverbs does, so destroying never waits for them."""
+        self.num_events -= num_events
 
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         """Up to ``num_entries`` completions, oldest first: ``(count, [WC, ...])``."""
@@ -168,6 +241,8 @@ class CQ(PyverbsObject):
         self.cqe = count - 1
 
     def _release(self) -> None:
+        if self.num_events:
+            self.ack_events(self.num_events)
         self.ctx.device.destroy_cq(self.hw)
 
 

@@ -1,5 +1,6 @@
-"""Devices and contexts (pyverbs ``device.pyx``): ``get_device_list``, ``Context`` and the
-attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h)."""
+"""Devices and contexts (pyverbs ``device.pyx``): ``get_device_list``, ``Context``, the
+attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h), and its
+asynchronous events (``get_async_event``, ``AsyncEvent``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pyroce.verbs.addr import GID, gid_of_ipv4
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
+    ibv_event_type,
     ibv_gid_type_sysfs,
     ibv_link_layer,
     ibv_mtu,
@@ -138,6 +140,34 @@ def get_device_list() -> list[Device]:
     return [Device(name.encode()) for name in DEVICE_NAMES]
 
 
+class AsyncEvent:
+    """An asynchronous event (``ibv_async_event``), as pyverbs' ``AsyncEvent``: ``event_type``
+    and ``ack()``. pyroce adds ``element`` (the QPN of a QP event, the CQN of a CQ event, the
+    port number of a port event, 0 for the device; C's ``element`` union) and ``reason``, one
+    line on why."""
+
+    def __init__(self, event_type: int = 0, element: int = 0, reason: str = "") -> None:
+        self.event_type = event_type
+        self.element = element
+        self.reason = reason
+
+    def ack(self) -> None:
+        """``ibv_ack_async_event``: nothing waits on it in pyroce (destroying a QP or CQ with
+        unacknowledged events does not block), but programs written for libibverbs call it."""
+
+    def __str__(self) -> str:
+        return f"{'Event Type':<24}: {translate_event_type(self.event_type):<20}\n"
+
+    def __repr__(self) -> str:
+        return f"AsyncEvent({translate_event_type(self.event_type)}, element={self.element}, reason={self.reason!r})"
+
+
+def translate_event_type(event_type: int) -> str:
+    """``IBV_EVENT_PORT_ERR`` for 10 (pyverbs' ``translate_event_type``)."""
+    known = ibv_event_type._value2member_map_.get(event_type)
+    return known.name if known is not None else f"Unknown event_type ({event_type})"
+
+
 class Context(PyverbsObject):
     """An open device (``ibv_open_device``). ``Context(name='pyroce0')``."""
 
@@ -164,6 +194,24 @@ class Context(PyverbsObject):
 
     def _release(self) -> None:
         release_device(self.device)
+
+    @property
+    def async_fd(self) -> int:
+        """pyroce's ``context->async_fd`` (pyverbs has no accessor): readable while
+        asynchronous events wait. Every Context of a device shares its events: one read takes
+        an event for all of them."""
+        self._check_open()
+        return self.device.events.fileno()
+
+    def get_async_event(self) -> AsyncEvent:
+        """``ibv_get_async_event``: the next asynchronous event, waiting for one (EAGAIN if
+        ``async_fd`` was made non-blocking and none waits)."""
+        self._check_open()
+        try:
+            event = self.device.events.get()
+        except BlockingIOError:
+            raise PyverbsRDMAError("Failed to get async event", errno.EAGAIN) from None
+        return AsyncEvent(event.event_type, event.element, event.reason)
 
     def query_device(self) -> DeviceAttr:
         self._check_open()

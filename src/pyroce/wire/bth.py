@@ -21,6 +21,7 @@ BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FE
 
 _SE = 0x80
 _MIG = 0x40
+SE_MASK = 0x80  # Solicited Event, in the flags byte
 PAD_MASK = 0x30  # PadCnt, in the flags byte
 TVER_MASK = 0x0F
 _FECN = 0x80000000

@@ -1,0 +1,59 @@
+"""Watching a device's asynchronous events as ``ibv_asyncwatch`` does: the loop ``pyroce
+events`` runs and the line it prints for each event.
+
+Each process has its own pyroce0 (its own NIC and engine), so the events are those of the
+devices this process opened: call ``watch`` from the program (a thread of it) or a test whose
+QPs and ports raise them; ``pyroce events`` alone in a shell sees only its own device.
+"""
+
+from __future__ import annotations
+
+import selectors
+import time
+from collections.abc import Iterator
+
+from pyroce.verbs.device import AsyncEvent, Context, translate_event_type
+from pyroce.verbs.enums import ibv_event_type as ev
+
+QP_EVENTS = frozenset({ev.IBV_EVENT_QP_FATAL, ev.IBV_EVENT_QP_REQ_ERR, ev.IBV_EVENT_QP_ACCESS_ERR,
+                       ev.IBV_EVENT_COMM_EST, ev.IBV_EVENT_SQ_DRAINED, ev.IBV_EVENT_PATH_MIG,
+                       ev.IBV_EVENT_PATH_MIG_ERR, ev.IBV_EVENT_QP_LAST_WQE_REACHED})  # fmt: skip
+SRQ_EVENTS = frozenset({ev.IBV_EVENT_SRQ_ERR, ev.IBV_EVENT_SRQ_LIMIT_REACHED})
+
+
+def describe(event: AsyncEvent) -> str:
+    """ibv_asyncwatch's line, ``  event_type IBV_EVENT_PORT_ERR (10), port 1``, for every
+    event type (ibv_asyncwatch names port and device events only and prints a port number for
+    all): a QP event names its QP, a CQ event its CQ; pyroce's reason follows."""
+    kind = event.event_type
+    if kind in QP_EVENTS:
+        element = f"qp 0x{event.element:x}"
+    elif kind in SRQ_EVENTS:
+        element = f"srq {event.element}"
+    elif kind == ev.IBV_EVENT_CQ_ERR:
+        element = f"cq {event.element}"
+    elif kind == ev.IBV_EVENT_DEVICE_FATAL:
+        element = "device"
+    else:
+        element = f"port {event.element}"
+    reason = f": {event.reason}" if event.reason else ""
+    return f"  event_type {translate_event_type(kind)} ({kind}), {element}{reason}"
+
+
+def watch(ctx: Context, count: int | None = None, timeout_s: float | None = None) -> Iterator[AsyncEvent]:
+    """The context's asynchronous events as they come, each acknowledged, until ``count`` of
+    them or ``timeout_s`` seconds from the first call (None: no limit). Waits in a selector on
+    ``ctx.async_fd``; another reader of the same device's events may take one first."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    seen = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(ctx.async_fd, selectors.EVENT_READ)
+        while count is None or seen < count:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            if selector.select(left):
+                event = ctx.get_async_event()
+                event.ack()
+                seen += 1
+                yield event
