@@ -30,6 +30,7 @@ class Reason(enum.IntEnum):
     RECV_PROTECTION = 13
     ENGINE_ERROR = 14
     INJECTED = 15
+    OP_NOT_SUPPORTED = 16
 
     @property
     def text(self) -> str:
@@ -55,4 +56,5 @@ REASON_TEXT = {
     Reason.ENGINE_ERROR: "pyroce's engine failed while handling this QP (a bug: please report it with the "
     "device's last_error); the QP moved to the error state",
     Reason.INJECTED: "a fault injected by a test's fault plan moved the QP to the error state",
+    Reason.OP_NOT_SUPPORTED: "the QP's transport has no such operation (a READ or an atomic on UC)",
 }

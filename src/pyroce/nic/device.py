@@ -35,6 +35,7 @@ from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
 from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
+from pyroce.wire.opcodes import Transport
 
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 
@@ -155,14 +156,15 @@ class NicDevice:
             cq.channel.discard(lambda cqn: cqn == cq.cqn)
 
     def create_qp(self, pdn: int, send_cq: HwCq, recv_cq: HwCq, sq_buf: memoryview, sq_wqebbs: int,
-                  rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview) -> int:  # fmt: skip
+                  rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview,
+                  transport: Transport = Transport.RC) -> int:  # fmt: skip
         with self._lock:
             qps = self.engine.qps
             qpn = self._next_qpn
             while qpn in qps or qpn < FIRST_QPN:
                 qpn = (qpn + 1) & 0xFFFFFF
             self._next_qpn = (qpn + 1) & 0xFFFFFF
-            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn, max_msg_sz=MAX_MSG_SZ), self.engine.mrs)
+            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn, transport=transport, max_msg_sz=MAX_MSG_SZ), self.engine.mrs)
             self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), rq_buf, rq_count, rq_stride,
                                     DoorbellRecord(doorbell), send_cq, recv_cq))  # fmt: skip
             return qpn

@@ -1,4 +1,5 @@
-"""One RC queue pair as a sans-IO protocol object: requester, completer and responder together.
+"""One connected queue pair, RC or UC, as a sans-IO protocol object: requester, completer and
+responder together. What UC does differently is its row in ``service.SERVICES``.
 
 Inputs: ``post_send``, ``post_recv``, ``receive(pkt, now)``, ``handle_timer(now)`` and
 ``modify``. Outputs, pulled: ``packets_to_send(now, budget)``, ``get_timer()``, and the
@@ -19,6 +20,7 @@ from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemoryTable
 from pyroce.transport.requester import Requester
 from pyroce.transport.responder import Responder
+from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
@@ -29,8 +31,6 @@ from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
 
-
-RC_TRANSPORT = int(Transport.RC) >> 5  # the top three opcode bits of RC packets
 # What header prediction takes: the packets after the first of a SEND or WRITE that carry no
 # immediate (a BTH alone), and every READ response (a BTH, and an AETH that must say ACK)
 PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
@@ -50,6 +50,7 @@ class QpConfig:
 
     qpn: int
     pdn: int = 0
+    transport: Transport = Transport.RC  # the QP type, RC or UC: fixed at creation
     dqpn: int = 0
     pmtu: int = 1024  # path MTU in payload bytes
     sq_psn: int = 0
@@ -71,10 +72,12 @@ class QpConfig:
 
 
 class RcQp:
-    """The RC protocol state of one QP. Not thread-safe: one caller at a time."""
+    """The protocol state of one connected QP (RC, or UC by ``config.transport``). Not
+    thread-safe: one caller at a time."""
 
     def __init__(self, config: QpConfig, memory: MemoryTable) -> None:
         self.config = config
+        self.service = SERVICES[config.transport]
         self.memory = memory
         self.state = QpState.RESET
         self.completions: list[Completion] = []
@@ -122,8 +125,8 @@ class RcQp:
         if pkt.bth.pkey != self.config.pkey:
             self.counters["drop_pkey"] += 1
             return
-        if pkt.bth.opcode >> 5 != RC_TRANSPORT:
-            # UC, UD or CNP opcodes at an RC QP: not this transport's packets (rxe check_type_state)
+        if pkt.bth.opcode & 0xE0 != self.service.transport:
+            # another transport's opcodes (RC at a UC QP, UD, CNP): not for this QP (rxe check_type_state)
             self.counters["drop_wrong_transport"] += 1
             return
         self.counters["rcvd_pkts"] += 1
@@ -143,6 +146,8 @@ class RcQp:
         it acknowledges.
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
+        if not self.service.acked:
+            return False  # written for RC's packets; UC takes the general path
         config = self.config
         size = len(data)
         if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:

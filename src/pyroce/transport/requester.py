@@ -32,7 +32,7 @@ MAX_UNACKED_PSNS = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before wa
 MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
 INFINITE_RNR_RETRY = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
 
-# (FIRST, MIDDLE, LAST, ONLY) per segmented operation; UC adds 0x20 to these RC opcodes.
+# (FIRST, MIDDLE, LAST, ONLY) per segmented operation on RC; UC's are in ``service.SERVICES``.
 SEGMENT_OPCODES = {
     WorkOp.SEND: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY),
     WorkOp.SEND_WITH_IMM: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST_WITH_IMMEDIATE,
@@ -167,9 +167,18 @@ class Requester:
             added += count
             if psn_diff(self.psn, self.high_psn) > 0:
                 self.high_psn = self.psn
-            if self.ack_deadline is None and config.ack_timeout_s is not None:
+            if not self.qp.service.acked:
+                self._retire_sent()
+            elif self.ack_deadline is None and config.ack_timeout_s is not None:
                 self.ack_deadline = now + config.ack_timeout_s
         return added
+
+    def _retire_sent(self) -> None:
+        """UC: nothing will be acknowledged, so every PSN sent is done with, and a WQE whose
+        last packet is on the wire completes now (IBA 9.8: completion on transmission)."""
+        self.comp_psn = self.psn
+        while self.send_index:
+            self.complete_head()
 
     def _run(self, entry: SendEntry, count: int, dqpn: int) -> PacketRun:
         """The next ``count`` packets of ``entry`` (below ``entry.run_end``), as one run."""
@@ -184,8 +193,8 @@ class Requester:
             payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
         last = index + count == entry.npsn  # the run ends the message: its LAST asks for the ACK
         ackreq = last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
-        opcodes = SEGMENT_OPCODES[work.op]
-        run = new_run((opcodes[1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq,
+        opcodes = self.qp.service.segments[work.op]
+        run = new_run((opcodes[1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq and self.qp.service.acked,
                        segment_opcode(opcodes, index, entry.npsn), segment_opcode(opcodes, index + count - 1, entry.npsn)))  # fmt: skip
         self.noack_pkts = 0 if ackreq else self.noack_pkts + count
         self.psn = psn_add(self.psn, count)
@@ -200,6 +209,10 @@ class Requester:
         """First transmission of a WQE: check fence and read credits, resolve its buffers.
         Returns False when the WQE must wait (or has just failed)."""
         work = entry.work
+        if work.op not in self.qp.service.ops:
+            self.fail_unsent(entry, WcStatus.LOC_QP_OP_ERR, Reason.OP_NOT_SUPPORTED,
+                             f"{work.op.name} on a {self.qp.service.transport.name} QP")  # fmt: skip
+            return False
         if work.fence and self.rd_atomic_outstanding:
             return False
         if entry.rd_atomic and self.rd_atomic_outstanding >= max(1, self.qp.config.max_rd_atomic):
@@ -238,7 +251,7 @@ class Requester:
             pkt = Packet(bth, atomiceth=AtomicEth(work.raddr, work.rkey, work.swap_add, work.compare))
             self._advance(1, True)
             return pkt
-        opcode = segment_opcode(SEGMENT_OPCODES[op], index, entry.npsn)
+        opcode = segment_opcode(self.qp.service.segments[op], index, entry.npsn)
         flags = OPCODE_FLAGS[opcode]
         offset = index * pmtu
         length = min(pmtu, entry.length - offset)
@@ -251,7 +264,9 @@ class Requester:
         ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
         # Built as plain tuples (the values NamedTuple.__new__ would make, without its Python
         # frame and keyword handling): this runs once per data packet.
-        bth = new_bth((opcode, dqpn, psn, ackreq, end and work.solicited, False, self.qp.config.pkey, False, False))
+        config = self.qp.config
+        wire_ackreq = ackreq and self.qp.service.acked
+        bth = new_bth((opcode, dqpn, psn, wire_ackreq, end and work.solicited, False, config.pkey, False, False))
         reth = Reth(work.raddr, work.rkey, entry.length) if flags & Flag.RETH else None
         imm = work.imm if flags & Flag.IMMDT else None
         ieth = work.imm if flags & Flag.IETH else None

@@ -72,6 +72,7 @@ class ErrorAction(NamedTuple):
     reason: Reason = Reason.NONE
     rnr: bool = False
     counters: tuple[str, ...] = ()
+    drop_message: bool = False  # UC: the message is dropped silently (``Responder._drop_message``)
 
 
 ERRORS = {
@@ -89,6 +90,12 @@ ERRORS = {
     RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True, Reason.RECV_TOO_SHORT),
 }
 
+# UC without an SRQ (rxe's UC cases, IBA classes D and E): a refused request is no one's error
+# to report; its message is dropped silently. Only an unusable receive WQE (class A) fails the
+# QP as on RC, with nothing sent back.
+UC_ERRORS = dict.fromkeys(ERRORS, ErrorAction(None, None, False, drop_message=True))
+UC_ERRORS[RespState.ERR_RECV_PROT] = ERRORS[RespState.ERR_RECV_PROT]._replace(nak=None)
+
 OP_ACCESS = {Flag.WRITE: Access.REMOTE_WRITE, Flag.READ: Access.REMOTE_READ, Flag.ATOMIC: Access.REMOTE_ATOMIC}
 NOT_EXECUTED = Flag.FLUSH | Flag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
 
@@ -105,6 +112,9 @@ class ReadJob:
 class Responder:
     def __init__(self, qp: RcQp) -> None:
         self.qp = qp
+        self.acked = qp.service.acked
+        self.errors = qp.service.errors
+        self._check_psn = self._check_psn_rc if self.acked else self._check_psn_uc
         self.recv_queue: deque[RecvWork] = deque()
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self.reset()
@@ -113,6 +123,7 @@ class Responder:
         self.epsn = 0  # expected PSN
         self.msn = 0
         self.nak_sent = False  # a sequence/RNR NAK is out; drop until the expected PSN comes
+        self.dropping = False  # UC: a message was dropped; discard until a FIRST or ONLY (rxe drop_msg)
         self.in_message = Flag.NONE  # SEND or WRITE while a multi-packet message is open
         self.recv: RecvWork | None = None  # receive WQE of the open SEND
         self.recv_data: ScatterGather | None = None
@@ -198,7 +209,7 @@ class Responder:
                 self._ack(psn_add(self.epsn, -1))
         return count * step
 
-    def _check_psn(self, pkt: Packet) -> RespState:
+    def _check_psn_rc(self, pkt: Packet) -> RespState:
         diff = psn_diff(pkt.bth.psn, self.epsn)
         if diff > 0:
             if self.nak_sent:
@@ -209,6 +220,40 @@ class Responder:
             return RespState.DUPLICATE
         self.nak_sent = False
         return RespState.EXECUTE
+
+    def _check_psn_uc(self, pkt: Packet) -> RespState:
+        """UC has no duplicates and no NAKs (IBA 9.7.5.1, rxe ``check_psn``): a FIRST or ONLY
+        begins a message at whatever PSN it carries, and drops one still open (its LAST was
+        lost); any other packet must carry the expected PSN, else its message is dropped and
+        the rest of it discarded until the next FIRST or ONLY."""
+        psn = pkt.bth.psn
+        if OPCODE_FLAGS[pkt.bth.opcode] & Flag.START:
+            if self.in_message:
+                self._drop_message(RespState.ERR_OP_SEQ if psn == self.epsn else RespState.ERR_PSN_OUT_OF_SEQ)
+            self.dropping = False
+            return RespState.EXECUTE
+        if self.dropping:
+            self.qp.counters["drop_uc_rest_of_message"] += 1
+            return RespState.DROP
+        if psn != self.epsn:
+            self._drop_message(RespState.ERR_PSN_OUT_OF_SEQ)
+            return RespState.DROP
+        return RespState.EXECUTE
+
+    def _drop_message(self, state: RespState) -> None:
+        """UC: the message in progress, or the one the packet in hand begins, is lost (rxe
+        ``drop_msg``); counted once, as ``uc_messages_dropped`` and ``drop_uc_<check>``. A
+        receive WQE it had started goes back to the head of the queue as it was, for the
+        next message (rxe ``do_class_d1e_error``)."""
+        counters = self.qp.counters
+        counters["uc_messages_dropped"] += 1
+        counters[f"drop_uc_{state.name.lower().removeprefix('err_')}"] += 1
+        if self.recv is not None:
+            self.recv_queue.appendleft(self.recv)
+        self.recv = self.recv_data = self.write_view = None
+        self.in_message = Flag.NONE
+        self.offset = 0
+        self.dropping = True
 
     def _check_request(self, pkt: Packet) -> RespState:
         """CHK_OP_SEQ, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY in order."""
@@ -394,7 +439,10 @@ class Responder:
         """Answer a failed check as its row in ``ERRORS`` says. A NAK the requester recovers
         from carries the expected PSN (a sequence NAK names what is missing; an RNR NAK's packet
         is the expected one)."""
-        action = ERRORS[state]
+        action = self.errors[state]
+        if action.drop_message:
+            self._drop_message(state)
+            return
         counters = self.qp.counters
         for name in action.counters or (f"resp_{state.name.lower()}",):
             counters[name] += 1
@@ -419,6 +467,8 @@ class Responder:
     # --- output -------------------------------------------------------------------------
 
     def _ack(self, psn: int) -> None:
+        if not self.acked:  # UC: nothing is acknowledged, whatever AckReq says
+            return
         ack = Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn))
         out = self.out
         if out and isinstance(out[-1], Packet) and out[-1].bth.opcode == Opcode.RC_ACKNOWLEDGE and (

@@ -31,6 +31,7 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
 from pyroce.verbs.wr import RecvWR, SendWR
 from pyroce.wire.mtu import mtu_to_bytes
+from pyroce.wire.opcodes import Transport
 from pyroce.wire.psn import PSN_MASK
 
 WQE_OPCODES = {
@@ -52,6 +53,10 @@ _FENCE, _INLINE = int(ibv_send_flags.IBV_SEND_FENCE), int(ibv_send_flags.IBV_SEN
 _CQ_UPDATE, _SOLICITED_BIT, _FENCE_BIT = int(FmCeSe.CQ_UPDATE), int(FmCeSe.SOLICITED), int(FmCeSe.FENCE)
 IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
 SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
+TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC}
+# What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
+# as rxe's validate_send_wr answers "bad wr opcode for qp type"
+UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM}
 
 
 def _pow2(n: int) -> int:
@@ -154,7 +159,7 @@ _LIMITS = {
 
 
 class QP(PyverbsObject):
-    """``QP(pd, init_attr, qp_attr=None)``: an RC queue pair (UC and UD come later)."""
+    """``QP(pd, init_attr, qp_attr=None)``: an RC or UC queue pair (UD comes later)."""
 
     CLOSE_ORDER = 0
 
@@ -163,14 +168,14 @@ class QP(PyverbsObject):
         creator._check_open()
         ctx = creator.ctx
         check_injected(ctx.device, "create_qp", "create QP")
-        if init_attr.qp_type != ibv_qp_type.IBV_QPT_RC:
+        if init_attr.qp_type not in TRANSPORTS:
             raise PyverbsRDMAError(f"Failed to create QP: QP type {init_attr.qp_type} is not supported yet",
                                    errno.EOPNOTSUPP)  # fmt: skip
         if init_attr.srq is not None:
             raise PyverbsRDMAError("Failed to create QP: SRQs are not supported yet", errno.EOPNOTSUPP)
         scq, rcq = init_attr.send_cq, init_attr.recv_cq
         if not isinstance(scq, CQ) or not isinstance(rcq, CQ):
-            raise PyverbsUserError("an RC QP needs a send CQ (scq) and a receive CQ (rcq)")
+            raise PyverbsUserError("a connected QP needs a send CQ (scq) and a receive CQ (rcq)")
         cap = init_attr.cap
         attr = ctx.query_device()
         for name, value, limit in (("max_send_wr", cap.max_send_wr, attr.max_qp_wr),
@@ -212,7 +217,7 @@ class QP(PyverbsObject):
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
                                        memoryview(self._rq_buf), self.rq_count, self.rq_stride,
-                                       memoryview(self._doorbell_buf))  # fmt: skip
+                                       memoryview(self._doorbell_buf), TRANSPORTS[self.qp_type])  # fmt: skip
         self.qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
@@ -368,6 +373,8 @@ class QP(PyverbsObject):
         if opcode is None:
             raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
                           ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
+        if self.qp_type == ibv_qp_type.IBV_QPT_UC and opcode not in UC_WQE_OPCODES:
+            raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UC QP")
         if wr.num_sge > len(wr.sg):
             raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
         if wr.num_sge > self.cap.max_send_sge:
