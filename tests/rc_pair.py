@@ -9,6 +9,7 @@ every multi-packet message crosses the wrap.
 from __future__ import annotations
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, RcEndpoint
+from pyroce.verbs.enums import ibv_qp_type
 
 MR_SIZE = 3 << 20
 START_PSN = 0xFFFFF0
@@ -17,13 +18,15 @@ Endpoint = RcEndpoint
 __all__ = ["ALL_ACCESS", "Endpoint", "connected_pair", "open_endpoint"]
 
 
-def open_endpoint(events: bool = False) -> RcEndpoint:
-    return RcEndpoint.open(MR_SIZE, psn=START_PSN, events=events)
+def open_endpoint(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC) -> RcEndpoint:
+    return RcEndpoint.open(MR_SIZE, psn=START_PSN, events=events, qp_type=qp_type)
 
 
-def connected_pair(events: bool = False, **connect: int) -> tuple[RcEndpoint, RcEndpoint]:
-    """``events``: each CQ reports to a completion channel (``Endpoint.channel``)."""
-    a, b = open_endpoint(events), open_endpoint(events)
+def connected_pair(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC,
+                   **connect: int) -> tuple[RcEndpoint, RcEndpoint]:  # fmt: skip
+    """``events``: each CQ reports to a completion channel (``Endpoint.channel``); ``qp_type``:
+    RC or UC."""
+    a, b = open_endpoint(events, qp_type), open_endpoint(events, qp_type)
     a.connect(b.info(), **connect)
     b.connect(a.info(), **connect)
     return a, b

@@ -48,15 +48,16 @@ class RcEndpoint:
     @classmethod
     def open(cls, mr_size: int, max_wr: int = 64, max_sge: int = 4, max_inline: int = 64,
              access: int = ALL_ACCESS, device: str = "pyroce0", psn: int | None = None,
-             events: bool = False) -> RcEndpoint:  # fmt: skip
-        """``events``: the CQ reports to a completion channel of its own."""
+             events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC) -> RcEndpoint:  # fmt: skip
+        """``events``: the CQ reports to a completion channel of its own; ``qp_type``: RC or UC
+        (``connect`` sets what the transitions of either require)."""
         ctx = Context(name=device)
         pd = PD(ctx)
         channel = CompChannel(ctx) if events else None
         cq = CQ(ctx, 4 * max_wr, None, channel)
         cap = QPCap(max_send_wr=max_wr, max_recv_wr=max_wr, max_send_sge=max_sge, max_recv_sge=max_sge,
                     max_inline_data=max_inline)  # fmt: skip
-        qp = QP(pd, QPInitAttr(qp_type=ibv_qp_type.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+        qp = QP(pd, QPInitAttr(qp_type=qp_type, scq=cq, rcq=cq, cap=cap))
         mr = MR(pd, mr_size, access)
         return cls(ctx, pd, cq, qp, mr, secrets.randbits(24) if psn is None else psn, channel=channel)
 
