@@ -8,14 +8,16 @@ import random
 import pytest
 
 from pyroce.link.faults import FaultConfig, ScriptRule
+from pyroce.nic.memory import MrTable
 from pyroce.testbench.fabric import Fabric
-from pyroce.transport import RecvWork, SendWork, Sge, WcFlag, WcOpcode, WcStatus, WorkOp
+from pyroce.transport import Access, QpConfig, RcQp, RecvWork, SendWork, Sge, WcFlag, WcOpcode, WcStatus, WorkOp
 from pyroce.transport.rc import QpState
 from pyroce.wire.bth import BTH
-from pyroce.wire.opcodes import Transport, opcode_name
+from pyroce.wire.opcodes import OpFlag, Transport, opcode_name
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add
 from tests.fabric_pair import Node, fabric_pair
+from tests.test_captures import roce_frames
 
 START = 0xFFFF00
 PMTU = 1024
@@ -174,3 +176,28 @@ def test_uc_has_no_reads_atomics_or_invalidate(op: WorkOp) -> None:
     assert a.qp.packets_to_send(0.0) == []
     assert [(c.wqe_counter, c.status) for c in a.qp.completions] == [(1, WcStatus.LOC_QP_OP_ERR)]
     assert a.qp.state is QpState.ERR
+
+
+def test_rxe_uc_pingpong_traffic_is_accepted_by_a_uc_responder(capture_records: dict[str, tuple[int, list]]) -> None:
+    """tests/data/uc_pingpong.pcap (ibv_uc_pingpong between two rxe): every message of each
+    direction completes a receive, whole, with nothing dropped and nothing sent back."""
+    linktype, records = capture_records["uc_pingpong.pcap"]
+    packets = [frame.packet for _, _, frame in roce_frames(linktype, records)]
+    for dqpn in sorted({p.bth.dqpn for p in packets}):
+        mine = [p for p in packets if p.bth.dqpn == dqpn]
+        pmtu = max(len(p.payload) for p in mine)
+        memory = MrTable()
+        buf = bytearray(1 << 16)
+        mr = memory.register(1, memoryview(buf), 0x10000, Access.LOCAL_WRITE)
+        qp = RcQp(QpConfig(qpn=dqpn, pdn=1, pmtu=pmtu, rq_psn=mine[0].bth.psn, transport=Transport.UC), memory)
+        for state in (QpState.INIT, QpState.RTR):
+            qp.modify(state)
+        ends = [p for p in mine if p.info.flags & OpFlag.END]
+        for counter in range(len(ends)):
+            qp.post_recv(RecvWork(counter, (Sge(mr.addr, len(buf), mr.key),)))
+        for pkt in mine:
+            qp.receive(pkt, 0.0)
+        sizes = [sum(len(p.payload) for p in mine[: mine.index(end) + 1]) for end in ends]
+        assert [(c.wqe_counter, c.status) for c in qp.completions] == [(n, WcStatus.SUCCESS) for n in range(len(ends))]
+        assert [c.byte_len for c in qp.completions] == [b - a for a, b in zip([0, *sizes], sizes)]
+        assert qp.counters["uc_messages_dropped"] == 0 and qp.packets_to_send(0.0) == []

@@ -55,7 +55,7 @@ def test_rdma_write(pair: tuple[Endpoint, Endpoint], size: int, with_imm: bool) 
     src = sges(a, 0, size, 1)
     target = 4096 + 5
     if with_imm:
-            b.qp.post_recv(RecvWR(wr_id=0x1111, sg=[]))
+        b.qp.post_recv(RecvWR(wr_id=0x1111, sg=[]))
     wr = SendWR(wr_id=0xC0, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM if with_imm else WR.IBV_WR_RDMA_WRITE,
                 imm_data=0x01020304, sg=src)  # fmt: skip
     wr.set_wr_rdma(b.mr.rkey, b.mr.buf + target)
