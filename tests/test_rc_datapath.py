@@ -22,6 +22,7 @@ SIZES = [0, 1, PMTU - 1, PMTU, PMTU + 1, 1 << 20]
 WC = e.ibv_wc_opcode
 WR = e.ibv_wr_opcode
 OK = e.ibv_wc_status.IBV_WC_SUCCESS
+WRITE_AT = 4096 + 5  # where the WRITE tests write in the peer's MR
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,13 @@ def test_send(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_imm: b
     a, b = pair
     fill(a)
     fill(b)
+    src, dst = send_and_poll(a, b, size, nsge, with_imm)
+    assert gathered(b, dst)[:size] == gathered(a, src)
+
+
+def send_and_poll(a: Endpoint, b: Endpoint, size: int, nsge: int, with_imm: bool) -> tuple[list[SGE], list[SGE]]:
+    """A SEND of ``size`` bytes from ``a`` into a receive posted at ``b``, both completions
+    checked field by field; returns the SGEs sent from and received into."""
     src, dst = sges(a, 0, size, nsge), sges(b, 0, size + 100, nsge)
     b.qp.post_recv(RecvWR(wr_id=0xB0B, sg=dst))
     opcode = WR.IBV_WR_SEND_WITH_IMM if with_imm else WR.IBV_WR_SEND
@@ -74,7 +82,7 @@ def test_send(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_imm: b
         assert recv.wc_flags == e.ibv_wc_flags.IBV_WC_WITH_IMM and recv.imm_data == 0xDEADBEEF
     else:
         assert recv.wc_flags == 0
-    assert gathered(b, dst)[:size] == gathered(a, src)
+    return src, dst
 
 
 @pytest.mark.parametrize("nsge", [1, 3])
@@ -85,13 +93,21 @@ def test_rdma_write(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_
     fill(a)
     fill(b)
     before = b.mr.read(b.mr.length, 0)
+    src = write_and_poll(a, b, size, nsge, with_imm)
+    after = b.mr.read(b.mr.length, 0)
+    assert after[WRITE_AT : WRITE_AT + size] == gathered(a, src)
+    assert after[:WRITE_AT] == before[:WRITE_AT] and after[WRITE_AT + size :] == before[WRITE_AT + size :]
+
+
+def write_and_poll(a: Endpoint, b: Endpoint, size: int, nsge: int, with_imm: bool) -> list[SGE]:
+    """An RDMA WRITE of ``size`` bytes from ``a`` to ``b``'s MR at ``WRITE_AT``, its completions
+    (and the receiver's, with immediate) checked; returns the SGEs written from."""
     src = sges(a, 0, size, nsge)
-    target = 4096 + 5
     if with_imm:
         b.qp.post_recv(RecvWR(wr_id=0x1111, sg=[]))
     wr = SendWR(wr_id=0xC0, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM if with_imm else WR.IBV_WR_RDMA_WRITE,
                 imm_data=0x01020304, sg=src)  # fmt: skip
-    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + target)
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + WRITE_AT)
     a.qp.post_send(wr)
     (done,) = a.poll()
     assert (done.status, done.opcode, done.wr_id) == (OK, WC.IBV_WC_RDMA_WRITE, 0xC0)
@@ -99,9 +115,7 @@ def test_rdma_write(pair: tuple[Endpoint, Endpoint], size: int, nsge: int, with_
         (recv,) = b.poll()
         assert (recv.status, recv.opcode, recv.wr_id, recv.byte_len, recv.imm_data, recv.wc_flags) == (
             OK, WC.IBV_WC_RECV_RDMA_WITH_IMM, 0x1111, size, 0x01020304, e.ibv_wc_flags.IBV_WC_WITH_IMM)  # fmt: skip
-    after = b.mr.read(b.mr.length, 0)
-    assert after[target : target + size] == gathered(a, src)
-    assert after[:target] == before[:target] and after[target + size :] == before[target + size :]
+    return src
 
 
 @pytest.mark.parametrize("nsge", [1, 3])

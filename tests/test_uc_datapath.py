@@ -11,9 +11,9 @@ import pytest
 
 import pyroce.verbs.enums as e
 from pyroce.verbs.qp import QPAttr
-from pyroce.verbs.wr import RecvWR, SendWR
+from pyroce.verbs.wr import SendWR
 from tests.rc_pair import Endpoint, connected_pair
-from tests.test_rc_datapath import OK, SIZES, WC, WR, fill, gathered, sges
+from tests.test_rc_datapath import SIZES, WR, WRITE_AT, fill, gathered, send_and_poll, sges, write_and_poll
 from tests.test_verbs_api import raises_errno
 from tests.waiting import spin_until
 
@@ -33,16 +33,7 @@ def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
 def test_send(pair: tuple[Endpoint, Endpoint], size: int, with_imm: bool) -> None:
     a, b = pair
     fill(a)
-    src, dst = sges(a, 0, size, 3), sges(b, 0, size + 100, 1)
-    b.qp.post_recv(RecvWR(wr_id=0xB0B, sg=dst))
-    opcode = WR.IBV_WR_SEND_WITH_IMM if with_imm else WR.IBV_WR_SEND
-    a.qp.post_send(SendWR(wr_id=0xA11, opcode=opcode, imm_data=0xDEADBEEF, sg=src))
-    (sent,) = a.poll()
-    (recv,) = b.poll()
-    assert (sent.status, sent.opcode, sent.wr_id, sent.qp_num) == (OK, WC.IBV_WC_SEND, 0xA11, a.qp.qp_num)
-    assert (recv.status, recv.opcode, recv.wr_id, recv.byte_len, recv.qp_num) == (
-        OK, WC.IBV_WC_RECV, 0xB0B, size, b.qp.qp_num)  # fmt: skip
-    assert (recv.wc_flags, recv.imm_data) == ((e.ibv_wc_flags.IBV_WC_WITH_IMM, 0xDEADBEEF) if with_imm else (0, 0))
+    src, dst = send_and_poll(a, b, size, 3, with_imm)
     assert gathered(b, dst)[:size] == gathered(a, src)
 
 
@@ -52,23 +43,9 @@ def test_rdma_write(pair: tuple[Endpoint, Endpoint], size: int, with_imm: bool) 
     a, b = pair
     fill(a)
     fill(b)
-    src = sges(a, 0, size, 1)
-    target = 4096 + 5
-    if with_imm:
-        b.qp.post_recv(RecvWR(wr_id=0x1111, sg=[]))
-    wr = SendWR(wr_id=0xC0, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM if with_imm else WR.IBV_WR_RDMA_WRITE,
-                imm_data=0x01020304, sg=src)  # fmt: skip
-    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + target)
-    a.qp.post_send(wr)
-    (done,) = a.poll()
-    assert (done.status, done.opcode, done.wr_id) == (OK, WC.IBV_WC_RDMA_WRITE, 0xC0)
-    if with_imm:  # the receiver's completion is the proof of arrival
-        (recv,) = b.poll()
-        assert (recv.status, recv.opcode, recv.wr_id, recv.byte_len, recv.imm_data) == (
-            OK, WC.IBV_WC_RECV_RDMA_WITH_IMM, 0x1111, size, 0x01020304)  # fmt: skip
-    else:  # UC's completion says the packets left, not that they arrived
-        spin_until(lambda: b.mr.read(size, target) == gathered(a, src), "the WRITE's bytes at the peer")
-    assert b.mr.read(size, target) == gathered(a, src)
+    src = write_and_poll(a, b, size, 1, with_imm)
+    # UC's send completion says the packets left, not that they arrived (the receiver's does)
+    spin_until(lambda: b.mr.read(size, WRITE_AT) == gathered(a, src), "the WRITE's bytes at the peer")
 
 
 @pytest.mark.parametrize("opcode", [WR.IBV_WR_RDMA_READ, WR.IBV_WR_ATOMIC_CMP_AND_SWP, WR.IBV_WR_ATOMIC_FETCH_AND_ADD,
