@@ -7,6 +7,8 @@ RTR/RTS, writes its own message and reads ``done``."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from typing import Any
 
 from pyroce.apps.pingpong import DONE, MSG_LEN, Dest, Pingpong, PingpongError
 
@@ -22,22 +24,34 @@ def read_exact(sock: socket.socket, count: int) -> bytes:
     return buf
 
 
+def first_socket(infos: list[Any], setup: Callable[[socket.socket, Any], None]) -> socket.socket | None:
+    """The C tool's ``getaddrinfo`` loop: a socket for the first address ``setup`` succeeds on."""
+    for family, socktype, proto, _, addr in infos:
+        try:
+            sock = socket.socket(family, socktype, proto)
+        except OSError:
+            continue
+        try:
+            setup(sock, addr)
+        except OSError:
+            sock.close()
+            continue
+        return sock
+    return None
+
+
+def bind_reusable(sock: socket.socket, addr: Any) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(addr)
+
+
 def client_exch_dest(servername: str, port: int, my_dest: Dest) -> Dest:
     """``pp_client_exch_dest``: connect, write ours, read theirs, write ``done``."""
     try:
         infos = socket.getaddrinfo(servername, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise PingpongError(f"{exc.strerror} for {servername}:{port}") from None
-    sock = None
-    for family, socktype, proto, _, addr in infos:
-        try:
-            sock = socket.socket(family, socktype, proto)
-            sock.connect(addr)
-            break
-        except OSError:
-            if sock is not None:
-                sock.close()
-            sock = None
+    sock = first_socket(infos, lambda sock, addr: sock.connect(addr))
     if sock is None:
         raise PingpongError(f"Couldn't connect to {servername}:{port}")
     with sock:
@@ -58,18 +72,8 @@ def client_exch_dest(servername: str, port: int, my_dest: Dest) -> Dest:
 def server_exch_dest(pp: Pingpong, ib_port: int, mtu: int, port: int, sl: int, my_dest: Dest, sgid_idx: int) -> Dest:
     """``pp_server_exch_dest``: accept one client, read its address, connect the QP, answer,
     read ``done``."""
-    listener = None
-    for family, socktype, proto, _, addr in socket.getaddrinfo(None, port, socket.AF_UNSPEC, socket.SOCK_STREAM,
-                                                               0, socket.AI_PASSIVE):  # fmt: skip
-        try:
-            listener = socket.socket(family, socktype, proto)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(addr)
-            break
-        except OSError:
-            if listener is not None:
-                listener.close()
-            listener = None
+    infos = socket.getaddrinfo(None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    listener = first_socket(infos, bind_reusable)
     if listener is None:
         raise PingpongError(f"Couldn't listen to port {port}")
     with listener:
