@@ -12,6 +12,7 @@ import ctypes
 import errno
 import gc
 import mmap
+import socket
 import time
 from collections.abc import Iterator
 
@@ -200,6 +201,31 @@ def test_query_gid_outside_the_table_is_einval(ctx, port_num, index):
 
 def test_gid_type_is_roce_v2(ctx):
     assert ctx.query_gid_type(1, 0) == e.ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2
+
+
+def test_gid_table_holds_only_the_ipv4_roce_v2_gid(ctx):
+    """The link speaks RoCE v2 over one IPv4 address: one GID, and gid_tbl_len says so."""
+    assert ctx.query_port(1).gid_tbl_len == 1
+    with raises_errno(errno.EINVAL):
+        ctx.query_gid_type(1, 1)
+
+
+def test_query_gid_ex_names_index_type_and_netdev(ctx):
+    entry = ctx.query_gid_ex(1, 0)
+    assert (entry.gid_index, entry.port_num, entry.gid_type) == (0, 1, e.ibv_gid_type.IBV_GID_TYPE_ROCE_V2)
+    if str(ctx.query_gid(1, 0).ipv4()).startswith("127."):  # the default, a loopback address
+        assert entry.ndev_ifindex == socket.if_nametoindex("lo")
+    assert GID(entry.gid_str()) == ctx.query_gid(1, 0)
+    assert "GID type                : RoCEv2" in str(entry)
+    with raises_errno(errno.EINVAL):
+        ctx.query_gid_ex(1, 1)
+
+
+def test_query_gid_table_lists_every_entry_or_is_einval_when_they_do_not_fit(ctx):
+    (entry,) = ctx.query_gid_table(8)
+    assert entry.gid_str() == ctx.query_gid_ex(1, 0).gid_str()
+    with raises_errno(errno.EINVAL):
+        ctx.query_gid_table(0)
 
 
 def test_pkey_table_holds_the_default_pkey_only(ctx):

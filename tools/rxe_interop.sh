@@ -64,7 +64,7 @@ RXEVM="$(cd "$RXEVM" && pwd)"
 RXEVM_DIR="${RXEVM_DIR:-/var/tmp/rxevm}"
 export RXEVM_DIR RXEVM_NS="$NS"
 NSX=(ip netns exec "$NS")
-PP="$REPO/tools/rc_pingpong.py"
+PP="$REPO/tools/rc_pingpong.py"  # a wrapper of `pyroce rc_pingpong`
 HOST_ENV=(env PYROCE_ADDR="$HOST_IP")  # default settings: ICRC checking on
 WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 

@@ -126,21 +126,42 @@ def _enable(sock: socket.socket, option: int, value: int) -> bool:
     return True
 
 
-def interface_mtu(address: str) -> int:
-    """The MTU of the interface that holds IPv4 ``address`` (65536 for loopback addresses)."""
+def _interface_of(address: str) -> str | None:
+    """The name of the interface that holds IPv4 ``address`` (``lo`` for 127/8), if any."""
     if address.startswith("127."):
-        return 65536
+        return "lo"
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
             try:
-                got = fcntl.ioctl(probe, _SIOCGIFADDR, request)
+                got = fcntl.ioctl(probe, _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
             except OSError:
                 continue
             if socket.inet_ntoa(got[20:24]) == address:
-                mtu = fcntl.ioctl(probe, _SIOCGIFMTU, request)
-                return int(struct.unpack_from("i", mtu, 16)[0])
+                return name
     finally:
         probe.close()
-    return 1500
+    return None
+
+
+def interface_mtu(address: str) -> int:
+    """The MTU of the interface that holds IPv4 ``address`` (65536 for loopback addresses,
+    1500 if no interface holds it)."""
+    name = _interface_of(address)
+    if name is None:
+        return 1500
+    if name == "lo":
+        return 65536
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        mtu = fcntl.ioctl(probe, _SIOCGIFMTU, struct.pack("256s", name.encode()[:15]))
+    return int(struct.unpack_from("i", mtu, 16)[0])
+
+
+def interface_index(address: str) -> int:
+    """The ifindex of the interface that holds IPv4 ``address`` (0 if none does): a GID
+    entry's ``ndev_ifindex``."""
+    name = _interface_of(address)
+    try:
+        return socket.if_nametoindex(name) if name is not None else 0
+    except OSError:
+        return 0

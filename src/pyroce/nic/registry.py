@@ -25,7 +25,7 @@ import threading
 from typing import NamedTuple
 
 from pyroce.link.faults import FaultConfig
-from pyroce.link.udp import LinkError, UdpLink, interface_mtu
+from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu
 from pyroce.nic.device import NicDevice
 from pyroce.nic.progress import MODES
 
@@ -112,6 +112,11 @@ def netdev_mtu(device: NicDevice) -> int:
     """The MTU of the network interface that holds the device's address: rxe's port takes its
     active MTU from its netdev, and the verbs reach the link only through the NIC."""
     return interface_mtu(device.address)
+
+
+def netdev_ifindex(device: NicDevice) -> int:
+    """The ifindex of that interface (a GID entry's ``ndev_ifindex``), 0 if none holds it."""
+    return interface_index(device.address)
 
 
 def open_device(name: str) -> NicDevice:

@@ -1,6 +1,7 @@
 """Devices and contexts (pyverbs ``device.pyx``): ``get_device_list``, ``Context``, the
-attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h), and its
-asynchronous events (``get_async_event``, ``AsyncEvent``)."""
+attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h), its GID
+table (``pyroce.verbs.gids``: why it holds one GID) and its asynchronous events
+(``get_async_event``, ``AsyncEvent``)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,27 @@ from dataclasses import dataclass, fields
 
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.device import NicDevice
-from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_mtu, open_device, release_device
+from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.verbs.addr import GID, gid_of_ipv4
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
     ibv_event_type,
-    ibv_gid_type_sysfs,
+    ibv_gid_type,
     ibv_link_layer,
     ibv_mtu,
     ibv_node_type,
     ibv_port_state,
     ibv_transport_type,
 )
+from pyroce.verbs.gids import GID_TYPE_SYSFS, GIDEntry, GidTable, translate_gid_type
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.wire.bth import DEFAULT_PKEY
 from pyroce.wire.mtu import mtu_for_netdev
 
 PORT_NUM = 1
+__all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "PortAttr", "get_device_list",
+           "translate_event_type", "translate_gid_type"]  # fmt: skip
 
 
 @dataclass
@@ -186,6 +190,7 @@ class Context(PyverbsObject):
             ) from None
         self.name = device_name
         self.gid = gid_of_ipv4(self.device.address)
+        self.gids = GidTable(PORT_NUM, ((self.gid, ibv_gid_type.IBV_GID_TYPE_ROCE_V2),), netdev_ifindex(self.device))
         self.active_mtu = mtu_for_netdev(netdev_mtu(self.device))
 
     @property
@@ -229,17 +234,30 @@ class Context(PyverbsObject):
     def query_port(self, port_num: int = PORT_NUM) -> PortAttr:
         self._check_port(port_num)
         state = ibv_port_state.IBV_PORT_ACTIVE if self.device.port_active else ibv_port_state.IBV_PORT_DOWN
-        return PortAttr(state=state, active_mtu=int(self.active_mtu))
+        return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids))
 
     def query_gid(self, port_num: int, index: int) -> GID:
+        """The GID at ``index`` (EINVAL past the table, or on another port)."""
         self._check_port(port_num)
-        if index != 0:
-            raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}", errno.EINVAL)
-        return self.gid
+        return self.gids.row(index)[0]
 
     def query_gid_type(self, port_num: int, index: int) -> int:
-        self.query_gid(port_num, index)
-        return ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2
+        """``ibv_query_gid_type``: the sysfs numbering (IBV_GID_TYPE_SYSFS_ROCE_V2 = 1)."""
+        self._check_port(port_num)
+        return GID_TYPE_SYSFS[self.gids.row(index)[1]]
+
+    def query_gid_ex(self, port_num: int, gid_index: int, flags: int = 0) -> GIDEntry:
+        """``ibv_query_gid_ex``: the entry at ``gid_index`` with its type and netdev."""
+        self._check_port(port_num)
+        return self.gids.entry(gid_index)
+
+    def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
+        """``ibv_query_gid_table``: every valid entry of every port; EINVAL when they do not
+        fit in ``max_entries``, as libibverbs answers."""
+        self._check_open()
+        if max_entries < len(self.gids):
+            raise PyverbsRDMAError("Failed to query gid tables of the device", errno.EINVAL)
+        return [self.gids.entry(index) for index in range(len(self.gids))]
 
     def query_pkey(self, port_num: int, index: int) -> int:
         self._check_port(port_num)

@@ -1,0 +1,3 @@
+"""``pyverbs.addr``: ``pyroce.verbs.addr``."""
+
+from pyroce.verbs.addr import *

@@ -1,0 +1,3 @@
+"""``pyverbs.base``: ``pyroce.verbs.base``."""
+
+from pyroce.verbs.base import *

@@ -1,0 +1,3 @@
+"""``pyverbs.cq``: ``pyroce.verbs.cq``."""
+
+from pyroce.verbs.cq import *

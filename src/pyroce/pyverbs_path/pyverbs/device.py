@@ -1,0 +1,3 @@
+"""``pyverbs.device``: ``pyroce.verbs.device``."""
+
+from pyroce.verbs.device import *

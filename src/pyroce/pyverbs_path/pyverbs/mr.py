@@ -1,0 +1,3 @@
+"""``pyverbs.mr``: ``pyroce.verbs.mr``."""
+
+from pyroce.verbs.mr import *

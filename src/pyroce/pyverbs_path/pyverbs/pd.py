@@ -1,0 +1,3 @@
+"""``pyverbs.pd``: ``pyroce.verbs.pd``."""
+
+from pyroce.verbs.pd import *

@@ -1,0 +1,3 @@
+"""``pyverbs.qp``: ``pyroce.verbs.qp``."""
+
+from pyroce.verbs.qp import *

@@ -1,0 +1,3 @@
+"""``pyverbs.wr``: ``pyroce.verbs.wr``."""
+
+from pyroce.verbs.wr import *

@@ -1,0 +1,90 @@
+"""``pyroce rc_pingpong`` between two processes, as ``ibv_rc_pingpong`` runs: the server waits
+on a TCP port, the client connects, both print their addresses and the rate lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli import ROOT, assert_one_line_error, background, cli_env, pyroce
+
+ADDRESS = re.compile(r"^  (local|remote) address: +LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.")
+BYTES = re.compile(r"^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$", re.MULTILINE)
+ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
+
+
+def free_port(offset: int) -> int:
+    """A TCP port of this test process (several test runs may share the host)."""
+    return 20000 + (os.getpid() * 8 + offset) % 40000
+
+
+def listening(port: int) -> bool:
+    """Whether some socket listens on TCP ``port`` (state 0A in /proc/net/tcp*), without
+    connecting to it: the server would take a probe for its client."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
+                return True
+    return False
+
+
+def pingpong(port: int, *options: str) -> tuple[str, str]:
+    """Run a server and a client with ``options``; both outputs."""
+    server = background("rc_pingpong", "-p", str(port), *options)
+    try:
+        deadline = time.monotonic() + 30
+        while not listening(port):
+            assert server.poll() is None and time.monotonic() < deadline, server.communicate()
+            time.sleep(0.02)
+        client = pyroce("rc_pingpong", "-p", str(port), *options, "127.0.0.1", timeout=120)
+        server_out, server_err = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert client.returncode == 0, client.stderr
+    assert server.returncode == 0, server_err
+    return server_out, client.stdout
+
+
+@pytest.mark.parametrize(("size", "offset"), [(4096, 0), (1, 1)])
+def test_server_and_client_print_ibv_rc_pingpong_lines(size, offset):
+    outputs = pingpong(free_port(offset), "-n", "50", "-s", str(size))
+    for out in outputs:
+        lines = out.splitlines()
+        assert ADDRESS.match(lines[0]) and lines[0].startswith("  local address:  "), out
+        assert ADDRESS.match(lines[1]) and lines[1].startswith("  remote address: "), out
+        assert int(BYTES.search(out)[1]) == 2 * 50 * size, out
+        assert int(ITERS.search(out)[1]) == 50, out
+    server_lines, client_lines = (out.splitlines() for out in outputs)
+    assert server_lines[0][len("  local address:  ") :] == client_lines[1][len("  remote address: ") :]
+
+
+def test_check_finds_the_clients_pattern_on_both_sides():
+    for out in pingpong(free_port(2), "-n", "20", "-s", "10000", "-c"):
+        assert "invalid data" not in out, out
+        assert ITERS.search(out), out
+
+
+@pytest.mark.parametrize(("option", "words"), [(("-m", "100"), ("--mtu", "100")), (("-r", "0"), ("--rx-depth",)),
+                                               (("-p", "70000"), ("--port",))])  # fmt: skip
+def test_bad_options_are_one_line(option, words):
+    assert_one_line_error(pyroce("rc_pingpong", *option, timeout=30), *words)
+
+
+def test_a_missing_gid_index_is_named():
+    result = pyroce("rc_pingpong", "-g", "3", "127.0.0.1", timeout=30)
+    assert_one_line_error(result, "can't read sgid of index 3")
+
+
+def test_tools_wrapper_runs_the_packaged_tool():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "rc_pingpong.py"), "-m", "7"], env=cli_env(),
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 2 and "mtu 7 is not one of" in done.stderr, done
