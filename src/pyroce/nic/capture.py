@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections import deque
+from collections.abc import Callable
 from typing import BinaryIO
 
 from pyroce.wire.framing import LINKTYPE_RAW, ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
@@ -17,12 +18,17 @@ from pyroce.wire.pcap import PcapWriter
 
 DEFAULT_KEEP = 100_000  # frames kept; the oldest go first
 
+FrameSink = Callable[[tuple[float, bytes]], None]
+"""Takes each frame, (time, raw IPv4 frame), as it is recorded (``nic.capture_stream``)."""
+
 
 class Capture:
-    """A bounded record of frames (time, raw IPv4 frame), newest last."""
+    """A bounded record of frames (time, raw IPv4 frame), newest last; or, with a ``sink``,
+    each frame handed to it as it is recorded and none kept."""
 
-    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, keep: int = DEFAULT_KEEP, sink: FrameSink | None = None) -> None:
         self.frames: deque[tuple[float, bytes]] = deque(maxlen=keep)
+        self._add = sink if sink is not None else self.frames.append
 
     def record(self, now: float, src: str, sport: int, dst: str, data: memoryview | bytes, step: int) -> None:
         """Datagrams of ``step`` bytes (the last may be shorter) from ``src``:``sport`` to
@@ -31,7 +37,7 @@ class Capture:
         for index, start in enumerate(range(0, max(len(data), 1), step)):
             payload = bytes(data[start : start + step])
             path = RocePath(IPv4Header(src_ip, dst_ip, ident=index), udp)
-            self.frames.append((now, bytes(path.headers(len(payload))) + payload))
+            self._add((now, bytes(path.headers(len(payload))) + payload))
 
     def write(self, stream: BinaryIO) -> int:
         """Write the frames as a pcap (raw IPv4 link type); returns how many."""

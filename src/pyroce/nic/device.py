@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultConfig, FaultInjector
-from pyroce.nic.capture import DEFAULT_KEEP, Capture
+from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
+from pyroce.nic.capture_request import CaptureRequests
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MrTable
@@ -56,6 +57,8 @@ class NicDevice:
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN
         self._stats_file = StatsFile(stats_dir, name) if stats_dir else None
+        self._capture_requests = (CaptureRequests(stats_dir, name, lambda sink: self.start_capture(sink=sink),
+                                                  self.stop_capture) if stats_dir else None)  # fmt: skip
         self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
         handoff = engine = None
         try:  # nothing is left open when a step fails: the link is this device's from here on
@@ -227,9 +230,10 @@ class NicDevice:
 
     # --- what the device reports ------------------------------------------------------
 
-    def start_capture(self, keep: int = DEFAULT_KEEP) -> Capture:
-        """Record every datagram this device sends and receives from now on (``nic.capture``)."""
-        capture = Capture(keep)
+    def start_capture(self, keep: int = DEFAULT_KEEP, sink: FrameSink | None = None) -> Capture:
+        """Record every datagram this device sends and receives from now on (``nic.capture``),
+        into ``sink`` if given; replaces the capture running before."""
+        capture = Capture(keep, sink)
         with self._lock:
             self.engine.port.capture = capture
         return capture
@@ -314,7 +318,10 @@ class NicDevice:
             return dict(sorted(self.engine.qps[qpn].rc.counters.items()))
 
     def _idle(self, now: float) -> None:
-        """After an engine-thread pass: publish the counters when it is time."""
+        """After an engine-thread pass: serve capture requests (``nic.capture_request``), and
+        publish the counters when it is time."""
+        if self._capture_requests is not None:
+            self._capture_requests.poll(now)
         stats_file = self._stats_file
         if stats_file is None or not stats_file.due(now):
             return
@@ -331,6 +338,8 @@ class NicDevice:
                 return
             self._closed = True
         self._progress.stop()
+        if self._capture_requests is not None:
+            self._capture_requests.close()
         if self._stats_file is not None:
             self._stats_file.remove()
         self._link.close()

@@ -41,7 +41,8 @@ SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleep
 class Progress:
     """Runs ``engine`` under ``lock`` from the callers and the engine thread, per ``mode``.
 
-    ``on_idle`` runs on the engine thread after each wait (publishing counters)."""
+    ``on_idle`` runs on the engine thread after each wait (publishing counters, serving
+    capture requests), also while an inline application keeps it standing back."""
 
     def __init__(self, engine: Engine, handoff: Handoff, lock: threading.Lock, mode: str, clock: Clock,
                  name: str, on_idle: Callable[[float], None] | None = None) -> None:  # fmt: skip
@@ -156,6 +157,8 @@ class Progress:
                     # packets or doorbells would only make this thread take the GIL from it (and
                     # make it wait for the lock): sleep until the application may have gone quiet.
                     time.sleep(INLINE_GRACE_S - quiet)
+                    if self._on_idle is not None:
+                        self._on_idle(clock())  # a busy application still has its counters published
                     continue
             self._wait(sources)
             self._handoff.drain()

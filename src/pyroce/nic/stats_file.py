@@ -10,11 +10,24 @@ import os
 PUBLISH_EVERY_S = 1.0  # how often the engine thread writes its counters
 
 
+def device_path(directory: str, pid: int, device: str, suffix: str) -> str:
+    """``<dir>/<pid>-<device><suffix>``: the files of one process's device in the stats folder."""
+    return os.path.join(directory, f"{pid}-{device}{suffix}")
+
+
+def replace_json(path: str, document: object) -> None:
+    """Write ``document`` to ``path`` whole (a reader never sees half of it); raises OSError."""
+    partial = path + ".tmp"
+    with open(partial, "w") as handle:
+        json.dump(document, handle)
+    os.replace(partial, path)
+
+
 class StatsFile:
     """``<dir>/<pid>-<device>.json``, replaced whole on each write and removed on close."""
 
     def __init__(self, directory: str, device: str) -> None:
-        self.path: str | None = os.path.join(directory, f"{os.getpid()}-{device}.json")
+        self.path: str | None = device_path(directory, os.getpid(), device, ".json")
         self.written_at = float("-inf")
 
     def due(self, now: float) -> bool:
@@ -24,11 +37,8 @@ class StatsFile:
         self.written_at = now
         if self.path is None:
             return
-        partial = self.path + ".tmp"
         try:
-            with open(partial, "w") as handle:
-                json.dump(document, handle)
-            os.replace(partial, self.path)
+            replace_json(self.path, document)
         except OSError:
             self.path = None  # nowhere to write: stop trying
 
