@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -86,3 +87,15 @@ def test_unwritable_path(busy, tmp_path: Path) -> None:
                     timeout=30)  # fmt: skip
     assert_one_line_error(result, "No such file or directory")
     assert not os.path.exists(tmp_path / "stats" / f"{program.pid}-pyroce0.capture")
+
+
+def test_tshark_dissects_the_capture_as_infiniband(busy, tmp_path: Path) -> None:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    program, env = busy
+    pcap = tmp_path / "tshark.pcap"
+    assert pyroce("capture", "--pid", str(program.pid), "-w", str(pcap), "--count", "10", env=env).returncode == 0
+    shown = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.protocols", "-e", "infiniband.bth.opcode"],
+                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 10 and all("infiniband" in line for line in lines), shown.stdout
