@@ -225,7 +225,7 @@ class QP(PyverbsObject):
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
         rcq.qps[self.qp_num] = self
-        for parent in (creator, scq, rcq, *((srq,) if srq is not None else ())):
+        for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
             parent.add_ref(self)
         if qp_attr is not None:
             self.to_init(qp_attr)
