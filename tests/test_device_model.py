@@ -51,8 +51,8 @@ def test_hand_written_wqes_move_data_and_produce_cqes(pair: tuple[Endpoint, Endp
     a.mr.write(bytes(range(256)) * 16, 4096)
     qpn_a, qpn_b = a.qp.qp_num, b.qp.qp_num
     # b: one receive WQE (a data segment, then the 0x100 terminator) and the receive counter
-    DATA.pack_into(b.qp._rq_buf, 0, 1000, b.mr.lkey, b.mr.buf + 8192)
-    DATA.pack_into(b.qp._rq_buf, 16, 0, 0x100, 0)
+    DATA.pack_into(b.qp.rq.ring.buf, 0, 1000, b.mr.lkey, b.mr.buf + 8192)
+    DATA.pack_into(b.qp.rq.ring.buf, 16, 0, 0x100, 0)
     struct.pack_into(">I", b.qp._doorbell_buf, 0, 1)
     b.ctx.device.ring_doorbell(qpn_b)
     # a: an RDMA WRITE (ctrl, raddr, data: one basic block) then a SEND (ctrl, data)

@@ -1,8 +1,8 @@
 """The NIC as its drivers see it: a device's commands, its doorbell register, its counters.
 
 The verbs layer (and any other driver) reaches a ``NicDevice`` only by commands
-(``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_qp``, ``modify_qp``, ``destroy_*``) and
-through memory: WQE rings and doorbell records it writes, CQE rings it reads.
+(``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_srq``, ``create_qp``, ``modify_qp``,
+``destroy_*``) and through memory: WQE rings and doorbell records it writes, CQE rings it reads.
 ``ring_doorbell(qpn)`` and ``note_receives(qpn)`` are the doorbell register: hints that a QP's
 doorbell record moved, handed to the engine through ``nic.handoff``.
 
@@ -25,14 +25,15 @@ from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.capture_request import CaptureRequests
-from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, AsyncEvent, Engine
+from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED, AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MrTable
 from pyroce.nic.notify import EventQueue
 from pyroce.nic.port import Clock, Link
 from pyroce.nic.progress import Progress
 from pyroce.nic.queues import HwCq, HwQp
-from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.srq import HwSrq
 from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
@@ -56,6 +57,7 @@ class NicDevice:
         self._next_pdn = 1
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN
+        self._next_srqn = 1
         self._stats_file = StatsFile(stats_dir, name) if stats_dir else None
         self._capture_requests = (CaptureRequests(stats_dir, name, lambda sink: self.start_capture(sink=sink),
                                                   self.stop_capture) if stats_dir else None)  # fmt: skip
@@ -158,18 +160,58 @@ class NicDevice:
         if cq.channel is not None:
             cq.channel.discard(lambda cqn: cqn == cq.cqn)
 
+    def create_srq(self, buf: memoryview, count: int, stride: int, doorbell: memoryview) -> HwSrq:
+        """A shared receive queue of ``count`` WQEs of ``stride`` bytes in ``buf``, its producer
+        counter in the receive word of ``doorbell`` (``nic.srq``)."""
+        with self._lock:
+            srq = HwSrq(self._next_srqn, RecvRing(buf, count, stride), DoorbellRecord(doorbell), self._srq_limit)
+            self._next_srqn += 1
+            return srq
+
+    def arm_srq(self, srq: HwSrq, limit: int) -> None:
+        """``ibv_modify_srq`` with IBV_SRQ_LIMIT: raise SRQ_LIMIT_REACHED once when fewer than
+        ``limit`` WQEs are left posted (0 disarms)."""
+        with self._lock:
+            srq.limit = limit
+
+    def srq_limit(self, srq: HwSrq) -> int:
+        """The SRQ's armed limit (0 once the event fired, or never armed)."""
+        with self._lock:
+            return srq.limit
+
+    def resize_srq(self, srq: HwSrq, ring: RecvRing) -> None:
+        """Read the SRQ from ``ring`` from now on; the driver has copied the WQEs not yet taken
+        into it, at the same counters."""
+        with self._lock:
+            srq.ring = ring
+
+    def destroy_srq(self, srq: HwSrq) -> None:
+        """ValueError while a QP takes its receives from it (the verbs answer EBUSY)."""
+        with self._lock:
+            if srq.qps:
+                raise ValueError(f"SRQ {srq.srqn} is in use by {srq.qps} QPs")
+            srq.limit = 0
+
+    def _srq_limit(self, srq: HwSrq) -> None:
+        self.engine.events.put(AsyncEvent(SRQ_LIMIT_REACHED, srq.srqn,
+                                          f"SRQ {srq.srqn}: fewer than its limit of WQEs posted"))  # fmt: skip
+
     def create_qp(self, pdn: int, send_cq: HwCq, recv_cq: HwCq, sq_buf: memoryview, sq_wqebbs: int,
                   rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview,
-                  transport: Transport = Transport.RC) -> int:  # fmt: skip
+                  transport: Transport = Transport.RC, srq: HwSrq | None = None) -> int:  # fmt: skip
+        """A QP; with ``srq`` its receive WQEs come from that SRQ, not its own ring."""
         with self._lock:
             qps = self.engine.qps
             qpn = self._next_qpn
             while qpn in qps or qpn < FIRST_QPN:
                 qpn = (qpn + 1) & 0xFFFFFF
             self._next_qpn = (qpn + 1) & 0xFFFFFF
-            rc = RcQp(QpConfig(qpn=qpn, pdn=pdn, transport=transport, max_msg_sz=MAX_MSG_SZ), self.engine.mrs)
-            self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), rq_buf, rq_count, rq_stride,
-                                    DoorbellRecord(doorbell), send_cq, recv_cq))  # fmt: skip
+            config = QpConfig(qpn=qpn, pdn=pdn, transport=transport, max_msg_sz=MAX_MSG_SZ)
+            rc = RcQp(config, self.engine.mrs, srq)
+            self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), RecvRing(rq_buf, rq_count, rq_stride),
+                                    DoorbellRecord(doorbell), send_cq, recv_cq, srq))  # fmt: skip
+            if srq is not None:
+                srq.qps += 1
             return qpn
 
     def modify_qp(self, qpn: int, state: QpState, changes: dict[str, object], peer: str | None = None) -> None:
@@ -201,6 +243,8 @@ class NicDevice:
             qp = self.engine.remove_qp(qpn)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
+                if qp.srq is not None:
+                    qp.srq.qps -= 1
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""

@@ -32,7 +32,7 @@ from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
 from pyroce.nic.timers import Timers
 from pyroce.nic.tx import TxBatch
-from pyroce.nic.wqe import WqeError, decode_recv_wqe
+from pyroce.nic.wqe import WqeError
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
@@ -44,7 +44,7 @@ TX_BUDGET = 64  # packets one QP may send per pass
 MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS = 1024  # async events kept for the driver to read
 # ibv_event_type values of the events the engine raises
-CQ_ERR, QP_FATAL, DEVICE_FATAL, PORT_ACTIVE, PORT_ERR = 0, 1, 8, 9, 10
+CQ_ERR, QP_FATAL, DEVICE_FATAL, PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = 0, 1, 8, 9, 10, 15
 
 
 class AsyncEvent(NamedTuple):
@@ -213,9 +213,7 @@ class Engine:
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
-            slot = (qp.rq_consumer % qp.rq_count) * qp.rq_stride
-            sges = decode_recv_wqe(bytes(qp.rq_buf[slot : slot + qp.rq_stride]))
-            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, sges))
+            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
             qp.rq_consumer += 1
         self.active.add(qp)
 

@@ -1,4 +1,5 @@
-"""The queues as the NIC sees them: a CQ's ring and consumer record, a QP's rings and state."""
+"""The queues as the NIC sees them: a CQ's ring and consumer record, a QP's rings and state
+(an SRQ's are in ``nic.srq``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
 from pyroce.nic.notify import EventQueue
-from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
 
 
@@ -53,12 +55,11 @@ class HwQp:
     qpn: int
     rc: RcQp
     sq: SendRing
-    rq_buf: memoryview
-    rq_count: int
-    rq_stride: int
+    rq: RecvRing  # unused when the QP takes its receives from an SRQ
     doorbell: DoorbellRecord
     send_cq: HwCq
     recv_cq: HwCq
+    srq: HwSrq | None = None  # where its receive WQEs come from instead of ``rq``
     peer: str | None = None
     sq_consumer: int = 0
     rq_consumer: int = 0

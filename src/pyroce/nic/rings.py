@@ -12,7 +12,17 @@ from __future__ import annotations
 import struct
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
-from pyroce.nic.wqe import SEG, WQEBB, SendWqe, WqeError, decode_send_wqe, encode_send_wqe
+from pyroce.nic.wqe import (
+    SEG,
+    WQEBB,
+    SendWqe,
+    Sge,
+    WqeError,
+    decode_recv_wqe,
+    decode_send_wqe,
+    encode_recv_wqe,
+    encode_send_wqe,
+)
 
 _BE32 = struct.Struct(">I")
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
@@ -77,6 +87,30 @@ class SendRing:
             raise WqeError(f"ds {ds} is larger than the send ring")
         wqe = decode_send_wqe(self._copy_out(start, ds * SEG))
         return wqe, consumer + -(-ds * SEG // WQEBB)
+
+
+class RecvRing:
+    """A receive queue of ``count`` WQEs of ``stride`` bytes in ``buf``: a QP's or a shared
+    receive queue's, which have the same layout (mlx5's data segments, nic.wqe)."""
+
+    def __init__(self, buf: memoryview, count: int, stride: int) -> None:
+        _check_ring(buf, count, stride, "receive queue")
+        self.buf = buf
+        self.count = count
+        self.stride = stride
+
+    def slot(self, counter: int) -> memoryview:
+        """The bytes of the WQE at ``counter``."""
+        start = (counter % self.count) * self.stride
+        return self.buf[start : start + self.stride]
+
+    def post(self, producer: int, sges: tuple[Sge, ...]) -> None:
+        """Write a WQE scattering to ``sges`` at counter ``producer``."""
+        self.slot(producer)[:] = encode_recv_wqe(sges, self.stride)
+
+    def fetch(self, consumer: int) -> tuple[Sge, ...]:
+        """The scatter list of the WQE at ``consumer``, decoded from a copy of its bytes."""
+        return decode_recv_wqe(bytes(self.slot(consumer)))
 
 
 class CqRing:

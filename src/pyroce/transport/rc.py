@@ -19,7 +19,7 @@ from pyroce.transport.completer import Completer
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemoryTable
 from pyroce.transport.requester import Requester
-from pyroce.transport.responder import Responder
+from pyroce.transport.responder import RecvSource, Responder
 from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import AethKind, syndrome_kind
@@ -75,7 +75,9 @@ class RcQp:
     """The protocol state of one connected QP (RC, or UC by ``config.transport``). Not
     thread-safe: one caller at a time."""
 
-    def __init__(self, config: QpConfig, memory: MemoryTable) -> None:
+    def __init__(self, config: QpConfig, memory: MemoryTable, srq: RecvSource | None = None) -> None:
+        """``srq``: a shared receive queue the responder takes its receive WQEs from, instead of
+        the QP's own (``post_recv``)."""
         self.config = config
         self.service = SERVICES[config.transport]
         self.memory = memory
@@ -85,7 +87,7 @@ class RcQp:
         self.error_detail = ""  # one line on why the QP's last failed work request failed
         self.requester = Requester(self)
         self.completer = Completer(self)
-        self.responder = Responder(self)
+        self.responder = Responder(self, srq)
 
     # --- inputs -------------------------------------------------------------------------
 

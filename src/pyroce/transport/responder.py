@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
@@ -109,13 +109,27 @@ class ReadJob:
         self.view, self.psn, self.count, self.index, self.msn = view, psn, count, 0, msn
 
 
+class RecvSource(Protocol):
+    """Where the responder takes receive WQEs, in order: the QP's own queue (a deque the engine
+    fills), or a shared receive queue that several QPs draw from, read when a message needs a
+    WQE (rxe ``get_srq_wqe``). True while a WQE waits."""
+
+    def __bool__(self) -> bool: ...
+
+    def popleft(self) -> RecvWork: ...
+
+    def appendleft(self, work: RecvWork) -> None: ...
+
+
 class Responder:
-    def __init__(self, qp: RcQp) -> None:
+    def __init__(self, qp: RcQp, srq: RecvSource | None = None) -> None:
         self.qp = qp
         self.acked = qp.service.acked
         self.errors = qp.service.errors
         self._check_psn = self._check_psn_rc if self.acked else self._check_psn_uc
-        self.recv_queue: deque[RecvWork] = deque()
+        self.own_queue: deque[RecvWork] = deque()
+        # A shared queue's WQEs are not this QP's: a reset or a flush leaves them to the others.
+        self.recv_queue: RecvSource = self.own_queue if srq is None else srq
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self.reset()
 
@@ -135,13 +149,13 @@ class Responder:
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
         self.out: deque[Packet | ReadJob] = deque()
-        self.recv_queue.clear()
+        self.own_queue.clear()
 
     def start(self, psn: int) -> None:
         self.epsn = psn
 
     def post(self, work: RecvWork) -> None:
-        self.recv_queue.append(work)
+        self.own_queue.append(work)
 
     @property
     def has_output(self) -> bool:
@@ -518,12 +532,13 @@ class Responder:
         return added
 
     def flush(self) -> None:
-        """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2); read
+        """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2; of a
+        shared receive queue, only the WQE the QP had taken: the rest serve other QPs); read
         responses not yet sent are dropped, a queued NAK still goes out."""
         self.out = deque(item for item in self.out if isinstance(item, Packet))
-        pending = ([self.recv] if self.recv is not None else []) + list(self.recv_queue)
+        pending = ([self.recv] if self.recv is not None else []) + list(self.own_queue)
         self.recv = None
-        self.recv_queue.clear()
+        self.own_queue.clear()
         for recv in pending:
             self.qp.completions.append(Completion(True, recv.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
                                                   vendor_err=Reason.FLUSHED))  # fmt: skip

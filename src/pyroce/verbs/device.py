@@ -77,9 +77,9 @@ class DeviceAttr(_Attr):
     max_ah: int = 0x8000
     max_fmr: int = 0
     max_map_per_fmr: int = 0
-    max_srq: int = 0
-    max_srq_wr: int = 0
-    max_srq_sge: int = 0
+    max_srq: int = 0xDFFFF  # rxe: DEFAULT_MAX_VALUE - RXE_MIN_SRQ_INDEX
+    max_srq_wr: int = 0x4000
+    max_srq_sge: int = 27
     max_pkeys: int = 1
     local_ca_ack_delay: int = 15
     phys_port_cnt: int = 1

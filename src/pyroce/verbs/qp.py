@@ -18,8 +18,8 @@ from collections import deque
 
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.reasons import Reason
-from pyroce.nic.rings import DoorbellRecord, SendRing
-from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe
+from pyroce.nic.rings import DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
@@ -29,6 +29,8 @@ from pyroce.verbs.enums import ibv_qp_attr_mask as M
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
+from pyroce.verbs.recv_queue import RecvQueue, pow2_at_least
+from pyroce.verbs.srq import SRQ
 from pyroce.verbs.wr import RecvWR, SendWR
 from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.opcodes import Transport
@@ -57,10 +59,7 @@ TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Tran
 # What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM}
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
+NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
 
 
 def imm_to_wire(imm_data: int) -> int:
@@ -171,8 +170,13 @@ class QP(PyverbsObject):
         if init_attr.qp_type not in TRANSPORTS:
             raise PyverbsRDMAError(f"Failed to create QP: QP type {init_attr.qp_type} is not supported yet",
                                    errno.EOPNOTSUPP)  # fmt: skip
-        if init_attr.srq is not None:
-            raise PyverbsRDMAError("Failed to create QP: SRQs are not supported yet", errno.EOPNOTSUPP)
+        srq = init_attr.srq
+        if srq is not None:
+            if not isinstance(srq, SRQ):
+                raise PyverbsUserError(f"srq must be an SRQ, not {type(srq).__name__}")
+            srq._check_open()
+            if srq.pd.ctx.device is not ctx.device:
+                raise PyverbsRDMAError("Failed to create QP: the SRQ is on another device", errno.EINVAL)
         scq, rcq = init_attr.send_cq, init_attr.recv_cq
         if not isinstance(scq, CQ) or not isinstance(rcq, CQ):
             raise PyverbsUserError("a connected QP needs a send CQ (scq) and a receive CQ (rcq)")
@@ -197,32 +201,31 @@ class QP(PyverbsObject):
         ds = 3 + max(cap.max_send_sge, inline_segs, 1)  # ctrl, raddr, atomic, data or inline
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
-        self.sq_wqebbs = _pow2(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
-        self.rq_count = _pow2(max(1, cap.max_recv_wr))
-        self.rq_stride = _pow2(max(1, cap.max_recv_sge) * SEG)
+        self.sq_wqebbs = pow2_at_least(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
         self._sq_buf = bytearray(self.sq_wqebbs * WQEBB)
-        self._rq_buf = bytearray(self.rq_count * self.rq_stride)
         self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
         self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
         self.doorbell = DoorbellRecord(memoryview(self._doorbell_buf))
         self.sq_producer = 0  # basic blocks posted
         self.sq_outstanding: deque[tuple[int, int, int]] = deque()  # (first basic block, basic blocks, wr_id)
         self.sq_retired = 0  # basic blocks the NIC has completed
-        self.rq_producer = 0
-        self.rq_completed = 0
-        self.rq_wr_ids = [0] * self.rq_count
+        self.srq = srq
+        # with an SRQ the QP has no receive queue of its own: its receive WQEs (and their
+        # wr_ids) are the SRQ's, and the NIC is given an empty ring it never reads
+        self.rq = srq.rq if srq is not None else RecvQueue(cap.max_recv_wr, cap.max_recv_sge, self.doorbell)
+        rq_ring = NO_RECV_RING if srq is not None else self.rq.ring
         self.peer_address = ""  # IPv4 address of the connected peer, once the AV is set
         self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset
         device = ctx.device
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
-                                       memoryview(self._rq_buf), self.rq_count, self.rq_stride,
-                                       memoryview(self._doorbell_buf), TRANSPORTS[self.qp_type])  # fmt: skip
+                                       rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
+                                       TRANSPORTS[self.qp_type], srq.hw if srq is not None else None)  # fmt: skip
         self.qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
         rcq.qps[self.qp_num] = self
-        for parent in (creator, scq, rcq):
+        for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
             parent.add_ref(self)
         if qp_attr is not None:
             self.to_init(qp_attr)
@@ -258,9 +261,11 @@ class QP(PyverbsObject):
     def _empty_queues(self) -> None:
         """After a reset the queues start empty, and CQEs already written for this QP are
         skipped by the CQs (they report work of the QP's previous life)."""
-        self.sq_producer = self.sq_retired = self.rq_producer = self.rq_completed = 0
+        self.sq_producer = self.sq_retired = 0
         self.sq_outstanding.clear()
         self._doorbell_buf[:] = bytes(DoorbellRecord.SIZE)
+        if self.srq is None:
+            self.rq.reset()
         for cq in (self.scq, self.rcq):
             self.reset_at[cq.hw.cqn] = cq.hw.producer
 
@@ -419,34 +424,16 @@ class QP(PyverbsObject):
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
         self._check_open()
         check_injected(self.ctx.device, "post_recv", "post receive")
-        chain: RecvWR | None = wr
-        posted = 0
-        error: PyverbsRDMAError | None = None
-        while chain is not None:
-            if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
-                error = PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
-                break
-            if chain.num_sge > len(chain.sg):
-                raise PyverbsUserError(f"num_sge is {chain.num_sge} but the WR has {len(chain.sg)} SGEs")
-            if chain.num_sge > self.cap.max_recv_sge:
-                error = PyverbsRDMAError(f"Failed to post receive: {chain.num_sge} SGEs exceed max_recv_sge "
-                                         f"{self.cap.max_recv_sge}", errno.EINVAL)  # fmt: skip
-                break
-            if self.rq_producer - self.rq_completed >= self.cap.max_recv_wr:
-                error = PyverbsRDMAError("Failed to post receive: the receive queue is full", errno.ENOMEM)
-                break
-            sges = tuple(Sge(s.addr, s.length, s.lkey) for s in chain.sg[: chain.num_sge])
-            slot = self.rq_producer % self.rq_count
-            self._rq_buf[slot * self.rq_stride : (slot + 1) * self.rq_stride] = encode_recv_wqe(sges, self.rq_stride)
-            self.rq_wr_ids[slot] = chain.wr_id
-            self.rq_producer += 1
-            posted += 1
-            chain = chain.next_wr
-        if posted:
-            self.doorbell.publish(DoorbellRecord.RECV, self.rq_producer)
-            self.device.note_receives(self.qp_num)
-        if error is not None:
-            raise error
+        if self.srq is not None:  # rxe: the QP has no receive queue (ibv_post_srq_recv is the way)
+            raise PyverbsRDMAError("Failed to post receive: the QP takes its receives from an SRQ", errno.EINVAL)
+        if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
+            raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
+        producer = self.rq.producer
+        try:
+            self.rq.post(wr)
+        finally:
+            if self.rq.producer != producer:
+                self.device.note_receives(self.qp_num)
 
     def explain(self, vendor_err: int) -> str:
         """One line on a failed completion: this QP, its peer and the cause, e.g.
@@ -467,8 +454,8 @@ class QP(PyverbsObject):
         return wr_id
 
     def retire_recv(self, wqe_counter: int) -> int:
-        self.rq_completed += 1
-        return self.rq_wr_ids[wqe_counter % self.rq_count]
+        """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
+        return self.rq.retire(wqe_counter)
 
     def _release(self) -> None:
         self.device.destroy_qp(self.qp_num)

@@ -1,0 +1,3 @@
+"""``pyverbs.srq``: ``pyroce.verbs.srq``."""
+
+from pyroce.verbs.srq import *
