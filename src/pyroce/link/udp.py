@@ -74,11 +74,12 @@ class UdpLink(RocePaths):
         return self.sock.fileno()
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:
-        """Send one datagram; False when the socket buffer is full (the packet is lost, and
-        the transport's retransmission recovers it, as on a congested wire)."""
+        """Send one datagram; False when it could not leave (the socket buffer is full, the
+        peer has no route, a firewall refused it): the packet is lost, as on a wire, and the
+        transport's retransmission or timeout deals with it."""
         try:
             self.sock.sendto(data, (peer, ROCE_UDP_PORT))
-        except (BlockingIOError, InterruptedError):
+        except OSError:
             return False
         return True
 
@@ -88,7 +89,7 @@ class UdpLink(RocePaths):
         try:
             self.sock.sendmsg([data], [(SOL_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(segment_size))], 0,
                               (peer, ROCE_UDP_PORT))  # fmt: skip
-        except (BlockingIOError, InterruptedError):
+        except OSError:  # as ``send``: the packets are lost
             return False
         return True
 

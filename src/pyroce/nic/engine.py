@@ -210,6 +210,9 @@ class Engine:
                 rc.completions.append(Completion(False, counter, WcStatus.LOC_QP_OP_ERR, WcOpcode.SEND,
                                                  vendor_err=Reason.BAD_WQE))  # fmt: skip
                 rc.enter_error()
+                # What follows a WQE that cannot be decoded cannot be found either: the ring is
+                # taken as read up to its producer, so the error is reported once.
+                qp.sq_consumer += (producer - qp.sq_consumer) & 0xFFFF
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
@@ -227,16 +230,20 @@ class Engine:
             batch.send(self.port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
-        sending = bool(rc.requester.queue)
-        if sending is not qp.sending:
-            qp.sending = sending
-            self.sending += 1 if sending else -1
+        self._note_sending(qp)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
             # packet, a doorbell or a timer makes the QP active again.
             self.active.discard(qp)
         return bool(sent)
+
+    def _note_sending(self, qp: HwQp) -> None:
+        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""
+        sending = bool(qp.rc.requester.queue)
+        if sending is not qp.sending:
+            qp.sending = sending
+            self.sending += 1 if sending else -1
 
     def _complete(self, qp: HwQp) -> None:
         """Write the QP's completions into its CQs (a full CQ loses the CQE: counted)."""
@@ -270,6 +277,7 @@ class Engine:
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
+        self._note_sending(qp)
         try:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported

@@ -27,6 +27,7 @@ class Handoff:
         self._rung: set[int] = set()
         self._receives: set[int] = set()
         self._signalled = False  # a byte is in the pipe, or about to be
+        self._closed = False  # after close, a late doorbell must not write into a reused fd
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -48,7 +49,7 @@ class Handoff:
     def wake(self) -> None:
         """Make the engine thread's wait return (one byte however many calls)."""
         with self._lock:
-            if self._signalled:
+            if self._signalled or self._closed:
                 return
             self._signalled = True
             try:
@@ -81,8 +82,10 @@ class Handoff:
             return rung, receives
 
     def close(self) -> None:
-        os.close(self._read_fd)
-        os.close(self._write_fd)
+        with self._lock:
+            self._closed = True
+            os.close(self._read_fd)
+            os.close(self._write_fd)
 
 
 _EMPTY: set[int] = set()  # never written: ``take`` with nothing rung

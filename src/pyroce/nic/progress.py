@@ -58,6 +58,7 @@ class Progress:
         self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
+        self._selecting = False  # the engine thread is in (or entering) its wait
         self._passes = 0  # engine-thread runs so far (what a yielding poll waits to see change)
         self._passed = threading.Condition(threading.Lock())
         self._ready = select.epoll()
@@ -79,8 +80,10 @@ class Progress:
             if not self.engine.sending:
                 self.run_inline(receive=False)
                 return
-            if self._clock() - self._inline_at < INLINE_GRACE_S:
-                return  # the application is polling; the engine thread looks again after the grace
+            if self._clock() - self._inline_at < INLINE_GRACE_S and not self._selecting:
+                # The application is polling, and the engine thread stands back: it looks
+                # again after the grace. One already waiting in select is woken (below).
+                return
         if self._thread is not None:
             self._handoff.wake()
 
@@ -141,6 +144,8 @@ class Progress:
         """Thread mode's empty poll: while the engine thread has something to do (input
         waiting, doorbells, or its passes under way), wait for its next pass to end, which
         lets it have the GIL; otherwise return at once."""
+        if self._stopping:
+            return  # the device is closed: nothing to yield to
         with self._passed:
             passes = self._passes
             if self._busy or self._handoff.pending or self._ready.poll(0):
@@ -175,10 +180,21 @@ class Progress:
                 self._on_idle(clock())
 
     def _wait(self, sources: list[int]) -> None:
-        """Until input, a wake-up or the next deadline (at once if work is waiting)."""
+        """Until input, a wake-up or the next deadline (at once if work is waiting).
+        ``_selecting`` is set before the hand-off is looked at: a doorbell that finds it
+        clear was rung before that look and is seen by it."""
         engine = self.engine
-        if engine.has_work or self._handoff.pending:
-            return
+        self._selecting = True
+        try:
+            if engine.has_work or self._handoff.pending:
+                return
+            self._sleep(sources)
+        finally:
+            self._selecting = False
+
+    def _sleep(self, sources: list[int]) -> None:
+        """Thread mode polls ``SPIN_S`` first; then ``select`` until input or the deadline."""
+        engine = self.engine
         if SPIN_S and not self.inline:
             until = self._clock() + SPIN_S
             while self._clock() < until:

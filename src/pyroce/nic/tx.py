@@ -87,8 +87,10 @@ class TxBatch:
             return
         data = self.view[: self.end]
         self._counters["sent_bytes"] += self.end
-        if self.segments == 1:
-            self._port.transmit(self._peer, data)
-        elif not self._port.send_segments(data, self.segment_size, self._peer):
-            self._counters["drop_tx_full"] += self.segments
-        self.end = self.segments = 0
+        try:
+            if self.segments == 1:
+                self._port.transmit(self._peer, data)
+            elif not self._port.send_segments(data, self.segment_size, self._peer):
+                self._counters["drop_tx_full"] += self.segments
+        finally:  # whatever happened to them, these packets are not sent again
+            self.end = self.segments = 0

@@ -7,6 +7,7 @@ made with that test's settings (``rdma_faults``) and nothing carries over betwee
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -68,14 +69,16 @@ def rdma_context(request: pytest.FixtureRequest, rdma_faults: FaultConfig | None
 def rc_pair(request: pytest.FixtureRequest, rdma_faults: FaultConfig | None) -> Iterator[tuple[RcEndpoint, RcEndpoint]]:
     """Two RC endpoints (context, PD, CQ, QP and a 4 MiB MR each) connected to each other in
     this process; their packets take the device's loopback (built, ICRC'd and checked)."""
-    a, b = RcEndpoint.open(MR_SIZE), RcEndpoint.open(MR_SIZE)
-    _check_fresh(a.ctx, rdma_faults)
-    _opened(request).extend([a, a.ctx.device.start_capture(CAPTURE_KEEP), b])
-    a.connect(b.info())
-    b.connect(a.info())
-    yield a, b
-    a.close()
-    b.close()
+    with contextlib.ExitStack() as stack:  # whatever fails, nothing stays open for the next test
+        a = RcEndpoint.open(MR_SIZE)
+        stack.callback(a.close)
+        b = RcEndpoint.open(MR_SIZE)
+        stack.callback(b.close)
+        _check_fresh(a.ctx, rdma_faults)
+        _opened(request).extend([a, a.ctx.device.start_capture(CAPTURE_KEEP), b])
+        a.connect(b.info())
+        b.connect(a.info())
+        yield a, b
 
 
 @pytest.fixture
@@ -84,19 +87,15 @@ def rc_remote(
 ) -> Iterator[tuple[RcEndpoint, RemotePeer]]:
     """An RC endpoint here connected to a ``RemotePeer`` in another process: real RoCEv2/UDP
     between two devices. The peer keeps receives posted and records the SENDs it gets."""
-    peer = RemotePeer(MR_SIZE)
-    local = RcEndpoint.open(MR_SIZE)
-    try:
+    with contextlib.ExitStack() as stack:  # whatever fails, nothing stays open for the next test
+        peer = RemotePeer(MR_SIZE)
+        stack.callback(peer.close)
+        local = RcEndpoint.open(MR_SIZE)
+        stack.callback(local.close)
         _check_fresh(local.ctx, rdma_faults)
         _opened(request).extend([local, local.ctx.device.start_capture(CAPTURE_KEEP), peer])
         peer.connect(local)
-    except BaseException:
-        local.close()
-        peer.close()
-        raise
-    yield local, peer
-    local.close()
-    peer.close()
+        yield local, peer
 
 
 @pytest.fixture

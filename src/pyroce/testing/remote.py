@@ -8,6 +8,7 @@ process (``PYROCE_FAULTS`` included)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 from multiprocessing.connection import Connection
 
@@ -28,10 +29,13 @@ class RemotePeer:
         self._conn, child = spawn.Pipe()
         self.process = spawn.Process(target=_serve, args=(child, mr_size), daemon=True)
         self.process.start()
-        if not self._conn.poll(START_TIMEOUT_S):
-            self.process.kill()
-            raise RuntimeError(f"the peer process did not start in {START_TIMEOUT_S} s")
-        self.info = PeerInfo(*self._conn.recv())
+        try:
+            if not self._conn.poll(START_TIMEOUT_S):
+                raise RuntimeError(f"the peer process did not start in {START_TIMEOUT_S} s")
+            self.info = PeerInfo(*self._conn.recv())
+        except BaseException:  # it died or hung while starting: no process or pipe is left behind
+            self.close()
+            raise
         self.data_offset = RECEIVES * RECV_SIZE  # where ``read``/``write`` may go without meeting receives
 
     def connect(self, local: RcEndpoint, **connect: int) -> None:
@@ -53,11 +57,14 @@ class RemotePeer:
         return self._request("stats")  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        """Ask the peer to quit; kill it if it does not; always reap it and close the pipe."""
         if self.process.is_alive():
-            self._conn.send(("quit",))
+            with contextlib.suppress(OSError):  # it may have died since
+                self._conn.send(("quit",))
             self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
+        self.process.join(5)
         self._conn.close()
 
     def _request(self, *request: object) -> object:
