@@ -18,15 +18,15 @@ Endpoint = RcEndpoint
 __all__ = ["ALL_ACCESS", "Endpoint", "connected_pair", "open_endpoint"]
 
 
-def open_endpoint(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC) -> RcEndpoint:
-    return RcEndpoint.open(MR_SIZE, psn=START_PSN, events=events, qp_type=qp_type)
+def open_endpoint(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC, send_ops_flags: int = 0) -> RcEndpoint:
+    return RcEndpoint.open(MR_SIZE, psn=START_PSN, events=events, qp_type=qp_type, send_ops_flags=send_ops_flags)
 
 
-def connected_pair(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC,
+def connected_pair(events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC, send_ops_flags: int = 0,
                    **connect: int) -> tuple[RcEndpoint, RcEndpoint]:  # fmt: skip
     """``events``: each CQ reports to a completion channel (``Endpoint.channel``); ``qp_type``:
-    RC or UC."""
-    a, b = open_endpoint(events, qp_type), open_endpoint(events, qp_type)
+    RC or UC; ``send_ops_flags``: extended QPs (``QPEx``) over extended CQs (``CQEX``)."""
+    a, b = open_endpoint(events, qp_type, send_ops_flags), open_endpoint(events, qp_type, send_ops_flags)
     a.connect(b.info(), **connect)
     b.connect(a.info(), **connect)
     return a, b

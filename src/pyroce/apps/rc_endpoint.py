@@ -10,11 +10,13 @@ from typing import NamedTuple
 
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ, WC, CompChannel
+from pyroce.verbs.cq_ex import CQEX, CqInitAttrEx
 from pyroce.verbs.device import Context
-from pyroce.verbs.enums import ibv_access_flags, ibv_mtu, ibv_qp_type
+from pyroce.verbs.enums import IBV_WC_STANDARD_FLAGS, ibv_access_flags, ibv_mtu, ibv_qp_init_attr_mask, ibv_qp_type
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.qp_ex import QPEx, QPInitAttrEx
 
 ALL_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
               | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC)  # fmt: skip
@@ -48,16 +50,25 @@ class RcEndpoint:
     @classmethod
     def open(cls, mr_size: int, max_wr: int = 64, max_sge: int = 4, max_inline: int = 64,
              access: int = ALL_ACCESS, device: str = "pyroce0", psn: int | None = None,
-             events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC) -> RcEndpoint:  # fmt: skip
+             events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC,
+             send_ops_flags: int = 0) -> RcEndpoint:  # fmt: skip
         """``events``: the CQ reports to a completion channel of its own; ``qp_type``: RC or UC
-        (``connect`` sets what the transitions of either require)."""
+        (``connect`` sets what the transitions of either require); ``send_ops_flags``: the
+        extended verbs, a ``QPEx`` with these builders over a ``CQEX``."""
         ctx = Context(name=device)
         pd = PD(ctx)
         channel = CompChannel(ctx) if events else None
-        cq = CQ(ctx, 4 * max_wr, None, channel)
         cap = QPCap(max_send_wr=max_wr, max_recv_wr=max_wr, max_send_sge=max_sge, max_recv_sge=max_sge,
                     max_inline_data=max_inline)  # fmt: skip
-        qp = QP(pd, QPInitAttr(qp_type=qp_type, scq=cq, rcq=cq, cap=cap))
+        cq: CQ
+        if send_ops_flags:
+            cq = CQEX(ctx, CqInitAttrEx(4 * max_wr, channel, wc_flags=IBV_WC_STANDARD_FLAGS))
+            mask = ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+            qp: QP = QPEx(ctx, QPInitAttrEx(qp_type=qp_type, scq=cq, rcq=cq, cap=cap, comp_mask=mask, pd=pd,
+                                            send_ops_flags=send_ops_flags))  # fmt: skip
+        else:
+            cq = CQ(ctx, 4 * max_wr, None, channel)
+            qp = QP(pd, QPInitAttr(qp_type=qp_type, scq=cq, rcq=cq, cap=cap))
         mr = MR(pd, mr_size, access)
         return cls(ctx, pd, cq, qp, mr, secrets.randbits(24) if psn is None else psn, channel=channel)
 

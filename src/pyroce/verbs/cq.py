@@ -171,23 +171,34 @@ class CQ(PyverbsObject):
         wcs: list[WC] = []
         if num_entries <= 0:
             return 0, wcs
-        cqe = self.ring.poll(self.consumer)
-        if cqe is None:
+        self._wake_if_empty()
+        while len(wcs) < num_entries and (wc := self._next_wc()) is not None:
+            wcs.append(wc)
+        if wcs:
+            self._publish_consumer()
+        return len(wcs), wcs
+
+    def _wake_if_empty(self) -> None:
+        """An empty ring lets the engine run (``poll_empty``); a full one tells it that polling
+        found work without it (``poll_found``)."""
+        if self.ring.poll(self.consumer) is None:
             self.ctx.device.poll_empty()
-            cqe = self.ring.poll(self.consumer)
         else:
-            self.ctx.device.poll_found()  # completions were waiting: the engine is not needed for them
-        while cqe is not None:
+            self.ctx.device.poll_found()
+
+    def _next_wc(self) -> WC | None:
+        """The next completion in the ring, consuming the CQEs of QPs reset since they were
+        written on the way; None when the ring holds no more."""
+        while (cqe := self.ring.poll(self.consumer)) is not None:
             wc = self._wc(cqe)
             self.consumer += 1
             if wc is not None:
-                wcs.append(wc)
-                if len(wcs) == num_entries:
-                    break
-            cqe = self.ring.poll(self.consumer)
-        if wcs:
-            self._consumer_record[:] = (self.consumer & 0xFFFFFF).to_bytes(4, "big")
-        return len(wcs), wcs
+                return wc
+        return None
+
+    def _publish_consumer(self) -> None:
+        """Tell the NIC how far the ring was read (the consumer record, libmlx5's ``update_cons_index``)."""
+        self._consumer_record[:] = (self.consumer & 0xFFFFFF).to_bytes(4, "big")
 
     def _wc(self, cqe: Cqe) -> WC | None:
         """The WC of ``cqe``; None for a CQE of a QP reset since it was written (libmlx5 cleans

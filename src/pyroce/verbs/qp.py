@@ -344,10 +344,19 @@ class QP(PyverbsObject):
         are posted, as in libibverbs; the bad one raises."""
         self._check_open()
         check_injected(self.ctx.device, "post_send", "post send")
+        wrs = []
         wr: SendWR | None = send_wr
-        error: PyverbsRDMAError | None = None
-        posted = 0
         while wr is not None:
+            wrs.append(wr)
+            wr = wr.next_wr
+        self._post_wqes(wrs, all_or_none=False)
+
+    def _post_wqes(self, wrs: list[SendWR], all_or_none: bool) -> None:
+        """Encode ``wrs`` into the ring and ring the doorbell once for what was posted.
+        ``all_or_none`` (``ibv_wr_complete``): a bad WR takes back those before it."""
+        first_producer, first_outstanding = self.sq_producer, len(self.sq_outstanding)
+        error: PyverbsRDMAError | None = None
+        for wr in wrs:
             try:
                 wqe = self._send_wqe(wr)
             except PyverbsRDMAError as exc:
@@ -360,9 +369,11 @@ class QP(PyverbsObject):
                 break
             self.sq_outstanding.append((self.sq_producer, wqebbs, wr.wr_id))
             self.sq_producer = self.sq.post(self.sq_producer, wqe)
-            posted += 1
-            wr = wr.next_wr
-        if posted:
+        if error is not None and all_or_none:  # written past the published counter: the NIC never reads it
+            self.sq_producer = first_producer
+            while len(self.sq_outstanding) > first_outstanding:
+                self.sq_outstanding.pop()
+        if self.sq_producer != first_producer:
             self.doorbell.publish(DoorbellRecord.SEND, self.sq_producer)
             self.device.ring_doorbell(self.qp_num)
         if error is not None:
