@@ -15,6 +15,7 @@ import copy
 import errno
 import sys
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.reasons import Reason
@@ -35,6 +36,9 @@ from pyroce.verbs.wr import RecvWR, SendWR
 from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.opcodes import Transport
 from pyroce.wire.psn import PSN_MASK
+
+if TYPE_CHECKING:
+    from pyroce.verbs.mw import MW, MWBind
 
 WQE_OPCODES = {
     ibv_wr_opcode.IBV_WR_SEND: WqeOpcode.SEND,
@@ -456,6 +460,11 @@ class QP(PyverbsObject):
     def retire_recv(self, wqe_counter: int) -> int:
         """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
         return self.rq.retire(wqe_counter)
+
+    def bind_mw(self, mw: MW, mw_bind: MWBind) -> None:
+        """Bind a type 1 memory window to a range of an MR (``ibv_bind_mw``)."""
+        self._check_open()
+        mw.bind_type1(self.pd, self.qp_num, mw_bind)
 
     def _release(self) -> None:
         self.device.destroy_qp(self.qp_num)

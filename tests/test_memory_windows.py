@@ -1,0 +1,131 @@
+"""Memory windows and MR.rereg, observed from the remote side of an RC pair: what a window
+grants a peer, what it refuses (REM_ACCESS_ERR, nothing written), and the errnos of misuse."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+
+import pytest
+
+import pyroce.verbs.enums as e
+from pyroce.verbs.mr import MR
+from pyroce.verbs.mw import MW, MWBind, MWBindInfo
+from pyroce.verbs.pd import PD
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.wr import SGE, SendWR
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+
+A = e.ibv_access_flags
+S = e.ibv_wc_status
+WR = e.ibv_wr_opcode
+BINDABLE = ALL_ACCESS | A.IBV_ACCESS_MW_BIND
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def write(a: Endpoint, rkey: int, raddr: int, length: int, data: bytes = b"\x5a") -> int:
+    """RDMA WRITE ``length`` bytes of ``data`` from a to ``raddr``; the completion status."""
+    a.mr.write(data * length, length)
+    wr = SendWR(wr_id=7, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, length, a.mr.lkey)])
+    wr.set_wr_rdma(rkey, raddr)
+    a.qp.post_send(wr)
+    (done,) = a.poll()
+    return int(done.status)
+
+
+def bound_window(b: Endpoint, mr: MR, offset: int, length: int, access: int = A.IBV_ACCESS_REMOTE_WRITE) -> MW:
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_1)
+    b.qp.bind_mw(mw, MWBind(MWBindInfo(mr, mr.buf + offset, length, access), e.ibv_send_flags.IBV_SEND_SIGNALED))
+    return mw
+
+
+def test_a_window_grants_its_range_only(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 8192, BINDABLE)
+    mw = bound_window(b, mr, 1024, 2048)
+    assert mw.rkey != mr.rkey
+    assert write(a, mw.rkey, mr.buf + 1024, 2048) == S.IBV_WC_SUCCESS
+    assert mr.read(8192, 0) == bytes(1024) + b"\x5a" * 2048 + bytes(5120)
+    assert write(a, mw.rkey, mr.buf + 2048, 2048, b"\x11") == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(8192, 0) == bytes(1024) + b"\x5a" * 2048 + bytes(5120)
+
+
+def test_a_window_grants_only_its_access(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = bound_window(b, mr, 0, 4096, A.IBV_ACCESS_REMOTE_READ)
+    assert write(a, mw.rkey, mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == bytes(4096)
+
+
+def test_a_window_grants_nothing_once_unbound_or_its_mr_is_gone(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = bound_window(b, mr, 0, 4096)
+    mr.close()
+    assert write(a, mw.rkey, mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
+
+
+def test_rebinding_changes_the_key(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = bound_window(b, mr, 0, 4096)
+    first = mw.rkey
+    b.qp.bind_mw(mw, MWBind(MWBindInfo(mr, mr.buf, 0, 0), e.ibv_send_flags.IBV_SEND_SIGNALED))
+    assert mw.rkey >> 8 == first >> 8 and mw.rkey != first
+
+
+@pytest.mark.parametrize("case", ["no MW_BIND", "beyond the MR", "another PD", "type 2", "remote write, no local"])
+def test_refused_binds_are_einval(pair: tuple[Endpoint, Endpoint], case: str) -> None:
+    _, b = pair
+    mr = MR(b.pd, 4096, ALL_ACCESS if case == "no MW_BIND" else BINDABLE)
+    if case == "remote write, no local":
+        mr = MR(b.pd, 4096, A.IBV_ACCESS_REMOTE_READ | A.IBV_ACCESS_MW_BIND)
+    pd = PD(b.ctx) if case == "another PD" else b.pd
+    mw_type = e.ibv_mw_type.IBV_MW_TYPE_2 if case == "type 2" else e.ibv_mw_type.IBV_MW_TYPE_1
+    mw = MW(pd, mw_type)
+    length = 8192 if case == "beyond the MR" else 4096
+    info = MWBindInfo(mr, mr.buf, length, A.IBV_ACCESS_REMOTE_WRITE)
+    with pytest.raises(PyverbsRDMAError) as raised:
+        b.qp.bind_mw(mw, MWBind(info, e.ibv_send_flags.IBV_SEND_SIGNALED))
+    assert raised.value.error_code == errno.EINVAL
+
+
+def test_rereg_changes_access(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 4096, A.IBV_ACCESS_LOCAL_WRITE | A.IBV_ACCESS_REMOTE_READ)
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS, access=ALL_ACCESS)
+    assert write(a, mr.rkey, mr.buf, 64) == S.IBV_WC_SUCCESS
+    assert mr.read(64, 0) == b"\x5a" * 64
+
+
+def test_rereg_can_take_access_away(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    b.mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS, access=A.IBV_ACCESS_LOCAL_WRITE)
+    assert write(a, b.mr.rkey, b.mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
+    assert b.mr.read(64, 0) == bytes(64)
+
+
+def test_rereg_to_another_pd_puts_the_mr_out_of_reach(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    b.mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_PD, pd=PD(b.ctx))
+    assert write(a, b.mr.rkey, b.mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
+
+
+@pytest.mark.parametrize(("flags", "access", "code"), [
+    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, 0, errno.EOPNOTSUPP),
+    (1 << 3, 0, errno.EINVAL),
+    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS, A.IBV_ACCESS_REMOTE_WRITE, errno.EINVAL),
+])  # fmt: skip
+def test_rereg_misuse(pair: tuple[Endpoint, Endpoint], flags: int, access: int, code: int) -> None:
+    _, b = pair
+    with pytest.raises(PyverbsRDMAError) as raised:
+        b.mr.rereg(flags, access=access)
+    assert raised.value.error_code == code
