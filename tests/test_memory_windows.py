@@ -13,7 +13,7 @@ from pyroce.verbs.mr import MR
 from pyroce.verbs.mw import MW, MWBind, MWBindInfo
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
-from pyroce.verbs.wr import SGE, SendWR
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
 
 A = e.ibv_access_flags
@@ -129,3 +129,96 @@ def test_rereg_misuse(pair: tuple[Endpoint, Endpoint], flags: int, access: int, 
     with pytest.raises(PyverbsRDMAError) as raised:
         b.mr.rereg(flags, access=access)
     assert raised.value.error_code == code
+
+
+def bind_type2(b: Endpoint, mw: MW, mr: MR, offset: int, length: int, wr_id: int = 9) -> int:
+    """Post an IBV_WR_BIND_MW on b's send queue; its completion status."""
+    wr = SendWR(wr_id=wr_id, opcode=WR.IBV_WR_BIND_MW)
+    wr.set_bind_wr(mw, MWBindInfo(mr, mr.buf + offset, length, A.IBV_ACCESS_REMOTE_WRITE))
+    b.qp.post_send(wr)
+    (done,) = b.poll()
+    assert done.wr_id == wr_id
+    return int(done.status)
+
+
+def test_an_unbound_type2_window_grants_nothing(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_2)
+    assert write(a, mw.rkey, mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == bytes(4096)
+
+
+@pytest.fixture
+def bound2(pair: tuple[Endpoint, Endpoint]) -> tuple[Endpoint, Endpoint, MR, MW]:
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_2)
+    old = mw.rkey
+    assert bind_type2(b, mw, mr, 1024, 1024) == S.IBV_WC_SUCCESS
+    assert mw.rkey != old and mw.rkey >> 8 == old >> 8
+    return a, b, mr, mw
+
+
+def test_a_type2_window_grants_its_range(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
+    a, _, mr, mw = bound2
+    assert write(a, mw.rkey, mr.buf + 1024, 1024) == S.IBV_WC_SUCCESS
+    assert mr.read(4096, 0) == bytes(1024) + b"\x5a" * 1024 + bytes(2048)
+    assert write(a, mw.rkey, mr.buf, 64, b"\x11") == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == bytes(1024) + b"\x5a" * 1024 + bytes(2048)
+
+
+def test_local_inv_takes_the_window_back(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
+    a, b, mr, mw = bound2
+    inv = SendWR(wr_id=3, opcode=WR.IBV_WR_LOCAL_INV)
+    inv.invalidate_rkey = mw.rkey
+    b.qp.post_send(inv)
+    (done,) = b.poll()
+    assert (done.status, done.wr_id) == (S.IBV_WC_SUCCESS, 3)
+    assert write(a, mw.rkey, mr.buf + 1024, 64) == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == bytes(4096)
+
+
+def test_a_peers_send_with_invalidate_takes_the_window_back(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
+    a, b, mr, mw = bound2
+    b.qp.post_recv(RecvWR(wr_id=4, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    send = SendWR(wr_id=6, opcode=WR.IBV_WR_SEND_WITH_INV, sg=[SGE(a.mr.buf, 16, a.mr.lkey)])
+    send.invalidate_rkey = mw.rkey
+    a.qp.post_send(send)
+    (sent,) = a.poll()
+    (received,) = b.poll()
+    assert (sent.status, received.status, received.wr_id) == (S.IBV_WC_SUCCESS, S.IBV_WC_SUCCESS, 4)
+    assert received.wc_flags & e.ibv_wc_flags.IBV_WC_WITH_INV
+    assert write(a, mw.rkey, mr.buf + 1024, 64) == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == bytes(4096)
+
+
+def test_send_with_invalidate_of_an_mr_is_refused(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    b.qp.post_recv(RecvWR(wr_id=4, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    send = SendWR(wr_id=6, opcode=WR.IBV_WR_SEND_WITH_INV, sg=[SGE(a.mr.buf, 16, a.mr.lkey)])
+    send.invalidate_rkey = b.mr.rkey
+    a.qp.post_send(send)
+    (sent,) = a.poll()
+    assert sent.status == S.IBV_WC_REM_INV_REQ_ERR
+
+
+def test_a_bind_beyond_the_mr_fails_the_work_request(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_2)
+    assert bind_type2(b, mw, mr, 2048, 4096) == S.IBV_WC_MW_BIND_ERR
+
+
+def test_a_bind_waits_for_the_work_before_it(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_2)
+    first = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(b.mr.buf, 4096, b.mr.lkey)])
+    first.set_wr_rdma(a.mr.rkey, a.mr.buf)
+    bind = SendWR(wr_id=2, opcode=WR.IBV_WR_BIND_MW)
+    bind.set_bind_wr(mw, MWBindInfo(mr, mr.buf, 4096, A.IBV_ACCESS_REMOTE_WRITE))
+    first.next_wr = bind
+    b.qp.post_send(first)
+    assert [(wc.wr_id, wc.status) for wc in b.poll(2)] == [(1, S.IBV_WC_SUCCESS), (2, S.IBV_WC_SUCCESS)]
+    assert write(a, mw.rkey, mr.buf, 64) == S.IBV_WC_SUCCESS

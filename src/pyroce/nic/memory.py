@@ -79,12 +79,23 @@ class MrTable:
         self._by_index[window.key >> 8] = window
         return window
 
+    def window(self, key: int) -> MemoryWindow | None:
+        """The window a BIND_MW names: its index, whatever key byte the bind gives it."""
+        window = self._by_index.get(key >> 8)
+        return window if isinstance(window, MemoryWindow) else None
+
+    def region(self, key: int) -> MemoryRegion | None:
+        region = self._by_index.get(key >> 8)
+        return region if isinstance(region, MemoryRegion) and region.key == key else None
+
     def bind(self, window: MemoryWindow, region: MemoryRegion | None, addr: int, length: int, access: Access,
              key_byte: int, qpn: int) -> None:  # fmt: skip
         """Bind ``window`` to ``length`` bytes at ``addr`` of ``region`` (rxe_check_bind_mw's
         rules); ``length`` 0 unbinds it. The window's key takes ``key_byte``."""
         if window.mw_type == 2 and window.region is not None:
             raise BindError("a bound type 2 window must be invalidated before it is bound again")
+        if window.mw_type == 2 and not length:
+            raise BindError("a type 2 window is unbound by invalidation, not by a zero-length bind")
         if length:
             if region is None or self._by_index.get(region.key >> 8) is not region:
                 raise BindError("the MR is not registered")

@@ -11,15 +11,29 @@ import errno
 
 from pyroce.ib.enums import Access
 from pyroce.nic.memory import BindError, MemoryWindow
+from pyroce.nic.wqe import MwBindSeg
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import ibv_access_flags, ibv_mw_type, ibv_send_flags
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.wr import SendWR, inc_rkey
 
 # what a window may grant (rxe's RXE_ACCESS_SUPPORTED_MW): remote access, zero-based aside
 MW_ACCESS = (ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_READ
              | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC)  # fmt: skip
+
+
+def bind_segment(wr: SendWR) -> tuple[int, MwBindSeg]:
+    """The window's new rkey and the bind segment of an IBV_WR_BIND_MW (``set_bind_wr``)."""
+    if wr.bind_mw is None:
+        raise PyverbsRDMAError("Failed to post send: IBV_WR_BIND_MW without set_bind_wr", errno.EINVAL)
+    _, rkey, info = wr.bind_mw
+    if info.mw_access_flags & ~MW_ACCESS:
+        raise PyverbsRDMAError(f"Failed to post send: access 0x{info.mw_access_flags:x} cannot be granted "
+                               "through a window", errno.EINVAL)  # fmt: skip
+    mr_key = info.mr.lkey if info.length else 0
+    return rkey, MwBindSeg(info.addr, info.length, mr_key, info.mw_access_flags)
 
 
 class MW(PyverbsObject):
@@ -62,7 +76,7 @@ class MW(PyverbsObject):
         region = info.mr.region if info.length else None
         try:
             self.pd.ctx.device.bind_mw(self.window, region, info.addr, info.length, Access(info.mw_access_flags),
-                                       self.window.key + 1, qpn)  # fmt: skip
+                                       inc_rkey(self.window.key), qpn)  # fmt: skip
         except BindError as exc:
             raise refused(str(exc)) from None
 
