@@ -4,7 +4,6 @@ grants a peer, what it refuses (REM_ACCESS_ERR, nothing written), and the errnos
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,20 +13,12 @@ from pyroce.verbs.mw import MW, MWBind, MWBindInfo
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
-from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+from tests.rc_pair import ALL_ACCESS, Endpoint
 
 A = e.ibv_access_flags
 S = e.ibv_wc_status
 WR = e.ibv_wr_opcode
 BINDABLE = ALL_ACCESS | A.IBV_ACCESS_MW_BIND
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
-    yield a, b
-    a.close()
-    b.close()
 
 
 def write(a: Endpoint, rkey: int, raddr: int, length: int, data: bytes = b"\x5a") -> int:
