@@ -213,3 +213,25 @@ def test_a_bind_waits_for_the_work_before_it(pair: tuple[Endpoint, Endpoint]) ->
     b.qp.post_send(first)
     assert [(wc.wr_id, wc.status) for wc in b.poll(2)] == [(1, S.IBV_WC_SUCCESS), (2, S.IBV_WC_SUCCESS)]
     assert write(a, mw.rkey, mr.buf, 64) == S.IBV_WC_SUCCESS
+
+
+def test_a_window_type_that_does_not_exist_is_einval(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    with pytest.raises(PyverbsRDMAError) as raised:
+        MW(b.pd, 3)
+    assert raised.value.error_code == errno.EINVAL
+
+
+def test_local_inv_of_a_type1_window_fails_the_work_request(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    mw = bound_window(b, MR(b.pd, 4096, BINDABLE), 0, 4096)
+    inv = SendWR(wr_id=3, opcode=WR.IBV_WR_LOCAL_INV)
+    inv.invalidate_rkey = mw.rkey
+    b.qp.post_send(inv)
+    (done,) = b.poll()
+    assert (done.status, done.wr_id) == (S.IBV_WC_LOC_QP_OP_ERR, 3)
+
+
+def test_a_bound_type2_window_is_not_bound_again(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
+    _, b, mr, mw = bound2
+    assert bind_type2(b, mw, mr, 0, 1024) == S.IBV_WC_MW_BIND_ERR
