@@ -1,13 +1,15 @@
-"""Shared fixtures: the rxe golden captures copied from ../shared/data/rxe-captures, and the
-progress modes a device opened in a test runs in."""
+"""Shared fixtures: the rxe golden captures copied from ../shared/data/rxe-captures, the
+progress modes a device opened in a test runs in, and a connected RC pair."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pyroce.wire import read_pcap
+from tests.rc_pair import Endpoint, connected_pair
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = sorted(DATA.glob("*.pcap"))
@@ -27,3 +29,12 @@ def progress_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
 
 pytest_plugins = ["pytester"]  # runs pytest sessions inside a test (the pyroce plugin's own tests)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    """Two connected RC endpoints, closed after the test."""
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from tests.rc_pair import Endpoint, connected_pair
+from tests.rc_pair import Endpoint
 
 CTRL = struct.Struct(">IIBHBI")  # opmod|wqe_index|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
 RADDR = struct.Struct(">QII")
@@ -23,14 +20,6 @@ MLX5_OPCODE_SEND = 0x0A
 CQ_UPDATE = 0x08
 MLX5_CQE_REQ = 0
 MLX5_CQE_RESP_SEND = 2
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
-    yield a, b
-    a.close()
-    b.close()
 
 
 def wait_cqe(ep: Endpoint, index: int) -> bytes:

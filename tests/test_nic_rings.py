@@ -16,6 +16,7 @@ from pyroce.nic.wqe import (
     MLX5_INVALID_LKEY,
     WQEBB,
     FmCeSe,
+    MwBindSeg,
     SendWqe,
     Sge,
     WqeError,
@@ -48,6 +49,7 @@ def send_wqes(draw):
         draw(u64) if atomic else None,
         () if inline is not None else draw(sges),
         inline,
+        bind=draw(st.builds(MwBindSeg, u64, u64, u32, u32)) if opcode is WqeOpcode.BIND_MW else None,
     )
 
 

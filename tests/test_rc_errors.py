@@ -3,7 +3,6 @@ NAKs, and both sides complete with the right status; nothing outside an MR chang
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,11 @@ from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.qp import QP, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
-from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair, open_endpoint
+from tests.rc_pair import ALL_ACCESS, Endpoint, open_endpoint
 from tests.waiting import spin_until
 
 S = e.ibv_wc_status
 WR = e.ibv_wr_opcode
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
-    yield a, b
-    a.close()
-    b.close()
 
 
 def rdma(opcode: int, a: Endpoint, length: int, rkey: int, raddr: int, wr_id: int = 5) -> SendWR:

@@ -31,6 +31,7 @@ class Reason(enum.IntEnum):
     ENGINE_ERROR = 14
     INJECTED = 15
     OP_NOT_SUPPORTED = 16
+    LOCAL_MEMORY_OP = 17
 
     @property
     def text(self) -> str:
@@ -57,4 +58,5 @@ REASON_TEXT = {
     "device's last_error); the QP moved to the error state",
     Reason.INJECTED: "a fault injected by a test's fault plan moved the QP to the error state",
     Reason.OP_NOT_SUPPORTED: "the QP's transport has no such operation (a READ or an atomic on UC)",
+    Reason.LOCAL_MEMORY_OP: "a memory window bind or invalidation was refused: MR range, access, PD or key",
 }

@@ -24,6 +24,8 @@ REQ_WQE_OPCODE = {
     WcOpcode.RDMA_READ: WqeOpcode.RDMA_READ,
     WcOpcode.COMP_SWAP: WqeOpcode.ATOMIC_CS,
     WcOpcode.FETCH_ADD: WqeOpcode.ATOMIC_FA,
+    WcOpcode.BIND_MW: WqeOpcode.BIND_MW,
+    WcOpcode.LOCAL_INV: WqeOpcode.LOCAL_INVAL,
 }
 
 

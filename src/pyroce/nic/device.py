@@ -27,7 +27,7 @@ from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.capture_request import CaptureRequests
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED, AsyncEvent, Engine
 from pyroce.nic.handoff import Handoff
-from pyroce.nic.memory import MemoryRegion, MrTable
+from pyroce.nic.memory import MemoryRegion, MemoryWindow, MrTable
 from pyroce.nic.notify import EventQueue
 from pyroce.nic.port import Clock, Link
 from pyroce.nic.progress import Progress
@@ -109,9 +109,24 @@ class NicDevice:
         with self._lock:
             return self.engine.mrs.register(pdn, view, addr, access)
 
-    def dereg_mr(self, region: MemoryRegion) -> None:
+    def dereg_mr(self, region: MemoryRegion | MemoryWindow) -> None:
         with self._lock:
             self.engine.mrs.deregister(region)
+
+    def rereg_mr(self, region: MemoryRegion, pdn: int, access: Access) -> None:
+        """Change an MR's PD and access in place (its key stays, as rxe keeps it)."""
+        with self._lock:
+            region.pdn, region.access = pdn, access
+
+    def alloc_mw(self, pdn: int, mw_type: int) -> MemoryWindow:
+        with self._lock:
+            return self.engine.mrs.alloc_window(pdn, mw_type)
+
+    def bind_mw(self, window: MemoryWindow, region: MemoryRegion | None, addr: int, length: int, access: Access,
+                key_byte: int, qpn: int) -> None:  # fmt: skip
+        """Bind a type 1 window (``BindError`` names a refused bind)."""
+        with self._lock:
+            self.engine.mrs.bind(window, region, addr, length, access, key_byte, qpn)
 
     def create_comp_channel(self) -> EventQueue[int]:
         """A completion channel: the CQNs of the completion events of the CQs created on it."""

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
+from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
 from pyroce.nic.notify import EventQueue
 from pyroce.nic.port import Clock, Link, Port
@@ -32,7 +33,7 @@ from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
 from pyroce.nic.timers import Timers
 from pyroce.nic.tx import TxBatch
-from pyroce.nic.wqe import WqeError
+from pyroce.nic.wqe import LOCAL_OPCODES, FmCeSe, SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
@@ -202,7 +203,14 @@ class Engine:
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
             try:
-                wqe, qp.sq_consumer = qp.sq.fetch(qp.sq_consumer)
+                wqe, after = qp.sq.fetch(qp.sq_consumer)
+                if wqe.opcode in LOCAL_OPCODES:
+                    if rc.requester.queue:
+                        break  # in order: it runs once the WQEs before it complete (_note_sending)
+                    qp.sq_consumer = after
+                    self._local(qp, wqe)
+                    continue
+                qp.sq_consumer = after
                 rc.post_send(work_from_wqe(wqe))
             except WqeError as exc:
                 self.counters["bad_wqes"] += 1
@@ -219,6 +227,23 @@ class Engine:
             rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
             qp.rq_consumer += 1
         self.active.add(qp)
+
+    def _local(self, qp: HwQp, wqe: SendWqe) -> None:
+        """Run a BIND_MW or LOCAL_INV WQE and complete it; a refused one fails the QP."""
+        rc = qp.rc
+        opcode = WcOpcode.BIND_MW if wqe.opcode is WqeOpcode.BIND_MW else WcOpcode.LOCAL_INV
+        if rc.state is QpState.ERR:
+            rc.completions.append(Completion(False, wqe.wqe_index, WcStatus.WR_FLUSH_ERR, opcode,
+                                             vendor_err=Reason.FLUSHED))  # fmt: skip
+            return
+        status, detail = execute_local(self.mrs, wqe, qp.qpn, rc.config.pdn)
+        if status is WcStatus.SUCCESS:
+            if wqe.fm_ce_se & FmCeSe.CQ_UPDATE:
+                rc.completions.append(Completion(False, wqe.wqe_index, status, opcode))
+            return
+        rc.error_detail = detail
+        rc.completions.append(Completion(False, wqe.wqe_index, status, opcode, vendor_err=Reason.LOCAL_MEMORY_OP))
+        rc.enter_error()
 
     def _service(self, qp: HwQp, now: float) -> bool:
         """Send what the QP has to send and write its completions; False if it had nothing."""
@@ -244,6 +269,8 @@ class Engine:
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1
+            if not sending and qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
+                self.rung.add(qp)  # a BIND_MW or LOCAL_INV waited for the queue to drain
 
     def _complete(self, qp: HwQp) -> None:
         """Write the QP's completions into its CQs (a full CQ loses the CQE: counted)."""

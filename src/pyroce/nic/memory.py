@@ -30,28 +30,98 @@ class MemoryRegion:
     view: memoryview
 
 
+@dataclass(eq=False)
+class MemoryWindow:
+    """A window: unbound (``region`` None) until a bind gives it a range, access and key byte."""
+
+    key: int
+    pdn: int
+    mw_type: int
+    region: MemoryRegion | None = None
+    addr: int = 0
+    length: int = 0
+    access: Access = Access.LOCAL_READ  # nothing granted
+    qpn: int = 0  # type 2: the QP that bound it
+
+
+class BindError(ValueError):
+    """A bind, or an invalidation, the table refuses (rxe answers EINVAL / IB_WC_MW_BIND_ERR)."""
+
+
 class MrTable:
     def __init__(self) -> None:
-        self._by_index: dict[int, MemoryRegion] = {}
+        self._by_index: dict[int, MemoryRegion | MemoryWindow] = {}
         self._next_index = secrets.randbelow(MAX_MR_INDEX >> 1) + 1
 
     def __len__(self) -> int:
         return len(self._by_index)
 
-    def register(self, pdn: int, view: memoryview, addr: int, access: Access) -> MemoryRegion:
-        """Register ``view`` (a writable byte view) at address ``addr`` for ``pdn``."""
+    def _new_key(self) -> int:
         index = self._next_index
         while index in self._by_index:
             index = index % (MAX_MR_INDEX - 1) + 1
         self._next_index = index % (MAX_MR_INDEX - 1) + 1
-        key = (index << 8) | secrets.randbits(8)
-        region = MemoryRegion(key, pdn, addr, len(view), access, view)
-        self._by_index[index] = region
+        return (index << 8) | secrets.randbits(8)
+
+    def register(self, pdn: int, view: memoryview, addr: int, access: Access) -> MemoryRegion:
+        """Register ``view`` (a writable byte view) at address ``addr`` for ``pdn``."""
+        region = MemoryRegion(self._new_key(), pdn, addr, len(view), access, view)
+        self._by_index[region.key >> 8] = region
         return region
 
-    def deregister(self, region: MemoryRegion) -> None:
-        if self._by_index.get(region.key >> 8) is region:
-            del self._by_index[region.key >> 8]
+    def deregister(self, entry: MemoryRegion | MemoryWindow) -> None:
+        """Remove an MR or a window; a window bound to a removed MR grants nothing after."""
+        if self._by_index.get(entry.key >> 8) is entry:
+            del self._by_index[entry.key >> 8]
+
+    def alloc_window(self, pdn: int, mw_type: int) -> MemoryWindow:
+        window = MemoryWindow(self._new_key(), pdn, mw_type)
+        self._by_index[window.key >> 8] = window
+        return window
+
+    def window(self, key: int) -> MemoryWindow | None:
+        """The window a BIND_MW names: its index, whatever key byte the bind gives it."""
+        window = self._by_index.get(key >> 8)
+        return window if isinstance(window, MemoryWindow) else None
+
+    def region(self, key: int) -> MemoryRegion | None:
+        region = self._by_index.get(key >> 8)
+        return region if isinstance(region, MemoryRegion) and region.key == key else None
+
+    def bind(self, window: MemoryWindow, region: MemoryRegion | None, addr: int, length: int, access: Access,
+             key_byte: int, qpn: int) -> None:  # fmt: skip
+        """Bind ``window`` to ``length`` bytes at ``addr`` of ``region`` (rxe_check_bind_mw's
+        rules); ``length`` 0 unbinds it. The window's key takes ``key_byte``."""
+        if window.mw_type == 2 and window.region is not None:
+            raise BindError("a bound type 2 window must be invalidated before it is bound again")
+        if window.mw_type == 2 and not length:
+            raise BindError("a type 2 window is unbound by invalidation, not by a zero-length bind")
+        if length:
+            if region is None or self._by_index.get(region.key >> 8) is not region:
+                raise BindError("the MR is not registered")
+            if region.pdn != window.pdn:
+                raise BindError("the MR and the window belong to different protection domains")
+            if not region.access & Access.MW_BIND:
+                raise BindError("the MR was registered without IBV_ACCESS_MW_BIND")
+            if int(access) & int(Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not region.access & Access.LOCAL_WRITE:
+                raise BindError("remote write or atomic access through a window needs local write on the MR")
+            if addr < region.addr or length < 0 or addr + length > region.addr + region.length:
+                raise BindError("the window's range lies outside the MR")
+        window.region = region if length else None
+        window.addr, window.length, window.access, window.qpn = addr, length, access, qpn
+        window.key = (window.key & ~0xFF) | (key_byte & 0xFF)
+
+    def invalidate(self, key: int, qpn: int) -> MemFault | None:
+        """LOCAL_INV or a peer's SEND with invalidate: only a bound type 2 window of ``qpn``
+        (rxe refuses type 1 windows and MRs that are not fast-registered, which pyroce has not)."""
+        window = self._by_index.get(key >> 8)
+        if not isinstance(window, MemoryWindow) or window.key != key:
+            return MemFault.BAD_KEY
+        if window.mw_type != 2 or window.region is None or window.qpn != qpn:
+            return MemFault.ACCESS
+        window.region = None
+        window.length = 0
+        return None
 
     def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int) -> memoryview | MemFault:
         if length == 0:
@@ -59,6 +129,8 @@ class MrTable:
         region = self._by_index.get(key >> 8)
         if region is None or region.key != key:
             return MemFault.BAD_KEY
+        if isinstance(region, MemoryWindow):
+            return self._through_window(region, addr, length, access, pdn)
         if region.pdn != pdn:
             return MemFault.BAD_PD
         if int(access) & ~int(region.access):  # ints: IntFlag operators build enum members
@@ -67,3 +139,18 @@ class MrTable:
         if start < 0 or length < 0 or start + length > region.length:
             return MemFault.BOUNDS
         return region.view[start : start + length]
+
+    def _through_window(self, window: MemoryWindow, addr: int, length: int, access: Access,
+                        pdn: int) -> memoryview | MemFault:  # fmt: skip
+        region = window.region
+        if region is None or self._by_index.get(region.key >> 8) is not region:
+            return MemFault.BAD_KEY  # unbound, invalidated, or its MR is gone
+        if window.pdn != pdn:
+            return MemFault.BAD_PD
+        if int(access) & ~int(window.access):
+            return MemFault.ACCESS
+        start = addr - window.addr
+        if start < 0 or length < 0 or start + length > window.length:
+            return MemFault.BOUNDS
+        offset = addr - region.addr
+        return region.view[offset : offset + length]

@@ -36,7 +36,11 @@ class WqeOpcode(enum.IntEnum):
     RDMA_READ = 0x10
     ATOMIC_CS = 0x11
     ATOMIC_FA = 0x12
+    BIND_MW = 0x18
     LOCAL_INVAL = 0x1B
+
+
+LOCAL_OPCODES = frozenset({WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL})  # executed by the NIC, nothing sent
 
 
 class FmCeSe(enum.IntFlag):
@@ -50,6 +54,17 @@ class FmCeSe(enum.IntFlag):
 
 class WqeError(ValueError):
     """A WQE the engine cannot execute: bad opcode, size or segment counts."""
+
+
+class MwBindSeg(NamedTuple):
+    """A BIND_MW WQE's bind segment (pyroce's own layout; mlx5 binds through UMR segments):
+    ``length`` bytes at ``addr`` of the MR ``mr_key``, granting ``access``. The window and its
+    new key are the control segment's ``imm``."""
+
+    addr: int
+    length: int
+    mr_key: int
+    access: int
 
 
 class SendWqe(NamedTuple):
@@ -68,6 +83,7 @@ class SendWqe(NamedTuple):
     sges: tuple[Sge, ...] = ()
     inline: bytes | None = None
     opmod: int = 0
+    bind: MwBindSeg | None = None
 
     @property
     def wqebbs(self) -> int:
@@ -80,6 +96,8 @@ _RADDR = struct.Struct(">QII")
 _ATOMIC = struct.Struct(">QQ")
 _DATA = struct.Struct(">IIQ")
 _INLINE_HDR = struct.Struct(">I")
+_BIND = struct.Struct(">QQII")
+_BIND_SEGS = -(-_BIND.size // SEG)
 
 _HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
@@ -98,6 +116,8 @@ def _ds(wqe: SendWqe) -> int:
         ds += 1
     if wqe.swap_add is not None:
         ds += 1
+    if wqe.bind is not None:
+        ds += _BIND_SEGS
     if wqe.inline is not None:
         return ds + _inline_segs(len(wqe.inline))
     return ds + len(wqe.sges)
@@ -118,6 +138,9 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
     if wqe.swap_add is not None:
         _ATOMIC.pack_into(buf, offset, wqe.swap_add, wqe.compare or 0)
         offset += SEG
+    if wqe.bind is not None:
+        _BIND.pack_into(buf, offset, *wqe.bind)
+        offset += _BIND_SEGS * SEG
     if wqe.inline is not None:
         _INLINE_HDR.pack_into(buf, offset, len(wqe.inline) | INLINE_FLAG)
         buf[offset + 4 : offset + 4 + len(wqe.inline)] = wqe.inline
@@ -155,6 +178,12 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
             raise WqeError(f"{opcode.name} WQE has no atomic segment")
         swap_add, compare = _ATOMIC.unpack_from(data, offset)
         offset += SEG
+    bind = None
+    if opcode is WqeOpcode.BIND_MW:
+        if offset + _BIND_SEGS * SEG > size:
+            raise WqeError("BIND_MW WQE has no bind segment")
+        bind = MwBindSeg(*_BIND.unpack_from(data, offset))
+        offset += _BIND_SEGS * SEG
     sges: list[Sge] = []
     inline = None
     if offset < size and _INLINE_HDR.unpack_from(data, offset)[0] & INLINE_FLAG:
@@ -168,7 +197,7 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
             sges.append(Sge(addr, length, lkey))
             offset += SEG
     return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
-                   compare, tuple(sges), inline, word0 >> 24)  # fmt: skip
+                   compare, tuple(sges), inline, word0 >> 24, bind)  # fmt: skip
 
 
 def encode_recv_wqe(sges: tuple[Sge, ...] | list[Sge], stride: int) -> bytes:

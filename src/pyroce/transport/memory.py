@@ -28,3 +28,7 @@ class MemoryTable(Protocol):
         """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
         the reason the access is refused. ``length`` 0 is always allowed and touches nothing."""
         ...
+
+    def invalidate(self, key: int, qpn: int) -> MemFault | None:
+        """Invalidate the memory window ``key`` bound by ``qpn`` (IBA 10.6.7.2.5), or say why not."""
+        ...

@@ -57,6 +57,7 @@ class RespState(enum.Enum):
     ERR_RECV_PROT = "receive WQE buffer not accessible"
     ERR_RECV_LENGTH = "message longer than the receive WQE"
     ERR_TOO_MANY_RD_ATOMIC = "more reads and atomics outstanding than max_dest_rd_atomic"
+    ERR_INVALIDATE_RKEY = "the R_Key to invalidate names no memory window of this QP"
 
 
 class ErrorAction(NamedTuple):
@@ -86,6 +87,8 @@ ERRORS = {
     RespState.ERR_RKEY_VIOLATION: ErrorAction(NakCode.REMOTE_ACCESS_ERR, None, True),
     RespState.ERR_MISALIGNED_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
     RespState.ERR_TOO_MANY_RD_ATOMIC: ErrorAction(NakCode.INVALID_REQUEST, None, True),
+    # rxe's class J: the receive WQE completes in error and the QP fails
+    RespState.ERR_INVALIDATE_RKEY: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.REM_INV_REQ_ERR, True),
     RespState.ERR_RECV_PROT: ErrorAction(NakCode.REMOTE_OP_ERR, WcStatus.LOC_PROT_ERR, True, Reason.RECV_PROTECTION),
     RespState.ERR_RECV_LENGTH: ErrorAction(NakCode.INVALID_REQUEST, WcStatus.LOC_LEN_ERR, True, Reason.RECV_TOO_SHORT),
 }
@@ -303,6 +306,8 @@ class Responder:
             return RespState.ERR_LENGTH
         if flags & Flag.WRITE and flags & Flag.END and self.offset + len(pkt.payload) != self.write_length:
             return RespState.ERR_LENGTH
+        if pkt.ieth is not None and self.qp.memory.invalidate(pkt.ieth, self.qp.config.qpn) is not None:
+            return RespState.ERR_INVALIDATE_RKEY
         return RespState.EXECUTE
 
     def _refused_ops(self) -> int:

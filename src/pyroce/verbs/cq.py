@@ -35,6 +35,8 @@ WC_OPCODE_OF_WQE = {
     WqeOpcode.RDMA_READ: WcOpcode.RDMA_READ,
     WqeOpcode.ATOMIC_CS: WcOpcode.COMP_SWAP,
     WqeOpcode.ATOMIC_FA: WcOpcode.FETCH_ADD,
+    WqeOpcode.BIND_MW: WcOpcode.BIND_MW,
+    WqeOpcode.LOCAL_INVAL: WcOpcode.LOCAL_INV,
 }
 
 

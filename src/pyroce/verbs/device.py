@@ -68,7 +68,7 @@ class DeviceAttr(_Attr):
     atomic_caps: int = ibv_atomic_cap.IBV_ATOMIC_HCA
     max_ee: int = 0
     max_rdd: int = 0
-    max_mw: int = 0
+    max_mw: int = 0x1000  # rxe_param.h RXE_MAX_MW
     max_raw_ipv6_qp: int = 0
     max_raw_ethy_qp: int = 0
     max_mcast_grp: int = 0

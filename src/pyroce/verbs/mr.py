@@ -16,13 +16,13 @@ from typing import Any
 from pyroce.ib.enums import Access
 from pyroce.nic.memory import MemoryRegion
 from pyroce.verbs.base import PyverbsObject, check_injected
-from pyroce.verbs.enums import ibv_access_flags
+from pyroce.verbs.enums import ibv_access_flags, ibv_rereg_mr_flags
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 SUPPORTED_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
                     | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
-                    | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
+                    | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
 NEEDS_LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
 
 
@@ -35,6 +35,20 @@ def address_of(view: memoryview) -> int:
         del holder
 
 
+def check_access(access: int, what: str) -> None:
+    """The errnos rxe and ib_check_mr_access give for access flags an MR cannot have."""
+    if access & ~SUPPORTED_ACCESS:
+        raise PyverbsRDMAError(f"Failed to {what}: access flags 0x{access:x} not supported", errno.EOPNOTSUPP)
+    if access & NEEDS_LOCAL_WRITE and not access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE:
+        # IBA 10.6.3.1 (and ib_check_mr_access): remote write/atomic need local write
+        raise PyverbsRDMAError(f"Failed to {what}: remote write or atomic access needs local write", errno.EINVAL)
+
+
+def nic_access(access: int) -> Access:
+    """The bits the NIC checks: local write, remote access and MW bind."""
+    return Access(access & 0x1F)
+
+
 class MR(PyverbsObject):
     CLOSE_ORDER = 1
 
@@ -44,13 +58,7 @@ class MR(PyverbsObject):
         check_injected(creator.ctx.device, "reg_mr", "register a MR")
         if length < 0:
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
-        if access & ~SUPPORTED_ACCESS:
-            raise PyverbsRDMAError(f"Failed to register a MR: access flags 0x{access:x} not supported",
-                                   errno.EOPNOTSUPP)  # fmt: skip
-        if access & NEEDS_LOCAL_WRITE and not access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE:
-            # IBA 10.6.3.1 (and ib_check_mr_access): remote write/atomic need local write
-            raise PyverbsRDMAError("Failed to register a MR: remote write or atomic access needs local write",
-                                   errno.EINVAL)  # fmt: skip
+        check_access(access, "register a MR")
         self.pd = creator
         self._memory: mmap.mmap | None = None
         if address is None:
@@ -73,7 +81,7 @@ class MR(PyverbsObject):
         self.buf = address if isinstance(address, int) else (address_of(view) if length else 0)
         self.length = length
         self.access = access
-        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, view, self.buf, Access(access & 0xF))
+        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, view, self.buf, nic_access(access))
         creator.add_ref(self)
 
     @property
@@ -85,6 +93,31 @@ class MR(PyverbsObject):
     def rkey(self) -> int:
         self._check_open()
         return self.region.key
+
+    def rereg(self, flags: int, pd: PD | None = None, addr: int = 0, length: int = 0, access: int = 0) -> None:
+        """``ibv_rereg_mr``: a new PD or access in place, the key kept (rxe_rereg_user_mr). A new
+        translation would re-pin other memory under the same key, which rxe refuses too."""
+        self._check_open()
+        if flags & ~int(ibv_rereg_mr_flags.IBV_REREG_MR_FLAGS_SUPPORTED):
+            raise PyverbsRDMAError(f"Failed to rereg MR: flags 0x{flags:x} are not rereg flags", errno.EINVAL)
+        if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION:
+            raise PyverbsRDMAError("Failed to rereg MR: changing the translation is not supported", errno.EOPNOTSUPP)
+        new_pd = self.pd
+        if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_PD:
+            if pd is None:
+                raise PyverbsRDMAError("Failed to rereg MR: IBV_REREG_MR_CHANGE_PD needs a PD", errno.EINVAL)
+            pd._check_open()
+            new_pd = pd
+        new_access = self.access
+        if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS:
+            check_access(access, "rereg MR")
+            new_access = access
+        self.pd.ctx.device.rereg_mr(self.region, new_pd.pdn, nic_access(new_access))
+        if new_pd is not self.pd:
+            self.pd._children.discard(self)  # type: ignore[union-attr]
+            new_pd.add_ref(self)
+            self.pd = new_pd
+        self.access = new_access
 
     def write(self, data: bytes | bytearray | memoryview | str, length: int, offset: int = 0) -> None:
         """Copy ``length`` bytes of ``data`` into the MR at ``offset``."""

@@ -15,6 +15,7 @@ import copy
 import errno
 import sys
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.reasons import Reason
@@ -26,6 +27,7 @@ from pyroce.verbs.cq import CQ
 from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
+from pyroce.verbs.mw import bind_segment
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
@@ -36,6 +38,9 @@ from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.opcodes import Transport
 from pyroce.wire.psn import PSN_MASK
 
+if TYPE_CHECKING:
+    from pyroce.verbs.mw import MW, MWBind
+
 WQE_OPCODES = {
     ibv_wr_opcode.IBV_WR_SEND: WqeOpcode.SEND,
     ibv_wr_opcode.IBV_WR_SEND_WITH_IMM: WqeOpcode.SEND_IMM,
@@ -45,6 +50,8 @@ WQE_OPCODES = {
     ibv_wr_opcode.IBV_WR_RDMA_READ: WqeOpcode.RDMA_READ,
     ibv_wr_opcode.IBV_WR_ATOMIC_CMP_AND_SWP: WqeOpcode.ATOMIC_CS,
     ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD: WqeOpcode.ATOMIC_FA,
+    ibv_wr_opcode.IBV_WR_BIND_MW: WqeOpcode.BIND_MW,
+    ibv_wr_opcode.IBV_WR_LOCAL_INV: WqeOpcode.LOCAL_INVAL,
 }
 RDMA_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ}
 ATOMIC_OPS = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
@@ -54,11 +61,13 @@ _SIGNALED, _SOLICITED = int(ibv_send_flags.IBV_SEND_SIGNALED), int(ibv_send_flag
 _FENCE, _INLINE = int(ibv_send_flags.IBV_SEND_FENCE), int(ibv_send_flags.IBV_SEND_INLINE)
 _CQ_UPDATE, _SOLICITED_BIT, _FENCE_BIT = int(FmCeSe.CQ_UPDATE), int(FmCeSe.SOLICITED), int(FmCeSe.FENCE)
 IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
+INV_OPS = {WqeOpcode.SEND_INVAL, WqeOpcode.LOCAL_INVAL}  # imm_data is the key to invalidate
 SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
 TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC}
 # What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
-UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM}
+UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
+                  WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
 
 
@@ -411,7 +420,11 @@ class QP(PyverbsObject):
                 raise invalid(f"{length} inline bytes exceed max_inline_data {self.cap.max_inline_data}")
             inline = b"".join(self._read_local(s) for s in sges)
             sges = ()
-        imm = imm_to_wire(wr.imm_data) if opcode in IMM_OPS else wr.imm_data if opcode is WqeOpcode.SEND_INVAL else 0
+        imm = imm_to_wire(wr.imm_data) if opcode in IMM_OPS else wr.imm_data if opcode in INV_OPS else 0
+        bind = None
+        if opcode is WqeOpcode.BIND_MW:
+            imm, bind = bind_segment(wr)
+            sges = ()
         raddr = rkey = swap_add = compare = None
         if opcode in RDMA_OPS or opcode in ATOMIC_OPS:
             raddr, rkey = wr.remote_addr, wr.rkey
@@ -420,7 +433,7 @@ class QP(PyverbsObject):
         elif opcode is WqeOpcode.ATOMIC_FA:
             swap_add, compare = wr.compare_add, 0
         return SendWqe(opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
-                       sges, inline)  # fmt: skip
+                       sges, inline, bind=bind)  # fmt: skip
 
     def _read_local(self, sge: Sge) -> bytes:
         """Inline data is copied at post time from memory this process registered."""
@@ -467,6 +480,11 @@ class QP(PyverbsObject):
     def retire_recv(self, wqe_counter: int) -> int:
         """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
         return self.rq.retire(wqe_counter)
+
+    def bind_mw(self, mw: MW, mw_bind: MWBind) -> None:
+        """Bind a type 1 memory window to a range of an MR (``ibv_bind_mw``)."""
+        self._check_open()
+        mw.bind_type1(self.pd, self.qp_num, mw_bind)
 
     def _release(self) -> None:
         self.device.destroy_qp(self.qp_num)

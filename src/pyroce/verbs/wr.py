@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyroce.verbs.enums import ibv_send_flags, ibv_wr_opcode
+
+if TYPE_CHECKING:
+    from pyroce.verbs.mw import MW, MWBindInfo
+
+
+def inc_rkey(rkey: int) -> int:
+    """``ibv_inc_rkey``: the next key byte, so a stale key of the previous bind fails."""
+    return (rkey & ~0xFF) | ((rkey + 1) & 0xFF)
 
 
 class SGE:
@@ -41,12 +51,17 @@ class SendWR:
         self.remote_addr = 0
         self.compare_add = 0
         self.swap = 0
+        self.bind_mw: tuple[MW, int, MWBindInfo] | None = None  # window, its new rkey, range
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         self.rkey, self.remote_addr = rkey, addr
 
     def set_wr_atomic(self, rkey: int, addr: int, compare_add: int, swap: int = 0) -> None:
         self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+
+    def set_bind_wr(self, mw: MW, bind_info: MWBindInfo) -> None:
+        """An IBV_WR_BIND_MW: ``mw`` takes ``bind_info``'s range with the next key (ibv_inc_rkey)."""
+        self.bind_mw = (mw, inc_rkey(mw.rkey), bind_info)
 
     @property
     def invalidate_rkey(self) -> int:
