@@ -91,9 +91,9 @@ def test_thread_mode_ping_pong_between_two_processes(thread_mode: None) -> None:
         assert statuses == [ibv_wc_status.IBV_WC_SUCCESS] * 2 * ROUND_TRIPS
         assert conn.recv() == [ibv_wc_status.IBV_WC_SUCCESS] * 2 * ROUND_TRIPS
         times.sort()
-        # Generous bounds for a loaded CI machine; before the engine thread was woken for every
+        # Generous bounds for a loaded machine (other test runs beside this one); before the engine thread was woken for every
         # doorbell, the p99 round trip here was 0.8-0.9 s and some runs ended in RETRY_EXC_ERR.
-        assert times[int(len(times) * 0.99)] < 0.1, f"p99 round trip {times[int(len(times) * 0.99)] * 1e3:.1f} ms"
+        assert times[int(len(times) * 0.99)] < 0.3, f"p99 round trip {times[int(len(times) * 0.99)] * 1e3:.1f} ms"
         assert ep.ctx.device.stats().get("retransmitted_pkts", 0) == 0
     finally:
         conn.send("quit")
