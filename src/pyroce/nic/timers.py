@@ -50,9 +50,6 @@ class Timers(Generic[Key]):
         if self._deadline.pop(key, None) is not None and len(self._heap) > 2 * len(self._deadline) + SWEEP_SLACK:
             self._sweep()
 
-    def deadline(self, key: Key) -> float | None:
-        return self._deadline.get(key)
-
     def next_deadline(self) -> float | None:
         """The earliest live deadline, or None."""
         heap = self._heap

@@ -26,7 +26,7 @@ OnError = Callable[[int, Exception], None]  # a QP's transport raised (a bug): i
 class Demux:
     """Datagrams to the QPs they are addressed to (by BTH DestQP).
 
-    RC packets are taken only from the QP's peer (``peers``, its address): another source is
+    RC and UC packets are taken only from the QP's peer (``peers``, its address): another source is
     dropped and counted (``drop_wrong_source``), as rxe's ``check_addr`` does, so a spoofed
     packet can neither write nor be answered. ``touched`` collects the QPNs that took packets, for the caller to service. When a QP's
     transport raises (a bug), ``on_error`` is told at once, so the caller can contain it to
