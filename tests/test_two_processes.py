@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
-from pyroce.verbs.enums import ibv_wr_opcode
+from pyroce.verbs.enums import ibv_qp_type, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, SendWR
 from tests.peer_process import peer_process
 
@@ -48,3 +48,27 @@ def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:
     assert [(wc.wr_id, wc.status) for wc in wcs] == [(index, 0) for index in range(count)]
     stats = ep.ctx.device.stats()
     assert stats["sent_pkts"] >= count * 16 and stats.get("retransmitted_pkts", 0) == 0
+
+
+def test_uc_writes_between_two_processes() -> None:
+    """UC over real UDP between two devices: no ACK comes back, every WRITE completes when it
+    has left, and the bytes are in the other process's memory."""
+    with peer_process(REGION, ibv_qp_type.IBV_QPT_UC) as (ep, peer, conn):
+        size, count = 65536, 4
+        ep.mr.write(os.urandom(size * count), size * count)
+        for index in range(count):
+            wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE,
+                        sg=[SGE(ep.mr.buf + index * size, size, ep.mr.lkey)])  # fmt: skip
+            wr.set_wr_rdma(peer.rkey, peer.addr + index * size)
+            ep.qp.post_send(wr)
+        assert [(wc.wr_id, wc.status) for wc in ep.poll(count, 10)] == [(index, 0) for index in range(count)]
+        expected = hashlib.sha256(ep.mr.read(size * count, 0)).hexdigest()
+        deadline = time.monotonic() + 10
+        while True:
+            conn.send((0, size * count))
+            if conn.recv() == expected:
+                break
+            assert time.monotonic() < deadline, "the UC WRITEs never arrived whole"
+            time.sleep(0.01)
+        stats = ep.ctx.device.stats()
+        assert stats.get("rcvd_pkts", 0) == 0 and stats["sent_pkts"] == count * 16  # no ACKs: UC
