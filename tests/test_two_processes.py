@@ -25,25 +25,36 @@ def pair() -> Iterator[tuple[RcEndpoint, PeerInfo, Connection]]:
         yield connected
 
 
-def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:
-    """Only the first WRITE runs the engine at its doorbell; the seven posted behind it wait
-    for a poll that never comes, so the engine thread must send them (doorbell batching)."""
-    ep, peer, conn = pair
-    size, count = 65536, 8
+def post_writes(ep: RcEndpoint, peer: PeerInfo, size: int, count: int) -> str:
+    """Fill ``count`` blocks of ``size`` random bytes, post a WRITE of each to the same place in
+    the peer's MR, and return the digest the peer's memory must come to hold."""
     ep.mr.write(os.urandom(size * count), size * count)
     for index in range(count):
         wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE,
                     sg=[SGE(ep.mr.buf + index * size, size, ep.mr.lkey)])  # fmt: skip
         wr.set_wr_rdma(peer.rkey, peer.addr + index * size)
         ep.qp.post_send(wr)
+    return hashlib.sha256(ep.mr.read(size * count, 0)).hexdigest()
+
+
+def wait_for_digest(conn: Connection, length: int, expected: str, failure: str) -> None:
+    """Ask the peer for the digest of its first ``length`` bytes until it is ``expected``."""
     deadline = time.monotonic() + 10
-    expected = hashlib.sha256(ep.mr.read(size * count, 0)).hexdigest()
-    while True:  # no verbs call here: only the engine thread can move the data
-        conn.send((0, size * count))
+    while True:  # no verbs call here: only the engine threads move the data
+        conn.send((0, length))
         if conn.recv() == expected:
-            break
-        assert time.monotonic() < deadline, "the WRITEs posted behind the first never arrived"
+            return
+        assert time.monotonic() < deadline, failure
         time.sleep(0.01)
+
+
+def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:
+    """Only the first WRITE runs the engine at its doorbell; the seven posted behind it wait
+    for a poll that never comes, so the engine thread must send them (doorbell batching)."""
+    ep, peer, conn = pair
+    size, count = 65536, 8
+    expected = post_writes(ep, peer, size, count)
+    wait_for_digest(conn, size * count, expected, "the WRITEs posted behind the first never arrived")
     wcs = ep.poll(count, 10)
     assert [(wc.wr_id, wc.status) for wc in wcs] == [(index, 0) for index in range(count)]
     stats = ep.ctx.device.stats()
@@ -55,20 +66,8 @@ def test_uc_writes_between_two_processes() -> None:
     has left, and the bytes are in the other process's memory."""
     with peer_process(REGION, ibv_qp_type.IBV_QPT_UC) as (ep, peer, conn):
         size, count = 65536, 4
-        ep.mr.write(os.urandom(size * count), size * count)
-        for index in range(count):
-            wr = SendWR(wr_id=index, opcode=ibv_wr_opcode.IBV_WR_RDMA_WRITE,
-                        sg=[SGE(ep.mr.buf + index * size, size, ep.mr.lkey)])  # fmt: skip
-            wr.set_wr_rdma(peer.rkey, peer.addr + index * size)
-            ep.qp.post_send(wr)
+        expected = post_writes(ep, peer, size, count)
         assert [(wc.wr_id, wc.status) for wc in ep.poll(count, 10)] == [(index, 0) for index in range(count)]
-        expected = hashlib.sha256(ep.mr.read(size * count, 0)).hexdigest()
-        deadline = time.monotonic() + 10
-        while True:
-            conn.send((0, size * count))
-            if conn.recv() == expected:
-                break
-            assert time.monotonic() < deadline, "the UC WRITEs never arrived whole"
-            time.sleep(0.01)
+        wait_for_digest(conn, size * count, expected, "the UC WRITEs never arrived whole")
         stats = ep.ctx.device.stats()
         assert stats.get("rcvd_pkts", 0) == 0 and stats["sent_pkts"] == count * 16  # no ACKs: UC
