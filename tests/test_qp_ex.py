@@ -17,11 +17,14 @@ import pytest
 
 import pyroce.verbs.enums as e
 from pyroce.verbs.cq_ex import CQEX, CqInitAttrEx, PollCqAttr
+from pyroce.verbs.mr import MR
+from pyroce.verbs.mw import MW, MWBindInfo
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
-from pyroce.verbs.qp import QPCap
-from pyroce.verbs.qp_ex import RC_SEND_OPS, UC_SEND_OPS, DataBuffer, QPEx, QPInitAttrEx
-from pyroce.verbs.wr import SGE, RecvWR, SendWR
-from tests.rc_pair import Endpoint, connected_pair
+from pyroce.verbs.qp import QPAttr, QPCap
+from pyroce.verbs.qp_ex import RC_SEND_OPS, UC_SEND_OPS, UD_SEND_OPS, DataBuffer, QPEx, QPInitAttrEx
+from pyroce.verbs.wr import SGE, RecvWR, SendWR, inc_rkey
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair, open_endpoint
+from tests.test_ud_datapath import GRH, QKEY, RECV_AT, ah_to, post_recvs, ud_endpoint
 
 WC = e.ibv_wc_opcode
 OK = e.ibv_wc_status.IBV_WC_SUCCESS
@@ -283,8 +286,9 @@ def test_misuse(pair: tuple[Endpoint, Endpoint]) -> None:
     assert errno_of(qp.wr_complete) == errno.EINVAL
     qp.wr_start()
     assert errno_of(qp.wr_set_sge, SGE(a.mr.buf, 1, a.mr.lkey)) == errno.EINVAL  # no WR to set
-    for call, args in ((qp.wr_set_ud_addr, (None, 1, 1)), (qp.wr_bind_mw, (None, 1, None)),
-                       (qp.wr_local_inv, (1,)), (qp.wr_send_tso, (0, 0, 0))):  # fmt: skip
+    assert errno_of(qp.wr_set_ud_addr, None, 1, 1) == errno.EINVAL  # no WR to set either
+    for call, args in ((qp.wr_send_tso, (0, 0, 0)), (qp.wr_atomic_write, (1, 0, bytes(8))),
+                       (qp.wr_set_xrc_srqn, (1,))):  # fmt: skip
         assert errno_of(call, *args) == errno.EOPNOTSUPP
     qp.wr_abort()
     assert errno_of(cq.read_opcode) == errno.EINVAL  # no current completion
@@ -303,7 +307,7 @@ def test_ops_outside_send_ops_flags_and_qp_type(pair: tuple[Endpoint, Endpoint])
     qp.wr_abort()
     qp.close()
     for qp_type, ops in ((e.ibv_qp_type.IBV_QPT_UC, e.ibv_qp_create_send_ops_flags.IBV_QP_EX_WITH_RDMA_READ),
-                         (e.ibv_qp_type.IBV_QPT_RC, e.ibv_qp_create_send_ops_flags.IBV_QP_EX_WITH_BIND_MW),
+                         (e.ibv_qp_type.IBV_QPT_UD, e.ibv_qp_create_send_ops_flags.IBV_QP_EX_WITH_BIND_MW),
                          (e.ibv_qp_type.IBV_QPT_RC, e.ibv_qp_create_send_ops_flags.IBV_QP_EX_WITH_TSO)):  # fmt: skip
         attr = QPInitAttrEx(qp_type=qp_type, scq=a.cq, rcq=a.cq, cap=cap, comp_mask=EX_MASK, pd=a.pd,
                             send_ops_flags=ops)  # fmt: skip
@@ -344,3 +348,64 @@ def test_uc_send_and_write_imm() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_bind_mw_and_local_inv_through_the_builders(pair: tuple[Endpoint, Endpoint]) -> None:
+    """A type 2 window bound with ``wr_bind_mw`` grants the peer's WRITE; ``wr_local_inv``
+    takes it back (the peer's next WRITE is refused)."""
+    a, b = pair
+    mr = MR(b.pd, 4096, ALL_ACCESS | e.ibv_access_flags.IBV_ACCESS_MW_BIND)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_2)
+    rkey = inc_rkey(mw.rkey)
+    qp = b.qp
+    assert isinstance(qp, QPEx)
+    qp.wr_start()
+    qp.wr_id, qp.wr_flags = 11, e.ibv_send_flags.IBV_SEND_SIGNALED
+    qp.wr_bind_mw(mw, rkey, MWBindInfo(mr, mr.buf, 1024, e.ibv_access_flags.IBV_ACCESS_REMOTE_WRITE))
+    qp.wr_complete()
+    (bound,) = b.poll()
+    assert (bound.wr_id, bound.status, bound.opcode) == (11, 0, e.ibv_wc_opcode.IBV_WC_BIND_MW)
+    assert mw.rkey == rkey
+    assert write_status(a, rkey, mr.buf, 64) == e.ibv_wc_status.IBV_WC_SUCCESS
+    qp.wr_start()
+    qp.wr_id = 12
+    qp.wr_local_inv(rkey)
+    qp.wr_complete()
+    (invalidated,) = b.poll()
+    assert (invalidated.wr_id, invalidated.opcode) == (12, e.ibv_wc_opcode.IBV_WC_LOCAL_INV)
+    assert write_status(a, rkey, mr.buf, 64) == e.ibv_wc_status.IBV_WC_REM_ACCESS_ERR
+
+
+def write_status(a: Endpoint, rkey: int, raddr: int, length: int) -> int:
+    wr = SendWR(wr_id=7, opcode=e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, length, a.mr.lkey)])
+    wr.set_wr_rdma(rkey, raddr)
+    a.qp.post_send(wr)
+    (done,) = a.poll()
+    return int(done.status)
+
+
+def test_ud_send_through_the_builders() -> None:
+    """``wr_set_ud_addr`` names the AH, QPN and Q_Key of a UD send built with ``wr_send_imm``."""
+    sender = open_endpoint(qp_type=e.ibv_qp_type.IBV_QPT_UD, send_ops_flags=int(UD_SEND_OPS))
+    receiver = ud_endpoint()
+    try:
+        attr = QPAttr(port_num=1)
+        attr.qkey, attr.sq_psn = QKEY, 1
+        sender.qp.to_rts(attr)
+        post_recvs(receiver, 1)
+        sender.mr.write(b"datagram", 8, 0)
+        qp = sender.qp
+        assert isinstance(qp, QPEx)
+        qp.wr_start()
+        qp.wr_id, qp.wr_flags = 5, e.ibv_send_flags.IBV_SEND_SIGNALED
+        qp.wr_send_imm(0xCAFE)
+        qp.wr_set_ud_addr(ah_to(sender, receiver), receiver.qp.qp_num, QKEY)
+        qp.wr_set_sge(SGE(sender.mr.buf, 8, sender.mr.lkey))
+        qp.wr_complete()
+        sender.poll()
+        (wc,) = receiver.poll()
+        assert wc.imm_data == socket.htonl(0xCAFE) and wc.wc_flags & e.ibv_wc_flags.IBV_WC_WITH_IMM
+        assert wc.src_qp == qp.qp_num and receiver.mr.read(8, RECV_AT + GRH) == b"datagram"
+    finally:
+        sender.close()
+        receiver.close()

@@ -419,9 +419,10 @@ def test_poll_of_zero_entries_takes_nothing(ctx, pd, cq, mr, peer):
 # --- QP creation ----------------------------------------------------------------------------------------------------
 
 
-def test_ud_qp_type_is_eopnotsupp(pd, cq):
+@pytest.mark.parametrize("qp_type", [QPT.IBV_QPT_RAW_PACKET, QPT.IBV_QPT_XRC_SEND, QPT.IBV_QPT_XRC_RECV])
+def test_qp_types_pyroce_lacks_are_eopnotsupp(pd, cq, qp_type):
     with raises_errno(errno.EOPNOTSUPP):
-        make_qp(pd, cq, qp_type=QPT.IBV_QPT_UD)
+        make_qp(pd, cq, qp_type=qp_type)
 
 
 @pytest.mark.parametrize("cap", list(QP_CAP_LIMITS))

@@ -32,6 +32,8 @@ class Reason(enum.IntEnum):
     INJECTED = 15
     OP_NOT_SUPPORTED = 16
     LOCAL_MEMORY_OP = 17
+    UD_TOO_LONG = 18
+    NO_ROUTE = 19
 
     @property
     def text(self) -> str:
@@ -59,4 +61,6 @@ REASON_TEXT = {
     Reason.INJECTED: "a fault injected by a test's fault plan moved the QP to the error state",
     Reason.OP_NOT_SUPPORTED: "the QP's transport has no such operation (a READ or an atomic on UC)",
     Reason.LOCAL_MEMORY_OP: "a memory window bind or invalidation was refused: MR range, access, PD or key",
+    Reason.UD_TOO_LONG: "a UD message is one packet: it may not be longer than the port's active MTU",
+    Reason.NO_ROUTE: "the address handle's GID is not an address this device's link can reach",
 }

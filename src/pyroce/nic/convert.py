@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
-from pyroce.transport.work import SendWork, WorkOp
+from pyroce.transport.work import SendWork, UdDest, WorkOp
 
 WORK_OPS = {
     WqeOpcode.SEND: WorkOp.SEND,
@@ -35,9 +35,10 @@ def work_from_wqe(wqe: SendWqe) -> SendWork:
     if op is None:
         raise WqeError(f"{wqe.opcode.name} WQEs are not supported")
     flags = wqe.fm_ce_se
+    av = wqe.av
     return SendWork(wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
                     wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
-                    wqe.inline)  # fmt: skip
+                    wqe.inline, None if av is None else UdDest(av.rgid, av.dqpn, av.qkey))  # fmt: skip
 
 
 _WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)

@@ -37,6 +37,7 @@ from pyroce.nic.srq import HwSrq
 from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
+from pyroce.transport.ud import UdQp
 from pyroce.wire.opcodes import Transport
 
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
@@ -222,9 +223,11 @@ class NicDevice:
                 qpn = (qpn + 1) & 0xFFFFFF
             self._next_qpn = (qpn + 1) & 0xFFFFFF
             config = QpConfig(qpn=qpn, pdn=pdn, transport=transport, max_msg_sz=MAX_MSG_SZ)
-            rc = RcQp(config, self.engine.mrs, srq)
-            self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs), RecvRing(rq_buf, rq_count, rq_stride),
-                                    DoorbellRecord(doorbell), send_cq, recv_cq, srq))  # fmt: skip
+            datagram = transport is Transport.UD
+            rc = (UdQp if datagram else RcQp)(config, self.engine.mrs, srq)
+            self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs, datagram),
+                                    RecvRing(rq_buf, rq_count, rq_stride), DoorbellRecord(doorbell), send_cq,
+                                    recv_cq, srq))  # fmt: skip
             if srq is not None:
                 srq.qps += 1
             return qpn
@@ -317,9 +320,12 @@ class NicDevice:
 
     def inject_rnr(self, qpn: int, count: int) -> None:
         """The QP answers the next ``count`` messages that need a receive WQE with an RNR NAK,
-        as if none were posted."""
+        as if none were posted (connected QPs: UD has no RNR NAK)."""
         with self._lock:
-            self.engine.qps[qpn].rc.responder.forced_rnr += count
+            rc = self.engine.qps[qpn].rc
+            if isinstance(rc, UdQp):
+                raise TypeError(f"QP 0x{qpn:x} is UD: it has no RNR NAK to force")
+            rc.responder.forced_rnr += count
 
     def inject_cq_overrun(self, cq: HwCq, count: int = 1) -> None:
         """The next ``count`` completions for the CQ are lost as in an overrun (CQ_ERR)."""

@@ -37,6 +37,7 @@ from pyroce.nic.wqe import LOCAL_OPCODES, FmCeSe, SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
+from pyroce.transport.ud import UdQp
 from pyroce.transport.work import RecvWork
 
 MAX_DATAGRAM = 65536
@@ -85,11 +86,15 @@ class Engine:
 
     def add_qp(self, qp: HwQp) -> None:
         self.qps[qp.qpn] = qp
-        self.demux.qps[qp.qpn] = qp.rc
+        if isinstance(qp.rc, UdQp):
+            self.demux.datagram_qps[qp.qpn] = qp.rc
+        else:
+            self.demux.qps[qp.qpn] = qp.rc
 
     def remove_qp(self, qpn: int) -> HwQp | None:
         qp = self.qps.pop(qpn, None)
         self.demux.qps.pop(qpn, None)
+        self.demux.datagram_qps.pop(qpn, None)
         self.demux.peers.pop(qpn, None)
         if qp is not None:
             self.sending -= qp.sending
@@ -183,7 +188,7 @@ class Engine:
             if got is None:
                 break
             data, step, path, source = got
-            demux.receive(data, step, path.verify if verify_icrc else None, now, source)
+            demux.receive(data, step, path.verify if verify_icrc else None, now, source, path.ip)
             taken += -(-len(data) // step) if data else 1  # the packets of a GRO run
         else:
             self.rx_full = True  # the batch ran out before the socket did
@@ -205,7 +210,7 @@ class Engine:
             try:
                 wqe, after = qp.sq.fetch(qp.sq_consumer)
                 if wqe.opcode in LOCAL_OPCODES:
-                    if rc.requester.queue:
+                    if rc.has_send_work:
                         break  # in order: it runs once the WQEs before it complete (_note_sending)
                     qp.sq_consumer = after
                     self._local(qp, wqe)
@@ -248,11 +253,17 @@ class Engine:
     def _service(self, qp: HwQp, now: float) -> bool:
         """Send what the QP has to send and write its completions; False if it had nothing."""
         rc = qp.rc
-        items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
-        if items:  # (the QP counts them: sent_pkts)
-            batch = self._tx_batch
-            batch.start(qp.peer, self.port.gso_to(qp.peer))  # type: ignore[arg-type]
-            batch.send(self.port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
+        batch, port = self._tx_batch, self.port
+        if isinstance(rc, UdQp):
+            datagrams, sent = rc.output(now, TX_BUDGET, port.route)
+            for peer, packet in datagrams:  # each to the address its WR named
+                batch.start(peer, port.gso_to(peer))
+                batch.send(port.link.tx_path(peer), [packet])
+        else:
+            items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
+            if items:  # (the QP counts them: sent_pkts)
+                batch.start(qp.peer, port.gso_to(qp.peer))  # type: ignore[arg-type]
+                batch.send(port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
         self._note_sending(qp)
@@ -265,7 +276,7 @@ class Engine:
 
     def _note_sending(self, qp: HwQp) -> None:
         """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""
-        sending = bool(qp.rc.requester.queue)
+        sending = qp.rc.has_send_work
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1

@@ -19,6 +19,7 @@ from pyroce.nic.capture import Capture
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
 
 
 class Link(Protocol):
@@ -54,6 +55,13 @@ class Port:
         self._self_path = link.rx_path(link.address, link.port)
         self.capture: Capture | None = None  # records what is sent and received when set
         self.active = True  # the port's state: down, nothing is sent or received (a fault plan)
+
+    def route(self, gid: bytes) -> str | None:
+        """The link's address for a destination GID: an IPv4-mapped GID's IPv4 address (the
+        link carries RoCEv2 over IPv4); None for any other GID."""
+        if len(gid) != 16 or gid[:12] != _IPV4_MAPPED:
+            return None
+        return ".".join(str(byte) for byte in gid[12:])
 
     def gso_to(self, peer: str) -> bool:
         """Whether packets to ``peer`` may leave as GSO batches: not through faults (which

@@ -10,6 +10,7 @@ from pyroce.nic.notify import EventQueue
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
+from pyroce.transport.ud import UdQp
 
 
 @dataclass(eq=False)
@@ -53,7 +54,7 @@ class HwQp:
     address, how far the engine has read each ring, and its transport state."""
 
     qpn: int
-    rc: RcQp
+    rc: RcQp | UdQp  # the QP's transport state
     sq: SendRing
     rq: RecvRing  # unused when the QP takes its receives from an SRQ
     doorbell: DoorbellRecord

@@ -54,10 +54,12 @@ class DoorbellRecord:
 
 
 class SendRing:
-    """A send queue of ``wqebb_count`` 64-byte basic blocks in ``buf``."""
+    """A send queue of ``wqebb_count`` 64-byte basic blocks in ``buf``; ``datagram``: a UD
+    QP's, whose WQEs carry a datagram segment."""
 
-    def __init__(self, buf: memoryview, wqebb_count: int) -> None:
+    def __init__(self, buf: memoryview, wqebb_count: int, datagram: bool = False) -> None:
         _check_ring(buf, wqebb_count, WQEBB, "send queue")
+        self.datagram = datagram
         self.buf = buf
         self.wqebb_count = wqebb_count
         self.size = wqebb_count * WQEBB
@@ -85,7 +87,7 @@ class SendRing:
         ds = self.buf[start + _CTRL_DS_AT] & 0x3F
         if ds * SEG > self.size:
             raise WqeError(f"ds {ds} is larger than the send ring")
-        wqe = decode_send_wqe(self._copy_out(start, ds * SEG))
+        wqe = decode_send_wqe(self._copy_out(start, ds * SEG), self.datagram)
         return wqe, consumer + -(-ds * SEG // WQEBB)
 
 

@@ -1,8 +1,8 @@
 """Work queue elements in mlx5's public layouts (rdma-core ``providers/mlx5/mlx5dv.h``).
 
 A send WQE is a run of 16-byte segments in a ring of 64-byte basic blocks (WQEBBs):
-control, then remote address (RDMA and atomics), atomic operands, then data segments or one
-inline segment. A WQE may wrap from the ring's end to its start. A receive WQE is an array of
+control, then (a UD QP's) the datagram segment with the address vector, remote address (RDMA
+and atomics), atomic operands, then data segments or one inline segment. A WQE may wrap from the ring's end to its start. A receive WQE is an array of
 data segments, ended early by ``lkey = MLX5_INVALID_LKEY``.
 
 Rule: the engine decodes a WQE from a *copy* of the ring bytes and validates the copy
@@ -67,6 +67,23 @@ class MwBindSeg(NamedTuple):
     access: int
 
 
+class AddressVector(NamedTuple):
+    """A UD send's destination: mlx5's ``struct mlx5_wqe_av`` (48 bytes, the datagram
+    segment), as libmlx5 fills it from an AH for RoCE: Q_Key, destination QPN (with the
+    extended-AV bit), SL, the UDP source port in ``rlid``, traffic class, hop limit, the GRH
+    flag with the source GID index and flow label, and the destination GID."""
+
+    qkey: int
+    dqpn: int
+    rgid: bytes
+    sgid_index: int = 0
+    flow_label: int = 0
+    tclass: int = 0
+    hop_limit: int = 64
+    sl: int = 0
+    sport: int = 0
+
+
 class SendWqe(NamedTuple):
     """A decoded send WQE. ``raddr``/``rkey`` are set for RDMA and atomics, ``swap_add`` and
     ``compare`` for atomics; ``inline`` holds inline data (then ``sges`` is empty)."""
@@ -84,6 +101,7 @@ class SendWqe(NamedTuple):
     inline: bytes | None = None
     opmod: int = 0
     bind: MwBindSeg | None = None
+    av: AddressVector | None = None  # a UD QP's WQEs have one, others none
 
     @property
     def wqebbs(self) -> int:
@@ -98,6 +116,10 @@ _DATA = struct.Struct(">IIQ")
 _INLINE_HDR = struct.Struct(">I")
 _BIND = struct.Struct(">QQII")
 _BIND_SEGS = -(-_BIND.size // SEG)
+_AV = struct.Struct(">II I BBH 4x 6x BB I 16s")  # qkey, reserved, dqp_dct, stat_rate_sl, fl_mlid, rlid, ..., rgid
+_AV_SEGS = _AV.size // SEG
+_EXTENDED_AV = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
+_AV_GRH = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
 
 _HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
@@ -112,6 +134,8 @@ def _inline_segs(length: int) -> int:
 
 def _ds(wqe: SendWqe) -> int:
     ds = 1
+    if wqe.av is not None:
+        ds += _AV_SEGS
     if wqe.raddr is not None:
         ds += 1
     if wqe.swap_add is not None:
@@ -132,6 +156,11 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
     _CTRL.pack_into(buf, 0, (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode,
                     (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm)  # fmt: skip
     offset = SEG
+    if wqe.av is not None:
+        av = wqe.av
+        _AV.pack_into(buf, offset, av.qkey, 0, _EXTENDED_AV | av.dqpn, (av.sl & 7) << 1, 0, av.sport, av.tclass,
+                      av.hop_limit, _AV_GRH | (av.sgid_index & 0xFF) << 20 | (av.flow_label & 0xFFFFF), av.rgid)  # fmt: skip
+        offset += _AV_SEGS * SEG
     if wqe.raddr is not None:
         _RADDR.pack_into(buf, offset, wqe.raddr, wqe.rkey or 0, 0)
         offset += SEG
@@ -151,8 +180,9 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
     return bytes(buf)
 
 
-def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
-    """Decode a send WQE from ``data`` (a private copy of its bytes, unwrapped).
+def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False) -> SendWqe:
+    """Decode a send WQE from ``data`` (a private copy of its bytes, unwrapped); ``datagram``:
+    it is a UD QP's, with a datagram segment after the control segment.
 
     Raises ``WqeError`` for an unknown opcode, a ``ds`` larger than ``data`` or than the
     opcode's segments allow, or an inline length that overruns the WQE."""
@@ -167,6 +197,14 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
     if ds < 1 or size > len(data):
         raise WqeError(f"ds {ds} does not fit the {len(data)}-byte WQE")
     offset = SEG
+    av = None
+    if datagram:
+        if offset + _AV_SEGS * SEG > size:
+            raise WqeError("UD WQE has no datagram segment")
+        qkey, _, dqp_dct, stat_rate_sl, _, sport, tclass, hop_limit, grh_gid_fl, rgid = _AV.unpack_from(data, offset)
+        av = AddressVector(qkey, dqp_dct & 0xFFFFFF, rgid, grh_gid_fl >> 20 & 0xFF, grh_gid_fl & 0xFFFFF, tclass,
+                           hop_limit, stat_rate_sl >> 1 & 7, sport)  # fmt: skip
+        offset += _AV_SEGS * SEG
     raddr = rkey = swap_add = compare = None
     if opcode in _HAS_RADDR:
         if offset + SEG > size:
@@ -197,7 +235,7 @@ def decode_send_wqe(data: bytes | bytearray | memoryview) -> SendWqe:
             sges.append(Sge(addr, length, lkey))
             offset += SEG
     return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
-                   compare, tuple(sges), inline, word0 >> 24, bind)  # fmt: skip
+                   compare, tuple(sges), inline, word0 >> 24, bind, av)  # fmt: skip
 
 
 def encode_recv_wqe(sges: tuple[Sge, ...] | list[Sge], stride: int) -> bytes:

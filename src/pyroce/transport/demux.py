@@ -5,7 +5,8 @@ A NIC engine and the in-memory fabric both hand what they received to a ``Demux`
 is a run of one). For each, the ICRC is checked against the path it came by; the QP it is
 addressed to tries header prediction (``RcQp.receive_run``: a message's MIDDLE packets in one
 loop); what prediction leaves is parsed into a ``Packet`` and goes through every rule and NAK
-of ``RcQp.receive``. Device-level outcomes (ICRC errors, malformed packets, unknown QPNs) are
+of ``RcQp.receive``. A UD QP's packets go to ``UdQp.receive`` with the network header they came
+with (for the receive buffer's first 40 bytes). Device-level outcomes (ICRC errors, malformed packets, unknown QPNs) are
 counted here; a QP's own in its counters.
 """
 
@@ -15,7 +16,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from pyroce.transport.rc import RcQp
+from pyroce.transport.ud import UdQp
 from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.framing import IpHeader, network_header
 from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import parse_packet
 
@@ -33,16 +36,18 @@ class Demux:
     that QP (move it to ERROR) before the next datagram; the other datagrams still go on."""
 
     def __init__(self, on_error: OnError, counters: Counter[str] | None = None) -> None:
-        self.qps: dict[int, RcQp] = {}
+        self.qps: dict[int, RcQp] = {}  # connected QPs (RC, UC)
+        self.datagram_qps: dict[int, UdQp] = {}  # UD QPs: any source, no header prediction
         self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.touched: set[int] = set()
         self.on_error = on_error
 
     def receive(self, datagrams: memoryview, step: int, verify: Verify | None, now: float,
-                source: str | None = None) -> None:  # fmt: skip
+                source: str | None = None, network: IpHeader | None = None) -> None:  # fmt: skip
         """Datagrams from one sender (``source``, its address; None: not known, not checked),
-        ``step`` bytes each but the last; ``verify`` None skips the ICRC check. ICRCs are
+        ``step`` bytes each but the last; ``verify`` None skips the ICRC check; ``network``:
+        the IP header they came with, when known (a UD receive reports it). ICRCs are
         checked ahead in runs, so prediction only ever sees segments that passed."""
         qps, touched, peers = self.qps, self.touched, self.peers
         predicted = predicted_bytes = 0
@@ -80,14 +85,14 @@ class Demux:
                         touched.add(qpn)
                         start += taken
                         continue
-            self._receive_one(good[:step], now)
+            self._receive_one(good[:step], now, network)
             start += step
         if predicted:
             counters = self.counters
             counters["rcvd_bytes"] += predicted_bytes
             counters["predicted_pkts"] += predicted  # how much header prediction takes
 
-    def _receive_one(self, data: memoryview, now: float) -> None:
+    def _receive_one(self, data: memoryview, now: float, network: IpHeader | None) -> None:
         """One packet, ICRC checked, through the general path: parse, then the QP's rules."""
         try:
             pkt = parse_packet(data)
@@ -96,12 +101,16 @@ class Demux:
             return
         qpn = pkt.bth.dqpn
         qp = self.qps.get(qpn)
-        if qp is None:
+        datagram_qp = self.datagram_qps.get(qpn) if qp is None else None
+        if qp is None and datagram_qp is None:
             self.counters["drop_unknown_qpn"] += 1
             return
         self.counters["rcvd_bytes"] += len(data)
         try:
-            qp.receive(pkt, now)
+            if datagram_qp is not None:
+                datagram_qp.receive(pkt, now, None if network is None else network_header(network, len(data)))
+            else:
+                qp.receive(pkt, now)  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
             self.on_error(qpn, exc)
             return

@@ -64,6 +64,7 @@ class QpConfig:
     min_rnr_timer: int = 12
     pkey: int = DEFAULT_PKEY
     max_msg_sz: int = MAX_MSG_SZ  # the port's largest message; a longer RETH length is an invalid request
+    qkey: int = 0  # UD: the Q_Key a datagram must carry to be received
 
     @property
     def ack_timeout_s(self) -> float | None:
@@ -246,6 +247,11 @@ class RcQp:
         if self.state not in (QpState.RTS, QpState.SQD):
             return None
         return self.requester.get_timer()
+
+    @property
+    def has_send_work(self) -> bool:
+        """Send WQEs taken and not yet completed."""
+        return bool(self.requester.queue)
 
     @property
     def has_output(self) -> bool:

@@ -35,6 +35,15 @@ READS_AND_ATOMICS = frozenset({WorkOp.RDMA_READ, WorkOp.ATOMIC_CMP_AND_SWP, Work
 ATOMICS = frozenset({WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
 
 
+class UdDest(NamedTuple):
+    """Where a UD send goes (the WQE's datagram segment): the destination GID, QPN and the
+    Q_Key the WR names (its top bit set: the sending QP's own Q_Key, IBA 10.2.5)."""
+
+    dgid: bytes
+    dqpn: int
+    qkey: int
+
+
 class SendWork(NamedTuple):
     """One send WQE. ``imm`` is the immediate as it goes on the wire (a big-endian u32) or the
     R_Key to invalidate; ``inline`` carries the bytes of an inline send (then ``sges`` is
@@ -52,6 +61,7 @@ class SendWork(NamedTuple):
     swap_add: int = 0
     compare: int = 0
     inline: bytes | None = None
+    ud: UdDest | None = None
 
     @property
     def length(self) -> int:

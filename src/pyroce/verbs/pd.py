@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 
 
 class PD(PyverbsObject):
@@ -17,3 +20,14 @@ class PD(PyverbsObject):
         self.ctx = creator
         self.pdn = creator.device.alloc_pd()
         creator.add_ref(self)
+
+    def read_registered(self, addr: int, length: int, action: str) -> bytes:
+        """``length`` bytes at ``addr`` in an MR of this PD (inline data, a received GRH): the
+        verbs read only memory the application registered, never an arbitrary address."""
+        for child in list(self._children or ()):
+            region = getattr(child, "region", None)
+            if region is not None and region.addr <= addr and addr + length <= region.addr + region.length:
+                start = addr - region.addr
+                return bytes(region.view[start : start + length])
+        raise PyverbsRDMAError(f"Failed to {action}: {length} bytes at 0x{addr:x} are not in a registered MR",
+                               errno.EINVAL)  # fmt: skip

@@ -15,13 +15,15 @@ import copy
 import errno
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import DoorbellRecord, RecvRing, SendRing
-from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode
+from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
 from pyroce.verbs.addr import AHAttr
+from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
@@ -63,7 +65,10 @@ _CQ_UPDATE, _SOLICITED_BIT, _FENCE_BIT = int(FmCeSe.CQ_UPDATE), int(FmCeSe.SOLIC
 IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
 INV_OPS = {WqeOpcode.SEND_INVAL, WqeOpcode.LOCAL_INVAL}  # imm_data is the key to invalidate
 SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
-TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC}
+TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC,
+              ibv_qp_type.IBV_QPT_UD: Transport.UD}  # fmt: skip
+UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND (IBA 9.8.3)
+AV_SEGS = 3  # a UD WQE's datagram segment (mlx5_wqe_av, 48 bytes)
 # What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
@@ -167,7 +172,7 @@ _LIMITS = {
 
 
 class QP(PyverbsObject):
-    """``QP(pd, init_attr, qp_attr=None)``: an RC or UC queue pair (UD comes later)."""
+    """``QP(pd, init_attr, qp_attr=None)``: an RC, UC or UD queue pair."""
 
     CLOSE_ORDER = 0
 
@@ -207,7 +212,8 @@ class QP(PyverbsObject):
         self.sq_sig_all = bool(init_attr.sq_sig_all)
         self.scq, self.rcq = scq, rcq
         inline_segs = -(-(4 + cap.max_inline_data) // SEG) if cap.max_inline_data else 0
-        ds = 3 + max(cap.max_send_sge, inline_segs, 1)  # ctrl, raddr, atomic, data or inline
+        # ctrl, then raddr and atomic, or a UD QP's datagram segment; then data or inline
+        ds = 1 + (AV_SEGS if init_attr.qp_type == ibv_qp_type.IBV_QPT_UD else 2) + max(cap.max_send_sge, inline_segs, 1)
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
         self.sq_wqebbs = pow2_at_least(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
@@ -293,6 +299,12 @@ class QP(PyverbsObject):
             raise invalid(f"P_Key index {attr.pkey_index} is outside the 1-entry table")
         if mask & M.IBV_QP_ACCESS_FLAGS:
             changes["access"] = Access(attr.qp_access_flags & 0xE)
+        if mask & M.IBV_QP_QKEY:
+            if not 0 <= attr.qkey <= 0xFFFFFFFF:
+                raise invalid(f"qkey {attr.qkey} is not a 32-bit value")
+            changes["qkey"] = attr.qkey
+        if self.qp_type == ibv_qp_type.IBV_QPT_UD:
+            changes["pmtu"] = mtu_to_bytes(self.ctx.active_mtu)  # a UD message is one packet of up to the port's MTU
         if mask & M.IBV_QP_PATH_MTU:
             if attr.path_mtu not in ibv_mtu._value2member_map_:
                 raise invalid(f"path_mtu {attr.path_mtu} is not an ibv_mtu value")
@@ -400,6 +412,7 @@ class QP(PyverbsObject):
                           ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
         if self.qp_type == ibv_qp_type.IBV_QPT_UC and opcode not in UC_WQE_OPCODES:
             raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UC QP")
+        av = self._address_vector(wr, opcode, invalid)
         if wr.num_sge > len(wr.sg):
             raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
         if wr.num_sge > self.cap.max_send_sge:
@@ -433,17 +446,30 @@ class QP(PyverbsObject):
         elif opcode is WqeOpcode.ATOMIC_FA:
             swap_add, compare = wr.compare_add, 0
         return SendWqe(opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
-                       sges, inline, bind=bind)  # fmt: skip
+                       sges, inline, bind=bind, av=av)  # fmt: skip
+
+    def _address_vector(self, wr: SendWR, opcode: WqeOpcode, invalid: Callable[[str], PyverbsRDMAError]
+                        ) -> AddressVector | None:  # fmt: skip
+        """A UD send's destination (its WQE's datagram segment); a connected QP's WR has none."""
+        ah = wr.ah
+        if self.qp_type != ibv_qp_type.IBV_QPT_UD:
+            if ah is not None:
+                raise invalid(f"an address handle is for UD QPs, not {ibv_qp_type(self.qp_type).name}")
+            return None
+        if opcode not in UD_WQE_OPCODES:
+            raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UD QP")
+        if not isinstance(ah, AH):
+            raise invalid("a UD send needs an address handle (SendWR.set_wr_ud)")
+        ah._check_open()
+        if not 0 <= wr.remote_qpn <= PSN_MASK or not 0 <= wr.remote_qkey <= 0xFFFFFFFF:
+            raise invalid(f"remote QPN 0x{wr.remote_qpn:x} or Q_Key 0x{wr.remote_qkey:x} out of range")
+        gr = ah.attr.gr
+        return AddressVector(wr.remote_qkey, wr.remote_qpn, gr.dgid.raw, gr.sgid_index, gr.flow_label,
+                             gr.traffic_class, gr.hop_limit, ah.attr.sl)  # fmt: skip
 
     def _read_local(self, sge: Sge) -> bytes:
         """Inline data is copied at post time from memory this process registered."""
-        for child in list(self.pd._children or ()):
-            region = getattr(child, "region", None)
-            if region is not None and region.addr <= sge.addr and sge.addr + sge.length <= region.addr + region.length:
-                start = sge.addr - region.addr
-                return bytes(region.view[start : start + sge.length])
-        raise PyverbsRDMAError(f"Failed to post send: inline data at 0x{sge.addr:x} is not in a registered MR",
-                               errno.EINVAL)  # fmt: skip
+        return self.pd.read_registered(sge.addr, sge.length, "post send")
 
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
         self._check_open()

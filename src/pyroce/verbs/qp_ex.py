@@ -5,13 +5,15 @@ latter posts them through ``QP.post_send``'s own encoder (the same mlx5 WQEs) wi
 doorbell, all or none: a bad WR raises and nothing of the batch is posted, as
 ``ibv_wr_complete`` returns the error it latched. ``wr_abort`` drops the batch; the ring is only
 written at ``wr_complete``. What the QP type cannot send (rxe's ``check_qp_init_attr``) or
-pyroce does not do yet (memory windows, TSO, UD addressing) is EOPNOTSUPP.
+pyroce does not do (TSO, atomic write, flush, XRC) is EOPNOTSUPP.
 """
 
 from __future__ import annotations
 
 import errno
+from typing import TYPE_CHECKING
 
+from pyroce.verbs.ah import AH
 from pyroce.verbs.cq import CQ, imm_from_wire
 from pyroce.verbs.device import Context
 from pyroce.verbs.enums import ibv_qp_create_send_ops_flags as Ops
@@ -21,13 +23,19 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, SendWR
 
+if TYPE_CHECKING:
+    from pyroce.verbs.mw import MW, MWBindInfo
+
 RC_SEND_OPS = (Ops.IBV_QP_EX_WITH_SEND | Ops.IBV_QP_EX_WITH_SEND_WITH_IMM | Ops.IBV_QP_EX_WITH_RDMA_WRITE
                | Ops.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | Ops.IBV_QP_EX_WITH_RDMA_READ
                | Ops.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | Ops.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-               | Ops.IBV_QP_EX_WITH_SEND_WITH_INV)  # fmt: skip
+               | Ops.IBV_QP_EX_WITH_SEND_WITH_INV | Ops.IBV_QP_EX_WITH_BIND_MW | Ops.IBV_QP_EX_WITH_LOCAL_INV)  # fmt: skip
 UC_SEND_OPS = (Ops.IBV_QP_EX_WITH_SEND | Ops.IBV_QP_EX_WITH_SEND_WITH_IMM | Ops.IBV_QP_EX_WITH_RDMA_WRITE
-               | Ops.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)  # fmt: skip
-SEND_OPS = {ibv_qp_type.IBV_QPT_RC: int(RC_SEND_OPS), ibv_qp_type.IBV_QPT_UC: int(UC_SEND_OPS)}
+               | Ops.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | Ops.IBV_QP_EX_WITH_BIND_MW
+               | Ops.IBV_QP_EX_WITH_LOCAL_INV)  # fmt: skip
+UD_SEND_OPS = Ops.IBV_QP_EX_WITH_SEND | Ops.IBV_QP_EX_WITH_SEND_WITH_IMM
+SEND_OPS = {ibv_qp_type.IBV_QPT_RC: int(RC_SEND_OPS), ibv_qp_type.IBV_QPT_UC: int(UC_SEND_OPS),
+            ibv_qp_type.IBV_QPT_UD: int(UD_SEND_OPS)}  # fmt: skip
 # the send_ops_flags bit that enables each WR opcode's builder
 OP_FLAG = {
     ibv_wr_opcode.IBV_WR_SEND: Ops.IBV_QP_EX_WITH_SEND,
@@ -38,6 +46,8 @@ OP_FLAG = {
     ibv_wr_opcode.IBV_WR_RDMA_READ: Ops.IBV_QP_EX_WITH_RDMA_READ,
     ibv_wr_opcode.IBV_WR_ATOMIC_CMP_AND_SWP: Ops.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
     ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD: Ops.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+    ibv_wr_opcode.IBV_WR_BIND_MW: Ops.IBV_QP_EX_WITH_BIND_MW,
+    ibv_wr_opcode.IBV_WR_LOCAL_INV: Ops.IBV_QP_EX_WITH_LOCAL_INV,
 }
 _INLINE = int(ibv_send_flags.IBV_SEND_INLINE)
 
@@ -144,11 +154,12 @@ class QPEx(QP):
     def wr_atomic_fetch_add(self, rkey: int, remote_addr: int, add: int) -> None:
         self._build(ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD).set_wr_atomic(rkey, remote_addr, add)
 
-    def wr_bind_mw(self, mw: object, rkey: int, bind_info: object) -> None:
-        raise _not_here("memory windows")
+    def wr_bind_mw(self, mw: MW, rkey: int, bind_info: MWBindInfo) -> None:
+        """Bind the type 2 window ``mw`` to ``bind_info``'s range with the new key ``rkey``."""
+        self._build(ibv_wr_opcode.IBV_WR_BIND_MW).bind_mw = (mw, rkey, bind_info)
 
     def wr_local_inv(self, invalidate_rkey: int) -> None:
-        raise _not_here("memory windows")
+        self._build(ibv_wr_opcode.IBV_WR_LOCAL_INV).invalidate_rkey = invalidate_rkey
 
     def wr_send_tso(self, hdr: int, hdr_sz: int, mss: int) -> None:
         raise _not_here("TSO (a UD and raw-packet operation)")
@@ -188,8 +199,8 @@ class QPEx(QP):
         wr.sg, wr.num_sge = [SGE(b.addr, b.length, 0) for b in buf_list[:num_buf]], num_buf
         wr.send_flags |= _INLINE
 
-    def wr_set_ud_addr(self, ah: object, remote_qpn: int, remote_qkey: int) -> None:
-        raise _not_here("UD QPs")
+    def wr_set_ud_addr(self, ah: AH, remote_qpn: int, remote_qkey: int) -> None:
+        self._last().set_wr_ud(ah, remote_qpn, remote_qkey)
 
     def wr_set_xrc_srqn(self, remote_srqn: int) -> None:
         raise _not_here("XRC")

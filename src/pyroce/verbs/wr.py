@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from pyroce.verbs.enums import ibv_send_flags, ibv_wr_opcode
 
 if TYPE_CHECKING:
+    from pyroce.verbs.ah import AH
     from pyroce.verbs.mw import MW, MWBindInfo
 
 
@@ -52,6 +53,14 @@ class SendWR:
         self.compare_add = 0
         self.swap = 0
         self.bind_mw: tuple[MW, int, MWBindInfo] | None = None  # window, its new rkey, range
+        self.ah: AH | None = None  # a UD send's destination, with remote_qpn and remote_qkey
+        self.remote_qpn = 0
+        self.remote_qkey = 0
+
+    def set_wr_ud(self, ah: AH, rqpn: int, rqkey: int) -> None:
+        """A UD send to QP ``rqpn`` behind ``ah``, with Q_Key ``rqkey`` (top bit set: the
+        sending QP's own)."""
+        self.ah, self.remote_qpn, self.remote_qkey = ah, rqpn, rqkey
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         self.rkey, self.remote_addr = rkey, addr

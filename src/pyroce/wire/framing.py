@@ -243,6 +243,20 @@ _REFERENCE_IP = IPv4Header(bytes(4), bytes(4))
 _REFERENCE_UDP = UdpHeader(ROCE_UDP_PORT)
 
 
+GRH_LEN = 40  # what a UD receive buffer starts with: the GRH, or on RoCEv2/IPv4 20 zero bytes and the IPv4 header
+
+
+def network_header(ip: IpHeader, udp_payload_len: int) -> bytes:
+    """The 40 bytes a UD receive buffer starts with for a packet that came with ``ip``
+    (IBA 11.4.1.1; on RoCEv2 the GRH is the IP header): an IPv6 header as it is, or 20 zero
+    bytes and the IPv4 header, checksum included (Linux rxe's ``rdma_network_hdr``), so
+    ``ibv_init_ah_from_wc`` can tell the two apart and answer the sender."""
+    buf = bytearray(GRH_LEN + _UDP_LEN)
+    offset = GRH_LEN - _IPV4_LEN if isinstance(ip, IPv4Header) else 0
+    pack_ip_udp(buf, offset, ip, _REFERENCE_UDP, udp_payload_len)
+    return bytes(buf[:GRH_LEN])
+
+
 def _ipv4_headers_with_id(udp_payload_len: int, ident: int) -> bytearray:
     """IPv4 and UDP headers with ID ``ident`` (for ``wire.ipv4_id``: the addresses cancel out)."""
     buf = bytearray(IPV4_UDP_LEN)

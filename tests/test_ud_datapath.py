@@ -1,0 +1,243 @@
+"""UD through the verbs API in one process: datagrams to an AH, the 40 bytes of network header
+at the start of every receive buffer, the WC's GRH flag and source QP, answering with an AH
+made from the WC, Q_Keys (a wrong one dropped and counted, the controlled Q_Key), and what
+goes wrong staying with its WR or its datagram: an oversize send, a datagram longer than the
+receive buffer, a send without an AH, RDMA on UD."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+from collections.abc import Iterator
+
+import pytest
+
+import pyroce.verbs.enums as e
+from pyroce.ib.reasons import Reason
+from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
+from pyroce.verbs.ah import AH
+from pyroce.verbs.qp import QPAttr
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
+from pyroce.wire.framing import ipv4_checksum
+from tests.rc_pair import Endpoint, open_endpoint
+from tests.test_verbs_api import raises_errno
+from tests.waiting import spin_until
+
+UD = e.ibv_qp_type.IBV_QPT_UD
+QKEY = 0x11111111
+GRH = 40
+RECV_AT = 1 << 20  # receive buffers start here in the MR; sends are taken from offset 0
+SLOT = 8192  # bytes per receive buffer
+
+
+def ud_endpoint(qkey: int = QKEY) -> Endpoint:
+    ep = open_endpoint(qp_type=UD)
+    attr = QPAttr(port_num=1)
+    attr.qkey = qkey
+    attr.sq_psn = ep.psn
+    ep.qp.to_rts(attr)
+    return ep
+
+
+def ah_to(src: Endpoint, dst: Endpoint) -> AH:
+    route = GlobalRoute(dgid=GID(dst.info().gid), sgid_index=0)
+    return AH(src.pd, attr=AHAttr(port_num=1, is_global=1, gr=route))
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = ud_endpoint(), ud_endpoint()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def post_recvs(ep: Endpoint, count: int, size: int = SLOT) -> None:
+    for i in range(count):
+        ep.qp.post_recv(RecvWR(wr_id=100 + i, sg=[SGE(ep.mr.buf + RECV_AT + i * SLOT, size, ep.mr.lkey)]))
+
+
+def send(a: Endpoint, ah: AH, b: Endpoint, size: int, wr_id: int = 1, qkey: int = QKEY,
+         imm: int | None = None) -> None:  # fmt: skip
+    opcode = e.ibv_wr_opcode.IBV_WR_SEND if imm is None else e.ibv_wr_opcode.IBV_WR_SEND_WITH_IMM
+    wr = SendWR(wr_id=wr_id, opcode=opcode, sg=[SGE(a.mr.buf, size, a.mr.lkey)], imm_data=imm or 0)
+    wr.set_wr_ud(ah, b.qp.qp_num, qkey)
+    a.qp.post_send(wr)
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 1023, 1024])
+@pytest.mark.parametrize("imm", [None, 0x12345678])
+def test_datagram_lands_after_40_bytes_of_ipv4_header(pair: tuple[Endpoint, Endpoint], size: int,
+                                                       imm: int | None) -> None:  # fmt: skip
+    a, b = pair
+    payload = bytes((i * 7 + size) & 0xFF for i in range(size))
+    a.mr.write(payload, size, 0)
+    post_recvs(b, 1)
+    send(a, ah_to(a, b), b, size, imm=imm)
+    (sent,) = a.poll()
+    assert sent.status == e.ibv_wc_status.IBV_WC_SUCCESS and sent.opcode == e.ibv_wc_opcode.IBV_WC_SEND
+    (wc,) = b.poll()
+    assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS, wc
+    assert wc.opcode == e.ibv_wc_opcode.IBV_WC_RECV and wc.wr_id == 100
+    assert wc.byte_len == GRH + size
+    assert wc.src_qp == a.qp.qp_num
+    assert wc.wc_flags & e.ibv_wc_flags.IBV_WC_GRH
+    assert bool(wc.wc_flags & e.ibv_wc_flags.IBV_WC_WITH_IMM) == (imm is not None)
+    buffer = b.mr.read(GRH + size, RECV_AT)
+    assert buffer[GRH:] == payload
+    ipv4 = buffer[20:40]  # RoCEv2/IPv4: 20 bytes unused, then the IPv4 header
+    assert buffer[:20] == bytes(20)
+    assert ipv4[0] == 0x45 and ipv4[9] == 17 and ipv4_checksum(ipv4) == 0
+    assert int.from_bytes(ipv4[2:4], "big") == 20 + 8 + 12 + 8 + (4 if imm is not None else 0) + size + (-size & 3) + 4
+    source = ipaddress.IPv6Address(a.info().gid).ipv4_mapped
+    assert ipv4[12:16] == source.packed  # type: ignore[union-attr]
+
+
+def test_reply_through_an_ah_made_from_the_wc(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    post_recvs(b, 1)
+    post_recvs(a, 1)
+    a.mr.write(b"ping", 4, 0)
+    send(a, ah_to(a, b), b, 4)
+    a.poll()
+    (wc,) = b.poll()
+    reply_ah = AH(b.pd, wc=wc, grh=b.mr.buf + RECV_AT, port_num=1)
+    assert reply_ah.dgid == GID(a.info().gid)
+    assert reply_ah.attr.gr.hop_limit == 64 and reply_ah.attr.gr.sgid_index == 0
+    b.mr.write(b"pong", 4, 0)
+    send(b, reply_ah, a, 4, qkey=QKEY)
+    b.poll()
+    (back,) = a.poll()
+    assert back.src_qp == b.qp.qp_num and a.mr.read(4, RECV_AT + GRH) == b"pong"
+
+
+def test_ah_from_a_wc_needs_its_header_in_registered_memory(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    post_recvs(b, 1)
+    send(a, ah_to(a, b), b, 4)
+    a.poll()
+    (wc,) = b.poll()
+    with raises_errno(errno.EINVAL):
+        AH(b.pd, wc=wc, grh=b.mr.buf + b.mr.length - 8, port_num=1)  # 40 bytes from there leave the MR
+    wc.wc_flags = 0
+    with raises_errno(errno.EINVAL):
+        AH(b.pd, wc=wc, grh=b.mr.buf + RECV_AT, port_num=1)
+
+
+def test_wrong_qkey_is_dropped_and_counted(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    before = b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0)
+    post_recvs(b, 1)
+    send(a, ah_to(a, b), b, 8, wr_id=1, qkey=QKEY + 1)
+    a.poll()  # the sender cannot know: UD is unacknowledged
+    spin_until(lambda: b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0) == before + 1, "the Q_Key drop counted")
+    send(a, ah_to(a, b), b, 8, wr_id=2)  # the receive WQE is still there for the right Q_Key
+    a.poll()
+    (wc,) = b.poll()
+    assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS and wc.byte_len == GRH + 8
+
+
+def test_controlled_qkey_sends_the_qps_own() -> None:
+    a, b = ud_endpoint(qkey=0x0BADCAFE), ud_endpoint(qkey=0x0BADCAFE)
+    try:
+        post_recvs(b, 1)
+        send(a, ah_to(a, b), b, 8, qkey=0x80000000)  # top bit: "use the sending QP's Q_Key"
+        a.poll()
+        (wc,) = b.poll()
+        assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS
+    finally:
+        a.close()
+        b.close()
+
+
+def test_oversize_send_fails_that_wr_and_the_qp_goes_on(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    mtu = 128 << int(a.ctx.active_mtu)
+    post_recvs(b, 1)
+    send(a, ah_to(a, b), b, mtu + 1, wr_id=7)
+    (failed,) = a.poll()
+    assert failed.wr_id == 7 and failed.status == e.ibv_wc_status.IBV_WC_LOC_LEN_ERR
+    assert failed.vendor_err == Reason.UD_TOO_LONG
+    assert a.qp.query()[0].qp_state == e.ibv_qp_state.IBV_QPS_RTS
+    send(a, ah_to(a, b), b, mtu, wr_id=8)
+    (ok,) = a.poll()
+    assert ok.wr_id == 8 and ok.status == e.ibv_wc_status.IBV_WC_SUCCESS
+    (wc,) = b.poll()
+    assert wc.byte_len == GRH + mtu
+
+
+def test_datagram_longer_than_the_receive_buffer_is_dropped_not_written_past(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    guard = RECV_AT + GRH + 16
+    b.mr.write(b"\xee" * 64, 64, guard)
+    before = b.ctx.device.qp_stats(b.qp.qp_num).get("drop_ud_too_long", 0)
+    post_recvs(b, 1, size=GRH + 16)
+    a.mr.write(b"\x11" * 64, 64, 0)
+    send(a, ah_to(a, b), b, 17)
+    a.poll()
+    spin_until(lambda: b.ctx.device.qp_stats(b.qp.qp_num).get("drop_ud_too_long", 0) == before + 1, "the drop counted")
+    assert b.mr.read(64, guard) == b"\xee" * 64
+    send(a, ah_to(a, b), b, 16)  # the WQE was left for a datagram that fits
+    a.poll()
+    (wc,) = b.poll()
+    assert wc.byte_len == GRH + 16 and wc.status == e.ibv_wc_status.IBV_WC_SUCCESS
+
+
+def test_misuse_is_refused_at_post(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    wr = SendWR(wr_id=1, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+    with raises_errno(errno.EINVAL):  # no AH
+        a.qp.post_send(wr)
+    for opcode in (e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, e.ibv_wr_opcode.IBV_WR_RDMA_READ,
+                   e.ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD):  # fmt: skip
+        wr = SendWR(wr_id=2, opcode=opcode, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+        wr.set_wr_ud(ah_to(a, b), b.qp.qp_num, QKEY)
+        with raises_errno(errno.EINVAL):
+            a.qp.post_send(wr)
+    assert a.qp.query()[0].qp_state == e.ibv_qp_state.IBV_QPS_RTS
+
+
+def test_ah_on_an_rc_qp_is_refused() -> None:
+    rc = open_endpoint()
+    try:
+        ud = ud_endpoint()
+        try:
+            attr = QPAttr(port_num=1)
+            rc.qp.to_init(attr)
+            wr = SendWR(wr_id=1, sg=[SGE(rc.mr.buf, 8, rc.mr.lkey)])
+            wr.set_wr_ud(ah_to(rc, ud), ud.qp.qp_num, QKEY)
+            attr.qp_state = e.ibv_qp_state.IBV_QPS_INIT
+            with raises_errno(errno.EINVAL):
+                rc.qp.post_send(wr)
+        finally:
+            ud.close()
+    finally:
+        rc.close()
+
+
+def test_ah_needs_a_grh_and_a_reachable_gid() -> None:
+    ep = ud_endpoint()
+    try:
+        with raises_errno(errno.EINVAL):
+            AH(ep.pd, attr=AHAttr(port_num=1, is_global=0))
+        with raises_errno(errno.EINVAL):
+            AH(ep.pd, attr=AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(ep.info().gid), sgid_index=5)))
+        with raises_errno(errno.EOPNOTSUPP):
+            AH(ep.pd, attr=AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID("fe80::1"))))
+    finally:
+        ep.close()
+
+
+def test_several_senders_to_one_qp(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
+    c = ud_endpoint()
+    try:
+        post_recvs(b, 2)
+        send(a, ah_to(a, b), b, 8)
+        send(c, ah_to(c, b), b, 8)
+        a.poll()
+        c.poll()
+        sources = {wc.src_qp for wc in b.poll(2)}
+        assert sources == {a.qp.qp_num, c.qp.qp_num}
+    finally:
+        c.close()
