@@ -11,6 +11,7 @@ import struct
 import time
 
 from tests.rc_pair import Endpoint
+from tests.test_ud_datapath import GRH, QKEY, RECV_AT, post_recvs, ud_endpoint
 
 CTRL = struct.Struct(">IIBHBI")  # opmod|wqe_index|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
 RADDR = struct.Struct(">QII")
@@ -65,3 +66,37 @@ def test_hand_written_wqes_move_data_and_produce_cqes(pair: tuple[Endpoint, Endp
     assert struct.unpack_from(">I", recv_cqe, 56)[0] & 0xFFFFFF == qpn_b
     assert b.mr.read(3000, 100) == a.mr.read(3000, 0)
     assert b.mr.read(1000, 8192) == a.mr.read(1000, 3000)
+
+
+AV = struct.Struct(">II I BBH 4x 6x BB I 16s")  # mlx5_wqe_av: qkey, rsvd, dqp_dct, stat_rate_sl, fl_mlid, rlid,
+MLX5_EXTENDED_UD_AV = 0x80000000  # ..., rmac, tclass, hop_limit, grh_gid_fl, rgid
+
+
+def test_a_hand_written_ud_wqe_sends_a_datagram() -> None:
+    """A UD WQE as libmlx5 writes it: control segment, the 48-byte datagram segment (address
+    vector: Q_Key, destination QPN with the extended-AV bit, GRH flag, destination GID), one
+    data segment. The receiver's CQE carries the source QP and the GRH flag in flags_rqpn."""
+    a, b = ud_endpoint(), ud_endpoint()
+    try:
+        post_recvs(b, 1)
+        a.mr.write(b"hand-written datagram", 21, 0)
+        sq, qpn_a = a.qp._sq_buf, a.qp.qp_num
+        CTRL.pack_into(sq, 0, MLX5_OPCODE_SEND, (qpn_a << 8) | 5, 0, 0, CQ_UPDATE, 0)  # ctrl + 3 AV + data
+        AV.pack_into(sq, 16, QKEY, 0, MLX5_EXTENDED_UD_AV | b.qp.qp_num, 0, 0, 0xC000, 0, 64, 1 << 30,
+                     b.info().gid)  # fmt: skip
+        DATA.pack_into(sq, 64, 21, a.mr.lkey, a.mr.buf)
+        struct.pack_into(">I", a.qp._doorbell_buf, 4, 2)  # 80 bytes: two basic blocks
+        a.ctx.device.ring_doorbell(qpn_a)
+        sent = wait_cqe(a, 0)
+        assert (
+            sent[63] >> 4 == MLX5_CQE_REQ and struct.unpack_from(">I", sent, 56)[0] == (MLX5_OPCODE_SEND << 24) | qpn_a
+        )
+        got = wait_cqe(b, 0)
+        assert got[63] >> 4 == MLX5_CQE_RESP_SEND
+        assert struct.unpack_from(">I", got, 44)[0] == GRH + 21  # byte_cnt
+        flags_rqpn = struct.unpack_from(">I", got, 24)[0]
+        assert flags_rqpn & 0xFFFFFF == qpn_a and flags_rqpn >> 28 & 3  # source QP, a GRH
+        assert b.mr.read(21, RECV_AT + GRH) == b"hand-written datagram"
+    finally:
+        a.close()
+        b.close()

@@ -399,7 +399,7 @@ def test_ud_send_through_the_builders() -> None:
         qp.wr_start()
         qp.wr_id, qp.wr_flags = 5, e.ibv_send_flags.IBV_SEND_SIGNALED
         qp.wr_send_imm(0xCAFE)
-        qp.wr_set_ud_addr(ah_to(sender, receiver), receiver.qp.qp_num, QKEY)
+        qp.wr_set_ud_addr(ah_to(sender, receiver.info().gid), receiver.qp.qp_num, QKEY)
         qp.wr_set_sge(SGE(sender.mr.buf, 8, sender.mr.lkey))
         qp.wr_complete()
         sender.poll()

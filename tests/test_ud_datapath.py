@@ -16,7 +16,9 @@ import pyroce.verbs.enums as e
 from pyroce.ib.reasons import Reason
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.ah import AH
-from pyroce.verbs.qp import QPAttr
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from pyroce.wire.framing import ipv4_checksum
 from tests.rc_pair import Endpoint, open_endpoint
@@ -39,8 +41,8 @@ def ud_endpoint(qkey: int = QKEY) -> Endpoint:
     return ep
 
 
-def ah_to(src: Endpoint, dst: Endpoint) -> AH:
-    route = GlobalRoute(dgid=GID(dst.info().gid), sgid_index=0)
+def ah_to(src: Endpoint, gid: bytes) -> AH:
+    route = GlobalRoute(dgid=GID(gid), sgid_index=0)
     return AH(src.pd, attr=AHAttr(port_num=1, is_global=1, gr=route))
 
 
@@ -57,11 +59,11 @@ def post_recvs(ep: Endpoint, count: int, size: int = SLOT) -> None:
         ep.qp.post_recv(RecvWR(wr_id=100 + i, sg=[SGE(ep.mr.buf + RECV_AT + i * SLOT, size, ep.mr.lkey)]))
 
 
-def send(a: Endpoint, ah: AH, b: Endpoint, size: int, wr_id: int = 1, qkey: int = QKEY,
+def send(a: Endpoint, ah: AH, dqpn: int, size: int, wr_id: int = 1, qkey: int = QKEY,
          imm: int | None = None) -> None:  # fmt: skip
     opcode = e.ibv_wr_opcode.IBV_WR_SEND if imm is None else e.ibv_wr_opcode.IBV_WR_SEND_WITH_IMM
     wr = SendWR(wr_id=wr_id, opcode=opcode, sg=[SGE(a.mr.buf, size, a.mr.lkey)], imm_data=imm or 0)
-    wr.set_wr_ud(ah, b.qp.qp_num, qkey)
+    wr.set_wr_ud(ah, dqpn, qkey)
     a.qp.post_send(wr)
 
 
@@ -73,7 +75,7 @@ def test_datagram_lands_after_40_bytes_of_ipv4_header(pair: tuple[Endpoint, Endp
     payload = bytes((i * 7 + size) & 0xFF for i in range(size))
     a.mr.write(payload, size, 0)
     post_recvs(b, 1)
-    send(a, ah_to(a, b), b, size, imm=imm)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, size, imm=imm)
     (sent,) = a.poll()
     assert sent.status == e.ibv_wc_status.IBV_WC_SUCCESS and sent.opcode == e.ibv_wc_opcode.IBV_WC_SEND
     (wc,) = b.poll()
@@ -98,14 +100,14 @@ def test_reply_through_an_ah_made_from_the_wc(pair: tuple[Endpoint, Endpoint]) -
     post_recvs(b, 1)
     post_recvs(a, 1)
     a.mr.write(b"ping", 4, 0)
-    send(a, ah_to(a, b), b, 4)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 4)
     a.poll()
     (wc,) = b.poll()
     reply_ah = AH(b.pd, wc=wc, grh=b.mr.buf + RECV_AT, port_num=1)
     assert reply_ah.dgid == GID(a.info().gid)
     assert reply_ah.attr.gr.hop_limit == 64 and reply_ah.attr.gr.sgid_index == 0
     b.mr.write(b"pong", 4, 0)
-    send(b, reply_ah, a, 4, qkey=QKEY)
+    send(b, reply_ah, a.qp.qp_num, 4, qkey=QKEY)
     b.poll()
     (back,) = a.poll()
     assert back.src_qp == b.qp.qp_num and a.mr.read(4, RECV_AT + GRH) == b"pong"
@@ -114,7 +116,7 @@ def test_reply_through_an_ah_made_from_the_wc(pair: tuple[Endpoint, Endpoint]) -
 def test_ah_from_a_wc_needs_its_header_in_registered_memory(pair: tuple[Endpoint, Endpoint]) -> None:
     a, b = pair
     post_recvs(b, 1)
-    send(a, ah_to(a, b), b, 4)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 4)
     a.poll()
     (wc,) = b.poll()
     with raises_errno(errno.EINVAL):
@@ -128,10 +130,10 @@ def test_wrong_qkey_is_dropped_and_counted(pair: tuple[Endpoint, Endpoint]) -> N
     a, b = pair
     before = b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0)
     post_recvs(b, 1)
-    send(a, ah_to(a, b), b, 8, wr_id=1, qkey=QKEY + 1)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8, wr_id=1, qkey=QKEY + 1)
     a.poll()  # the sender cannot know: UD is unacknowledged
     spin_until(lambda: b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0) == before + 1, "the Q_Key drop counted")
-    send(a, ah_to(a, b), b, 8, wr_id=2)  # the receive WQE is still there for the right Q_Key
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8, wr_id=2)  # the receive WQE is still there for the right Q_Key
     a.poll()
     (wc,) = b.poll()
     assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS and wc.byte_len == GRH + 8
@@ -141,7 +143,7 @@ def test_controlled_qkey_sends_the_qps_own() -> None:
     a, b = ud_endpoint(qkey=0x0BADCAFE), ud_endpoint(qkey=0x0BADCAFE)
     try:
         post_recvs(b, 1)
-        send(a, ah_to(a, b), b, 8, qkey=0x80000000)  # top bit: "use the sending QP's Q_Key"
+        send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8, qkey=0x80000000)  # top bit: "use the sending QP's Q_Key"
         a.poll()
         (wc,) = b.poll()
         assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS
@@ -154,12 +156,12 @@ def test_oversize_send_fails_that_wr_and_the_qp_goes_on(pair: tuple[Endpoint, En
     a, b = pair
     mtu = 128 << int(a.ctx.active_mtu)
     post_recvs(b, 1)
-    send(a, ah_to(a, b), b, mtu + 1, wr_id=7)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, mtu + 1, wr_id=7)
     (failed,) = a.poll()
     assert failed.wr_id == 7 and failed.status == e.ibv_wc_status.IBV_WC_LOC_LEN_ERR
     assert failed.vendor_err == Reason.UD_TOO_LONG
     assert a.qp.query()[0].qp_state == e.ibv_qp_state.IBV_QPS_RTS
-    send(a, ah_to(a, b), b, mtu, wr_id=8)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, mtu, wr_id=8)
     (ok,) = a.poll()
     assert ok.wr_id == 8 and ok.status == e.ibv_wc_status.IBV_WC_SUCCESS
     (wc,) = b.poll()
@@ -173,11 +175,11 @@ def test_datagram_longer_than_the_receive_buffer_is_dropped_not_written_past(pai
     before = b.ctx.device.qp_stats(b.qp.qp_num).get("drop_ud_too_long", 0)
     post_recvs(b, 1, size=GRH + 16)
     a.mr.write(b"\x11" * 64, 64, 0)
-    send(a, ah_to(a, b), b, 17)
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 17)
     a.poll()
     spin_until(lambda: b.ctx.device.qp_stats(b.qp.qp_num).get("drop_ud_too_long", 0) == before + 1, "the drop counted")
     assert b.mr.read(64, guard) == b"\xee" * 64
-    send(a, ah_to(a, b), b, 16)  # the WQE was left for a datagram that fits
+    send(a, ah_to(a, b.info().gid), b.qp.qp_num, 16)  # the WQE was left for a datagram that fits
     a.poll()
     (wc,) = b.poll()
     assert wc.byte_len == GRH + 16 and wc.status == e.ibv_wc_status.IBV_WC_SUCCESS
@@ -191,7 +193,7 @@ def test_misuse_is_refused_at_post(pair: tuple[Endpoint, Endpoint]) -> None:
     for opcode in (e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, e.ibv_wr_opcode.IBV_WR_RDMA_READ,
                    e.ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD):  # fmt: skip
         wr = SendWR(wr_id=2, opcode=opcode, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
-        wr.set_wr_ud(ah_to(a, b), b.qp.qp_num, QKEY)
+        wr.set_wr_ud(ah_to(a, b.info().gid), b.qp.qp_num, QKEY)
         with raises_errno(errno.EINVAL):
             a.qp.post_send(wr)
     assert a.qp.query()[0].qp_state == e.ibv_qp_state.IBV_QPS_RTS
@@ -205,7 +207,7 @@ def test_ah_on_an_rc_qp_is_refused() -> None:
             attr = QPAttr(port_num=1)
             rc.qp.to_init(attr)
             wr = SendWR(wr_id=1, sg=[SGE(rc.mr.buf, 8, rc.mr.lkey)])
-            wr.set_wr_ud(ah_to(rc, ud), ud.qp.qp_num, QKEY)
+            wr.set_wr_ud(ah_to(rc, ud.info().gid), ud.qp.qp_num, QKEY)
             attr.qp_state = e.ibv_qp_state.IBV_QPS_INIT
             with raises_errno(errno.EINVAL):
                 rc.qp.post_send(wr)
@@ -233,11 +235,44 @@ def test_several_senders_to_one_qp(pair: tuple[Endpoint, Endpoint]) -> None:
     c = ud_endpoint()
     try:
         post_recvs(b, 2)
-        send(a, ah_to(a, b), b, 8)
-        send(c, ah_to(c, b), b, 8)
+        send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8)
+        send(c, ah_to(c, b.info().gid), b.qp.qp_num, 8)
         a.poll()
         c.poll()
         sources = {wc.src_qp for wc in b.poll(2)}
         assert sources == {a.qp.qp_num, c.qp.qp_num}
     finally:
         c.close()
+
+
+def test_ud_qps_take_their_receives_from_one_srq(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, _ = pair
+    receiver = ud_endpoint()
+    try:
+        srq = SRQ(receiver.pd, SrqInitAttr(SrqAttr(max_wr=8, max_sge=1)))
+        qps = []
+        for _ in range(2):
+            cq = CQ(receiver.ctx, 8)
+            qp = QP(receiver.pd, QPInitAttr(qp_type=UD, scq=cq, rcq=cq, srq=srq, cap=QPCap(max_send_wr=4)))
+            attr = QPAttr(port_num=1)
+            attr.qkey, attr.sq_psn = QKEY, 0
+            qp.to_rts(attr)
+            qps.append((qp, cq))
+        for i in range(4):
+            srq.post_recv(RecvWR(wr_id=200 + i, sg=[SGE(receiver.mr.buf + RECV_AT + i * SLOT, SLOT, receiver.mr.lkey)]))
+        ah = ah_to(a, receiver.info().gid)
+        order = [0, 1, 1, 0]
+        for k, index in enumerate(order):
+            a.mr.write(bytes([k]) * 8, 8, 0)
+            wr = SendWR(wr_id=k, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+            wr.set_wr_ud(ah, qps[index][0].qp_num, QKEY)
+            a.qp.post_send(wr)
+            a.poll()
+            qp, cq = qps[index]
+            got: list = []
+            spin_until(lambda cq=cq, got=got: got.extend(cq.poll(1)[1]) or got, "the receive completion")
+            (wc,) = got
+            assert (wc.wr_id, wc.qp_num, wc.src_qp) == (200 + k, qp.qp_num, a.qp.qp_num)  # the SRQ's WQEs in order
+            assert receiver.mr.read(8, RECV_AT + k * SLOT + GRH) == bytes([k]) * 8
+    finally:
+        receiver.close()
