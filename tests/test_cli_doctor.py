@@ -49,7 +49,7 @@ def test_an_exported_address_is_used_and_its_reason_shown() -> None:
     ("env", "name", "words"),
     [
         ({"PYROCE_ADDR": "192.0.2.1"}, "address", "is not an address of this host"),  # TEST-NET-1
-        ({"PYROCE_ADDR": "nonsense"}, "address", "is not an IPv4 address"),
+        ({"PYROCE_ADDR": "nonsense"}, "address", "is not an IPv4 or IPv6 address"),
         ({"PYROCE_PROGRESS": "bogus"}, "settings", "PYROCE_PROGRESS='bogus'"),
         ({"PYROCE_GSO": "yes"}, "settings", "PYROCE_GSO='yes'"),
         ({"PYROCE_FAULTS": "loss=2"}, "settings", "PYROCE_FAULTS"),

@@ -24,7 +24,7 @@ _TOOLS = (demo, decode, capture, stats, doctor, events, rc_pingpong, devices, de
 
 ENVIRONMENT = """\
 environment:
-  PYROCE_ADDR=IPv4         the device's address (an address of this host); unset: each process
+  PYROCE_ADDR=IP           the device's address (an IPv4 or IPv6 address of this host); unset: each process
                            takes its own loopback address, 127.64.0.0/10 plus its pid
   PYROCE_PROGRESS=MODE     inline (default: the caller's thread also runs the engine), thread
                            (only the engine thread) or host (no thread: NicDevice.step)

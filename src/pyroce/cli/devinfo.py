@@ -12,8 +12,8 @@ from pyroce.verbs.device import Context, get_device_list
 
 DESCRIPTION = """Print the attributes of the pyroce devices (or of DEV), as ibv_devinfo does:
 the device, then each port (or PORT); -v adds every limit and the port's GID table
-(GID[  0]: ::ffff:<address>, RoCE v2: pyroce0 serves RoCE v2 over IPv4 only, so that is its
-one GID). Each process has its own pyroce0: this shows the one this command opens."""
+(GID[  0]: the device's address as a RoCE v2 GID, ::ffff:<IPv4> or the IPv6 address itself:
+pyroce0 serves RoCE v2 over its address's family, so that is its one GID). Each process has its own pyroce0: this shows the one this command opens."""
 
 
 def port_number(text: str) -> int:

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
 from pyroce.nic.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
-from pyroce.verbs.addr import gid_of_ipv4
+from pyroce.verbs.addr import gid_of_address
 from pyroce.wire.mtu import mtu_for_netdev, mtu_to_bytes
 
 
@@ -62,7 +62,7 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     try:
         configured = configured_address()
     except LinkError as exc:
-        return [Check("address", False, exc.strerror or str(exc), fix="set PYROCE_ADDR to an IPv4 address of this host, "
+        return [Check("address", False, exc.strerror or str(exc), fix="set PYROCE_ADDR to an address of this host, "
                       "or unset it for a loopback address")]  # fmt: skip
     if configured is not None:
         address, why = configured, "PYROCE_ADDR"
@@ -89,7 +89,9 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
         gso, gro = link.gso, link.gro
     finally:
         link.close()
-    checks.append(Check("gid", True, str(gid_of_ipv4(address)), "the address, IPv4-mapped: RoCEv2 GID index 0"))
+    checks.append(
+        Check("gid", True, str(gid_of_address(address)), "the address (IPv4-mapped for IPv4): RoCEv2 GID index 0")
+    )
     netdev = interface_mtu(address)
     try:
         mtu = f"{mtu_to_bytes(mtu_for_netdev(netdev))} B"

@@ -21,7 +21,8 @@ from pyroce.verbs.pyverbs_error import PyverbsError
 DESCRIPTION = """RC SEND ping-pong (ibv_rc_pingpong): without SERVERNAME, wait for a client on
 TCP PORT; with it, connect to the server there. Either side may be rdma-core's ibv_rc_pingpong
 on another RoCEv2 device. pyroce0's GID is index 0 (its only one: ::ffff:<its IPv4 address>,
-RoCE v2); give the real tool its own index of its IPv4 RoCE v2 GID (rxe: -g 1 or 3)."""
+or its IPv6 address, RoCE v2); give the real tool its own index of its RoCE v2 GID of the same
+family (rxe: -g 1 or 3 for IPv4)."""
 COUNTERS = ("sent_pkts", "rcvd_pkts", "icrc_errors", "retransmitted_pkts", "drop_wrong_source")
 
 

@@ -2,13 +2,12 @@
 
 Every link that carries RoCEv2 as IP/UDP datagrams needs them: to build each packet's ICRC
 over the headers it will travel with, and to check a received one against the headers it
-came with (IPv4 ID 0 and DF assumed: what a UDP socket cannot see)."""
+came with (IPv4 ID 0 and DF assumed: what a UDP socket cannot see). The link's address says
+the family: an IPv4 link's paths are IPv4, an IPv6 link's IPv6."""
 
 from __future__ import annotations
 
-import socket
-
-from pyroce.wire.framing import ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
+from pyroce.wire.framing import ROCE_UDP_PORT, RocePath, UdpHeader, ip_header
 
 
 class RocePaths:
@@ -17,7 +16,6 @@ class RocePaths:
     def __init__(self, address: str, port: int = ROCE_UDP_PORT) -> None:
         self.address = address
         self.port = port
-        self._src = socket.inet_aton(address)
         self._tx_paths: dict[str, RocePath] = {}
         self._rx_paths: dict[tuple[str, int], RocePath] = {}
 
@@ -25,14 +23,12 @@ class RocePaths:
         """Headers and ICRC seeds of datagrams from this link to ``peer``."""
         path = self._tx_paths.get(peer)
         if path is None:
-            ip = IPv4Header(self._src, socket.inet_aton(peer))
-            path = self._tx_paths[peer] = RocePath(ip, UdpHeader(self.port, ROCE_UDP_PORT))
+            path = self._tx_paths[peer] = RocePath(ip_header(self.address, peer), UdpHeader(self.port, ROCE_UDP_PORT))
         return path
 
     def rx_path(self, peer: str, sport: int) -> RocePath:
         """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed)."""
         path = self._rx_paths.get((peer, sport))
         if path is None:
-            ip = IPv4Header(socket.inet_aton(peer), self._src)
-            path = self._rx_paths[(peer, sport)] = RocePath(ip, UdpHeader(sport, self.port))
+            path = self._rx_paths[(peer, sport)] = RocePath(ip_header(peer, self.address), UdpHeader(sport, self.port))
         return path

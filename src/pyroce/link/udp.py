@@ -11,12 +11,17 @@ when the kernel can: UDP GSO (``UDP_SEGMENT``) sends equal-sized packets to one 
 ``sendmsg``, each leaving as its own datagram with the IPv4 ID of its place in the send
 (``RocePath`` computes each one's ICRC for it); UDP GRO (``UDP_GRO``) hands back runs of
 datagrams from one sender in one ``recvmsg`` with their segment size.
+
+The address's family is the link's: an IPv6 address makes an IPv6 socket (``IPV6_V6ONLY``),
+and RoCEv2 travels over IPv6, where the ICRC covers no header field the socket hides.
+Link-local IPv6 addresses are not served (a peer's address would need its scope).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import ipaddress
 import select
 import socket
 import struct
@@ -49,9 +54,13 @@ class UdpLink(RocePaths):
         """``batching=False`` turns UDP GSO and GRO off: every packet is a datagram of its own
         on the host too (captures, raw-socket receivers on this host; ``PYROCE_GSO=0``)."""
         super().__init__(address, port)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        ipv6 = is_ipv6(address)
+        sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+            if ipv6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            else:
+                sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
             for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
                 sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
             sock.bind((address, port))
@@ -104,14 +113,14 @@ class UdpLink(RocePaths):
         try:
             if not self.gro:
                 size, sender = self.sock.recvfrom_into(buf)
-                return size, sender, size
+                return size, sender[:2], size
             size, ancillary, _, sender = self.sock.recvmsg_into([buf], _GRO_CMSG)
         except (BlockingIOError, InterruptedError):
             return None
         for level, kind, value in ancillary:
             if level == SOL_UDP and kind == UDP_GRO:
-                return size, sender, _GRO_SIZE.unpack_from(value)[0]
-        return size, sender, size
+                return size, sender[:2], _GRO_SIZE.unpack_from(value)[0]
+        return size, sender[:2], size  # an IPv6 sender comes with flow info and scope: not needed
 
     def close(self) -> None:
         self._poll.close()
@@ -127,10 +136,16 @@ def _enable(sock: socket.socket, option: int, value: int) -> bool:
     return True
 
 
+def is_ipv6(address: str) -> bool:
+    return ":" in address
+
+
 def _interface_of(address: str) -> str | None:
-    """The name of the interface that holds IPv4 ``address`` (``lo`` for 127/8), if any."""
-    if address.startswith("127."):
+    """The name of the interface that holds ``address`` (``lo`` for 127/8 and ::1), if any."""
+    if address.startswith("127.") or address == "::1":
         return "lo"
+    if is_ipv6(address):
+        return _ipv6_interface_of(address)
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         for _, name in socket.if_nameindex():
@@ -145,8 +160,22 @@ def _interface_of(address: str) -> str | None:
     return None
 
 
+def _ipv6_interface_of(address: str) -> str | None:
+    """The interface holding an IPv6 address, from the kernel's table (/proc/net/if_inet6)."""
+    wanted = ipaddress.IPv6Address(address).packed.hex()
+    try:
+        with open("/proc/net/if_inet6") as table:
+            for line in table:
+                fields = line.split()
+                if len(fields) >= 6 and fields[0] == wanted:
+                    return fields[5]
+    except OSError:
+        return None
+    return None
+
+
 def interface_mtu(address: str) -> int:
-    """The MTU of the interface that holds IPv4 ``address`` (65536 for loopback addresses,
+    """The MTU of the interface that holds ``address`` (65536 for loopback addresses,
     1500 if no interface holds it)."""
     name = _interface_of(address)
     if name is None:
@@ -159,7 +188,7 @@ def interface_mtu(address: str) -> int:
 
 
 def interface_index(address: str) -> int:
-    """The ifindex of the interface that holds IPv4 ``address`` (0 if none does): a GID
+    """The ifindex of the interface that holds ``address`` (0 if none does): a GID
     entry's ``ndev_ifindex``."""
     name = _interface_of(address)
     try:

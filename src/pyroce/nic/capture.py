@@ -1,19 +1,19 @@
-"""What a device sent and received, as IPv4 frames a pcap reader (tshark, ``pyroce decode``)
+"""What a device sent and received, as IP frames a pcap reader (tshark, ``pyroce decode``)
 takes: the view of a capture on the wire, taken inside the NIC.
 
 A UDP GSO send is recorded as the datagrams the kernel makes of it (segment k with IPv4 ID
 k, as its ICRC was built), and received datagrams with the IPv4 header a UDP socket does not
-show rebuilt as ID 0: the ICRCs of pyroce's own traffic verify in the capture.
+show rebuilt as ID 0: the ICRCs of pyroce's own traffic verify in the capture. An IPv6
+device's frames are IPv6 (no ID to rebuild).
 """
 
 from __future__ import annotations
 
-import socket
 from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO
 
-from pyroce.wire.framing import LINKTYPE_RAW, ROCE_UDP_PORT, IPv4Header, RocePath, UdpHeader
+from pyroce.wire.framing import LINKTYPE_RAW, ROCE_UDP_PORT, RocePath, UdpHeader, ip_header
 from pyroce.wire.pcap import PcapWriter
 
 DEFAULT_KEEP = 100_000  # frames kept; the oldest go first
@@ -33,10 +33,10 @@ class Capture:
     def record(self, now: float, src: str, sport: int, dst: str, data: memoryview | bytes, step: int) -> None:
         """Datagrams of ``step`` bytes (the last may be shorter) from ``src``:``sport`` to
         ``dst``:4791; the k-th as IPv4 ID k (GSO), a lone one as ID 0."""
-        src_ip, dst_ip, udp = socket.inet_aton(src), socket.inet_aton(dst), UdpHeader(sport, ROCE_UDP_PORT)
+        udp = UdpHeader(sport, ROCE_UDP_PORT)
         for index, start in enumerate(range(0, max(len(data), 1), step)):
             payload = bytes(data[start : start + step])
-            path = RocePath(IPv4Header(src_ip, dst_ip, ident=index), udp)
+            path = RocePath(ip_header(src, dst, ident=index), udp)
             self._add((now, bytes(path.headers(len(payload))) + payload))
 
     def write(self, stream: BinaryIO) -> int:

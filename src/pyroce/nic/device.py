@@ -346,6 +346,10 @@ class NicDevice:
     def port_active(self) -> bool:
         return self.engine.port.active
 
+    def route(self, gid: bytes) -> str | None:
+        """The link's address for a GID, None if the link cannot reach it (``Port.route``)."""
+        return self.engine.port.route(gid)
+
     def stats(self) -> dict[str, int]:
         """Device counters and the sum of every QP's (rxe hw_counters names where rxe has one)."""
         with self._lock:

@@ -9,6 +9,7 @@ leave when their time comes on the engine's clock.
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
 _IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
+_LINK_LOCAL = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
 
 
 class Link(Protocol):
@@ -57,11 +59,17 @@ class Port:
         self.active = True  # the port's state: down, nothing is sent or received (a fault plan)
 
     def route(self, gid: bytes) -> str | None:
-        """The link's address for a destination GID: an IPv4-mapped GID's IPv4 address (the
-        link carries RoCEv2 over IPv4); None for any other GID."""
-        if len(gid) != 16 or gid[:12] != _IPV4_MAPPED:
+        """The link's address for a destination GID, or None if the link cannot reach it: on
+        an IPv4 link an IPv4-mapped GID's IPv4 address; on an IPv6 link any other GID but a
+        link-local one (RoCEv2's GID is the IP address)."""
+        if len(gid) != 16:
             return None
-        return ".".join(str(byte) for byte in gid[12:])
+        mapped = gid[:12] == _IPV4_MAPPED
+        if ":" not in self.address:
+            return ".".join(str(byte) for byte in gid[12:]) if mapped else None
+        if mapped or gid[:2] == _LINK_LOCAL:
+            return None
+        return str(ipaddress.IPv6Address(gid))
 
     def gso_to(self, peer: str) -> bool:
         """Whether packets to ``peer`` may leave as GSO batches: not through faults (which

@@ -1,7 +1,7 @@
 """Which devices a process has, and where each one lives on the network.
 
-``pyroce0`` is the one device. Its address comes from ``PYROCE_ADDR`` (an IPv4 address of
-this host, e.g. a veth or Ethernet address, to talk to other hosts). Without it, each process
+``pyroce0`` is the one device. Its address comes from ``PYROCE_ADDR`` (an IPv4 or IPv6 address
+of this host: the device speaks RoCEv2 over that family, e.g. a veth or Ethernet address, to talk to other hosts). Without it, each process
 takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two processes on one
 host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
 ``PYROCE_PROGRESS=thread`` leaves all engine work to the engine thread (the default, ``inline``,
@@ -38,14 +38,18 @@ _open: dict[str, tuple[NicDevice, int]] = {}
 
 
 def configured_address() -> str | None:
-    """The address set by ``PYROCE_ADDR``, checked to be an IPv4 address."""
+    """The address set by ``PYROCE_ADDR``, checked to be an IPv4 or IPv6 address (not link-local:
+    its peers would need a scope), in its normal text form."""
     value = os.environ.get("PYROCE_ADDR")
     if not value:
         return None
     try:
-        return str(ipaddress.IPv4Address(value))
+        address = ipaddress.ip_address(value)
     except ValueError:
-        raise LinkError(errno.EINVAL, f"PYROCE_ADDR={value!r} is not an IPv4 address") from None
+        raise LinkError(errno.EINVAL, f"PYROCE_ADDR={value!r} is not an IPv4 or IPv6 address") from None
+    if address.is_link_local:
+        raise LinkError(errno.EINVAL, f"PYROCE_ADDR={value!r} is link-local: give a global or unique-local address")
+    return str(address)
 
 
 def stats_dir() -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+from collections.abc import Callable
 
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -50,8 +51,10 @@ class GID:
         return f"GID('{self.gid}')"
 
 
-def gid_of_ipv4(address: str) -> GID:
-    return GID(ipaddress.IPv6Address(f"::ffff:{address}").packed)
+def gid_of_address(address: str) -> GID:
+    """RoCEv2's GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6."""
+    ip = ipaddress.ip_address(address)
+    return GID(ip.packed if ip.version == 6 else ipaddress.IPv6Address(f"::ffff:{address}").packed)
 
 
 class GlobalRoute:
@@ -79,11 +82,14 @@ class AHAttr:
     def dgid(self) -> GID:
         return self.gr.dgid
 
-    def peer_address(self) -> str:
-        """The IPv4 address this AH leads to (RoCE needs a GRH: IBA A17.4.5.1)."""
+    def peer_address(self, route: Callable[[bytes], str | None]) -> str:
+        """The address this AH leads to, as ``route`` (the device's) finds it for the GID
+        (RoCE needs a GRH: IBA A17.4.5.1). EOPNOTSUPP for a GID the device's link cannot
+        reach: an IPv6 GID on an IPv4 link, an IPv4-mapped one on an IPv6 link, a link-local one."""
         if not self.is_global:
             raise PyverbsRDMAError("RoCE address handles need a GRH (is_global=1)", errno.EINVAL)
-        address = self.gr.dgid.ipv4()
+        address = route(self.gr.dgid.raw)
         if address is None:
-            raise PyverbsRDMAError(f"GID {self.gr.dgid} is not an IPv4-mapped GID", errno.EOPNOTSUPP)
+            raise PyverbsRDMAError(f"GID {self.gr.dgid} is not an address this device's link reaches",
+                                   errno.EOPNOTSUPP)  # fmt: skip
         return address

@@ -47,7 +47,7 @@ class AH(PyverbsObject):
             raise PyverbsRDMAError(f"Failed to create AH: sgid_index {attr.gr.sgid_index} is outside the "
                                    f"{len(ctx.gids)}-entry GID table", errno.EINVAL)  # fmt: skip
         try:
-            attr.peer_address()  # a GRH, and a GID the link can reach
+            attr.peer_address(ctx.device.route)  # a GRH, and a GID the link can reach
         except PyverbsRDMAError as exc:
             raise PyverbsRDMAError(f"Failed to create AH: {exc}", exc.error_code) from None
         self.pd = pd

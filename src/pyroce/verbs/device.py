@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.device import NicDevice
 from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
-from pyroce.verbs.addr import GID, gid_of_ipv4
+from pyroce.verbs.addr import GID, gid_of_address
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
@@ -189,7 +189,7 @@ class Context(PyverbsObject):
                 f"Failed to open device {device_name}: {exc.strerror}", exc.errno or errno.EIO
             ) from None
         self.name = device_name
-        self.gid = gid_of_ipv4(self.device.address)
+        self.gid = gid_of_address(self.device.address)
         self.gids = GidTable(PORT_NUM, ((self.gid, ibv_gid_type.IBV_GID_TYPE_ROCE_V2),), netdev_ifindex(self.device))
         self.active_mtu = mtu_for_netdev(netdev_mtu(self.device))
 

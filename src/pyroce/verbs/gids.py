@@ -6,9 +6,11 @@ RoCE v2 entry per address: the default link-local ``fe80::`` GID (from the MAC) 
 address its v1 and v2 entries. With IPv6 off the default GIDs are left out, and the IPv4 GID's
 v2 entry is index 1 (the rxe of this project's captures, ``ibv_rc_pingpong -g 1``).
 
-pyroce's link is one UDP socket on one IPv4 address: it sends and receives RoCE v2 over IPv4
-only (no RoCE v1 Ethernet frames, no IPv6 link), so its table lists only the GID it can serve,
-``::ffff:a.b.c.d`` RoCE v2, at index 0, and ``gid_tbl_len`` is 1. GID indices are local: each
+pyroce's link is one UDP socket on one address (``PYROCE_ADDR``, IPv4 or IPv6): it sends and
+receives RoCE v2 over that address's family only (no RoCE v1 Ethernet frames), so its table
+lists only the GID it can serve, RoCE v2 at index 0 (``::ffff:a.b.c.d`` for an IPv4 address,
+the address itself for IPv6), and ``gid_tbl_len`` is 1. Listing rxe's other entries would
+hand peers GIDs that lead nowhere. GID indices are local: each
 side of a connection passes its own (pyroce ``-g 0`` against rxe ``-g 1`` or ``-g 3``).
 """
 

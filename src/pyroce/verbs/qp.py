@@ -328,7 +328,7 @@ class QP(PyverbsObject):
                 raise invalid(f"ah_attr port {attr.ah_attr.port_num} does not exist")
             if attr.ah_attr.gr.sgid_index != 0:
                 raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} is outside the 1-entry GID table")
-            peer = attr.ah_attr.peer_address()
+            peer = attr.ah_attr.peer_address(self.device.route)
         return changes, peer
 
     def _to(self, qp_attr: QPAttr, state: int) -> None:

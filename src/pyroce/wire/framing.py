@@ -96,6 +96,17 @@ class UdpHeader(NamedTuple):
 IpHeader = IPv4Header | IPv6Header
 
 
+def ip_header(src: str, dst: str, ident: int = 0) -> IpHeader:
+    """The IP header (with the defaults above) of a datagram between two addresses in text
+    form: IPv4 for dotted quads, IPv6 otherwise; ``ident``: an IPv4 header's ID."""
+    source, dest = ipaddress.ip_address(src), ipaddress.ip_address(dst)
+    if source.version == 4 and dest.version == 4:
+        return IPv4Header(source.packed, dest.packed, ident=ident)
+    if source.version == 6 and dest.version == 6:
+        return IPv6Header(source.packed, dest.packed)
+    raise BuildError(f"no IP header goes from {src} to {dst}: one is IPv4, the other IPv6")
+
+
 class Frame(NamedTuple):
     """A whole captured or raw-link frame holding one RoCEv2 packet."""
 
