@@ -12,13 +12,9 @@ import selectors
 import time
 from collections.abc import Iterator
 
+from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.verbs.device import AsyncEvent, Context, translate_event_type
 from pyroce.verbs.enums import ibv_event_type as ev
-
-QP_EVENTS = frozenset({ev.IBV_EVENT_QP_FATAL, ev.IBV_EVENT_QP_REQ_ERR, ev.IBV_EVENT_QP_ACCESS_ERR,
-                       ev.IBV_EVENT_COMM_EST, ev.IBV_EVENT_SQ_DRAINED, ev.IBV_EVENT_PATH_MIG,
-                       ev.IBV_EVENT_PATH_MIG_ERR, ev.IBV_EVENT_QP_LAST_WQE_REACHED})  # fmt: skip
-SRQ_EVENTS = frozenset({ev.IBV_EVENT_SRQ_ERR, ev.IBV_EVENT_SRQ_LIMIT_REACHED})
 
 
 def describe(event: AsyncEvent) -> str:
@@ -30,7 +26,7 @@ def describe(event: AsyncEvent) -> str:
         element = f"qp 0x{event.element:x}"
     elif kind in SRQ_EVENTS:
         element = f"srq {event.element}"
-    elif kind == ev.IBV_EVENT_CQ_ERR:
+    elif kind in CQ_EVENTS:
         element = f"cq {event.element}"
     elif kind == ev.IBV_EVENT_DEVICE_FATAL:
         element = "device"

@@ -229,7 +229,8 @@ class QP(PyverbsObject):
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
                                        rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
-                                       TRANSPORTS[self.qp_type], srq.hw if srq is not None else None)  # fmt: skip
+                                       TRANSPORTS[self.qp_type], srq.hw if srq is not None else None,
+                                       ctx.async_queue)  # fmt: skip
         self.qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
