@@ -264,9 +264,11 @@ class NicDevice:
                 qp.sq_consumer = qp.rq_consumer = 0
                 engine.rung.discard(qp)
                 engine.receives.discard(qp)
-            elif qp in engine.receives:
+            elif qp in engine.receives or state is QpState.RTS:
                 engine.receives.discard(qp)
-                engine.rung.add(qp)  # e.g. to ERROR: its posted receives must be there to be flushed
+                # to ERROR: its posted receives must be there to be flushed; to RTS (from SQD):
+                # a BIND_MW or LOCAL_INV the drain held back runs now
+                engine.rung.add(qp)
             qp.rc.modify(state)
             engine.active.add(qp)
         self._progress.wake()
@@ -393,6 +395,11 @@ class NicDevice:
         with self._lock:
             qp = self.engine.qps.get(qpn)
             return qp.rc.error_detail if qp is not None else ""
+
+    def qp_sq_draining(self, qpn: int) -> bool:
+        """Whether the QP is in SQD with started WQEs not yet complete (``ibv_qp_attr.sq_draining``)."""
+        with self._lock:
+            return self.engine.qps[qpn].rc.sq_draining
 
     def qp_stats(self, qpn: int) -> dict[str, int]:
         """One QP's counters (``KeyError`` if there is no such QP)."""

@@ -200,8 +200,8 @@ class Engine:
             try:
                 wqe, after = qp.sq.fetch(qp.sq_consumer)
                 if wqe.opcode in LOCAL_OPCODES:
-                    if rc.requester.queue:
-                        break  # in order: it runs once the WQEs before it complete (_note_sending)
+                    if rc.requester.queue or rc.state is QpState.SQD:
+                        break  # in order: it runs once the WQEs before it complete (_note_sending); not in SQD
                     qp.sq_consumer = after
                     self._local(qp, wqe)
                     continue
@@ -241,7 +241,8 @@ class Engine:
         rc.enter_error()
 
     def _service(self, qp: HwQp, now: float) -> bool:
-        """Send what the QP has to send and write its completions; False if it had nothing."""
+        """Send what the QP has to send, write its completions, then raise its async events;
+        False if it had nothing to send."""
         rc = qp.rc
         items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
         if items:  # (the QP counts them: sent_pkts)
@@ -250,6 +251,10 @@ class Engine:
             batch.send(self.port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
+        if rc.events:  # after the CQEs: SQ_DRAINED's reader finds the drained WQEs' completions
+            for event_type, reason in rc.events:
+                qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
+            rc.events.clear()
         self._note_sending(qp)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:

@@ -243,7 +243,8 @@ class QP(PyverbsObject):
     # --- state machine ------------------------------------------------------------------
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
-        """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse."""
+        """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse, and,
+        as rxe, for leaving SQD (but to ERR) while the send queue is still draining."""
         self._check_open()
         check_injected(self.ctx.device, "modify_qp", "modify QP")
         cur = qp_attr.cur_qp_state if attr_mask & M.IBV_QP_CUR_STATE else self.qp_state
@@ -256,7 +257,15 @@ class QP(PyverbsObject):
             check_transition(self.qp_type, cur, target, attr_mask)
         except TransitionError as exc:
             raise PyverbsRDMAError(f"Failed to modify QP state to {name}: {exc.reason}", errno.EINVAL) from None
+        if (attr_mask & M.IBV_QP_STATE and cur == ibv_qp_state.IBV_QPS_SQD and target != ibv_qp_state.IBV_QPS_ERR
+                and self.device.qp_sq_draining(self.qp_num)):  # fmt: skip
+            raise PyverbsRDMAError(f"Failed to modify QP state to {name}: the send queue is still draining",
+                                   errno.EINVAL)  # fmt: skip
         changes, peer = self._changes(qp_attr, attr_mask, name)
+        if self.qp_state == ibv_qp_state.IBV_QPS_RTS and target == ibv_qp_state.IBV_QPS_SQD:
+            # SQ_DRAINED is raised for this drain if this transition asks for it (the attribute
+            # belongs to RTS -> SQD alone; mlx4 reads it so; rxe raises the event regardless)
+            changes["sqd_notify"] = bool(attr_mask & M.IBV_QP_EN_SQD_ASYNC_NOTIFY and qp_attr.en_sqd_async_notify)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
         self.qp_state = ibv_qp_state(target)
         if peer is not None:
@@ -344,6 +353,7 @@ class QP(PyverbsObject):
         self._check_open()
         attr = copy.copy(self.attr)
         attr.qp_state = attr.cur_qp_state = self.qp_state
+        attr.sq_draining = int(self.device.qp_sq_draining(self.qp_num))
         attr.cap = copy.copy(self.cap)
         return attr, copy.copy(self.init_attr)
 
