@@ -33,14 +33,6 @@ from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
 
-# What header prediction takes: the packets after the first of a SEND or WRITE that carry no
-# immediate (a BTH alone), and every READ response (a BTH, and an AETH that must say ACK)
-PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
-                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_FIRST,
-                               Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_LAST,
-                               Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
-# Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
-RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 ACKED_STATES = RECEIVING_STATES - {QpState.RTR}  # where responses reach the completer
 SENDING_STATES = frozenset({QpState.RTS, QpState.SQD})  # where requests go out (in SQD, only started WQEs')
@@ -159,18 +151,16 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress, or the next response of the READ at the head of the send queue,
-        at the expected PSN, is placed without building a ``Packet``, and an ACK retires what
-        it acknowledges.
+        message in progress (RC or UC: ``Service.predicted``), or the next response of the READ
+        at the head of the send queue, at the expected PSN, is placed without building a
+        ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
-        if not self.service.acked:
-            return False  # written for RC's packets; UC takes the general path
         config = self.config
         size = len(data)
         if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:
-            return self._receive_ack_predicted(data, now)
-        if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
+            return self.service.acked and self._receive_ack_predicted(data, now)
+        if size <= BTH_LEN + ICRC_LEN or data[0] not in self.service.predicted:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
@@ -222,7 +212,7 @@ class RcQp:
         if not self.receive_predicted(first, now):
             return 0
         opcode = segments[0]
-        if opcode not in RUN_OPCODES or len(segments) < 2 * step:
+        if opcode not in self.service.runs or len(segments) < 2 * step:
             return len(first)
         config = self.config
         if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
