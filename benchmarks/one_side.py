@@ -12,6 +12,9 @@ Rows (microseconds of wall time per unit, one thread, so CPU time too):
                        [13 x MIDDLE, LAST], as pyroce sends it), placed, ACKed; per message and per packet
   write_64K_requester  post a 64 KiB RDMA WRITE, the engine sends its 16 packets, the peer's ACK
                        comes back, poll it
+  uc_write_64K_responder  the same 64 KiB WRITE to a UC QP, with immediate ([FIRST, MIDDLE] and
+                       [13 x MIDDLE], then LAST_WITH_IMMEDIATE), placed, its receive polled; nothing
+                       goes back
 
 The two-process figures of ``run.py`` are these costs plus waiting; this benchmark is what
 to profile (``py-spy record -- python benchmarks/one_side.py``) when one of them moves.
@@ -30,7 +33,7 @@ from collections.abc import Iterator
 
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.link.udp import UdpLink
-from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
+from pyroce.verbs.enums import ibv_mtu, ibv_qp_type, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, Reth
@@ -39,6 +42,7 @@ from pyroce.wire.packet import Packet, PacketRun
 
 PEER_QPN = 0x999
 MIDDLES = (Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE)  # a run's first and last opcodes
+UC_MIDDLES = (Opcode.UC_RDMA_WRITE_MIDDLE, Opcode.UC_RDMA_WRITE_MIDDLE)
 REGION = 16 << 20
 
 
@@ -86,11 +90,12 @@ class ScriptedPeer:
 
 
 @contextlib.contextmanager
-def _connected(peer_address: str) -> Iterator[tuple[ScriptedPeer, RcEndpoint, str, int]]:
-    """A scripted peer and an endpoint connected to it: (peer, endpoint, the endpoint's
-    address, its QPN); both closed afterwards."""
+def _connected(peer_address: str, qp_type: int = ibv_qp_type.IBV_QPT_RC) -> Iterator[
+        tuple[ScriptedPeer, RcEndpoint, str, int]]:  # fmt: skip
+    """A scripted peer and an endpoint (RC or UC) connected to it: (peer, endpoint, the
+    endpoint's address, its QPN); both closed afterwards."""
     peer = ScriptedPeer(peer_address)
-    ep = RcEndpoint.open(REGION, max_wr=256, psn=0)
+    ep = RcEndpoint.open(REGION, max_wr=256, psn=0, qp_type=qp_type)
     try:
         ep.mr.write(bytes(REGION), REGION)  # pages in place: a first touch is not what is measured
         ep.connect(peer.info(), path_mtu=ibv_mtu.IBV_MTU_4096)
@@ -173,6 +178,38 @@ def write_responder(count: int) -> float:
         return elapsed / count * 1e6
 
 
+def uc_write_responder(count: int) -> float:
+    """A 64 KiB UC RDMA WRITE with immediate arrives; poll its receive completion; per message."""
+    with _connected("127.98.0.5", ibv_qp_type.IBV_QPT_UC) as (peer, ep, to, qpn):
+        data = memoryview(os.urandom(65536))
+        messages = []
+        for index in range(count):
+            psn = index * 16
+            offset = (index % (REGION // 65536)) * 65536
+            first = Packet(BTH(Opcode.UC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
+                           reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
+            middle = PacketRun(
+                Opcode.UC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False, *UC_MIDDLES
+            )
+            last = Packet(BTH(Opcode.UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, qpn, psn + 15), data[61440:], immdt=index)
+            messages.append((peer.build(to, [(first, 0), (middle, 0)]),
+                             peer.build(to, [(middle, i) for i in range(1, 14)]), peer.build(to, [(last, 0)])))  # fmt: skip
+        receive = RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 0, ep.mr.lkey)], num_sge=0)
+        for _ in range(min(count, 200)):
+            ep.qp.post_recv(receive)
+        start = time.perf_counter()
+        for index, (head, middles, tail) in enumerate(messages):
+            peer.send(to, head)
+            peer.send(to, middles)
+            peer.send(to, tail)
+            assert ep.poll(1, 5)[0].status == 0
+            ep.qp.post_recv(receive)
+        elapsed = time.perf_counter() - start
+        if ep.mr.read(65536, ((count - 1) % (REGION // 65536)) * 65536) != bytes(data):
+            raise SystemExit("uc_write_64K_responder: the bytes placed differ from the bytes sent")
+        return elapsed / count * 1e6
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=3000, help="messages per row")
@@ -181,12 +218,15 @@ def main() -> int:
     count = max(10, args.count)
     write_64k = write_responder(max(10, count // 10))
     write_64k_requester_us = write_64k_requester(max(10, count // 10))
+    uc_write_64k = uc_write_responder(max(10, count // 10))
     rows = {
         "write_2B_requester_us": write_requester(count),
         "send_2B_responder_us": send_responder(count),
         "write_64K_responder_us": write_64k,
         "write_64K_responder_us_per_packet": write_64k / 16,
         "write_64K_requester_us": write_64k_requester_us,
+        "uc_write_64K_responder_us": uc_write_64k,
+        "uc_write_64K_responder_us_per_packet": uc_write_64k / 16,
     }
     for name, value in rows.items():
         print(f"{name:36} {value:8.1f}")

@@ -28,7 +28,7 @@ def write(a: RcEndpoint, b: RcEndpoint, wr_id: int = 1) -> None:
 
 
 def events(ep: RcEndpoint) -> list[tuple[int, int]]:
-    return [(event.event_type, event.element) for event in ep.ctx.device.async_events()]
+    return [(event.event_type, event.element) for event in ep.ctx.async_queue.take_all()]
 
 
 def test_a_verb_fails_on_its_nth_call_with_the_chosen_errno(rc_pair: Pair, rdma_fault_plan: FaultPlan) -> None:

@@ -2,13 +2,14 @@
 datagrams given to one QP through ``Demux`` (prediction, GRO runs placed in one loop) and to
 a twin QP only through the general path (parse, ``RcQp.receive``) leave the same memory, the
 same completions, the same responses and the same counters, whatever is lost, repeated or
-reordered on the way."""
+reordered on the way; for RC and for UC (whose lost packets drop their messages)."""
 
 from __future__ import annotations
 
 import random
 from unittest import mock
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from pyroce.transport import RecvWork, SendWork, Sge, WorkOp
 from pyroce.transport.demux import Demux
 from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.framing import IPv4Header, RocePath, UdpHeader
-from pyroce.wire.opcodes import Opcode
+from pyroce.wire.opcodes import Opcode, Transport
 from pyroce.wire.packet import Packet, parse_packet
 from pyroce.wire.psn import psn_diff
 from tests.fabric_pair import Node, make_node
@@ -46,8 +47,9 @@ def _raise(qpn: int, exc: Exception) -> None:
     raise exc
 
 
-def through_both(twins: tuple[Node, Node], data: list[bytes]) -> None:
-    """``data`` to the first twin by ``Demux`` (in runs), to the second by the general path."""
+def through_both(twins: tuple[Node, Node], data: list[bytes]) -> Demux:
+    """``data`` to the first twin by ``Demux`` (in runs), to the second by the general path;
+    returns the ``Demux`` (its counters say how much prediction took)."""
     predicted, general = twins
     demux = Demux(_raise)
     demux.qps[predicted.qp.config.qpn] = predicted.qp
@@ -55,6 +57,7 @@ def through_both(twins: tuple[Node, Node], data: list[bytes]) -> None:
         demux.receive(memoryview(run), step, PATH.verify, NOW)
     for datagram in data:
         general.qp.receive(parse_packet(datagram), NOW)
+    return demux
 
 
 def assert_same(twins: tuple[Node, Node]) -> None:
@@ -99,11 +102,12 @@ def mangle(data: list[bytes], seed: int, faults: bool) -> list[bytes]:
     return out
 
 
-def twins(qpn: int = 0x22, dqpn: int = 0x11, base: int = 0x9000000, pmtu: int = 256) -> tuple[Node, Node]:
+def twins(qpn: int = 0x22, dqpn: int = 0x11, base: int = 0x9000000, pmtu: int = 256,
+          transport: Transport = Transport.RC) -> tuple[Node, Node]:  # fmt: skip
     """Two identical QPs with identical memory (the same MR key, where it is random otherwise)."""
     with mock.patch("pyroce.nic.memory.secrets.randbits", return_value=0x5A), \
             mock.patch("pyroce.nic.memory.secrets.randbelow", return_value=0x1233):  # fmt: skip
-        return make_node(qpn, dqpn, SIZE, base, pmtu=pmtu), make_node(qpn, dqpn, SIZE, base, pmtu=pmtu)
+        return tuple(make_node(qpn, dqpn, SIZE, base, pmtu=pmtu, transport=transport) for _ in range(2))  # type: ignore[return-value]
 
 
 # Lengths up to 80 path MTUs of 256 B, so a run crosses the AckReq every 64 packets carry
@@ -111,14 +115,15 @@ OPS = st.lists(st.tuples(st.sampled_from([WorkOp.SEND, WorkOp.RDMA_WRITE, WorkOp
                          st.integers(0, 80 * 256)), min_size=1, max_size=5)  # fmt: skip
 
 
+@pytest.mark.parametrize("transport", [Transport.RC, Transport.UC], ids=["rc", "uc"])
 @settings(max_examples=60, deadline=None)
 @given(OPS, st.integers(0, 2**32), st.booleans(), st.integers(0, 24000))
 @example([(WorkOp.RDMA_WRITE, 14593), (WorkOp.RDMA_WRITE, 17921)], 0, False, 0)  # an AckReq inside a run
-def test_requests_place_the_same_either_way(ops: list[tuple[WorkOp, int]], seed: int, faults: bool,
-                                            recv_size: int) -> None:  # fmt: skip
-    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256)
+def test_requests_place_the_same_either_way(transport: Transport, ops: list[tuple[WorkOp, int]], seed: int,
+                                            faults: bool, recv_size: int) -> None:  # fmt: skip
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256, transport=transport)
     sender.buf[:] = random.Random(seed).randbytes(SIZE)
-    pair = twins()
+    pair = twins(transport=transport)
     for node in pair:
         for counter in range(len(ops)):
             node.qp.post_recv(RecvWork(counter, (Sge(node.mr.addr, recv_size, node.mr.key),)))
@@ -145,6 +150,17 @@ def test_read_responses_place_the_same_either_way(lengths: list[int], seed: int,
         responder.qp.receive(parse_packet(datagram), NOW)
     responses = datagrams(responder.qp.packets_to_send(NOW, 1 << 20))
     through_both(pair, mangle(responses, seed, faults))
+    assert_same(pair)
+
+
+@pytest.mark.parametrize("transport", [Transport.RC, Transport.UC], ids=["rc", "uc"])
+def test_the_middle_and_last_of_a_message_take_the_predicted_path(transport: Transport) -> None:
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256, transport=transport)
+    pair = twins(transport=transport)
+    sender.qp.post_send(SendWork(0, WorkOp.RDMA_WRITE, (Sge(sender.mr.addr, 10 * 256, sender.mr.key),),
+                                 raddr=pair[0].mr.addr, rkey=pair[0].mr.key))  # fmt: skip
+    demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
+    assert demux.counters["predicted_pkts"] == 9  # all but the FIRST (its RETH)
     assert_same(pair)
 
 

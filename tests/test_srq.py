@@ -70,7 +70,6 @@ def shared() -> Iterator[Shared]:
         sender.connect(ep.info())
         qps.append(ep)
         senders.append(sender)
-    receiver.ctx.device.async_events()  # events of earlier tests on this process's device
     yield Shared(receiver, srq, qps, senders)
     for ep in [receiver, *senders]:
         ep.close()

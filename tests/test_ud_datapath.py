@@ -22,6 +22,7 @@ from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from pyroce.wire.framing import ipv4_checksum
 from tests.rc_pair import Endpoint, open_endpoint
+from tests.test_sqd import next_event, to_sqd
 from tests.test_verbs_api import raises_errno
 from tests.waiting import spin_until
 
@@ -277,3 +278,25 @@ def test_ud_qps_take_their_receives_from_one_srq(pair: tuple[Endpoint, Endpoint]
             assert receiver.mr.read(8, RECV_AT + k * SLOT + GRH) == bytes([k]) * 8
     finally:
         receiver.close()
+
+
+def test_sqd_drains_a_ud_qp_at_once_and_resumes() -> None:
+    """A UD send is done once it leaves: RTS -> SQD raises SQ_DRAINED at once; a send posted in
+    SQD waits for SQD -> RTS."""
+    a, b = ud_endpoint(), ud_endpoint()
+    try:
+        to_sqd(a)
+        assert next_event(a) == (e.ibv_event_type.IBV_EVENT_SQ_DRAINED, a.qp.qp_num)
+        assert a.qp.query()[0].sq_draining == 0
+        post_recvs(b, 1)
+        send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8)
+        a.ctx.device.kick()
+        assert a.cq.poll(1)[1] == []  # waits in SQD
+        a.qp.modify(QPAttr(qp_state=e.ibv_qp_state.IBV_QPS_RTS), e.ibv_qp_attr_mask.IBV_QP_STATE)
+        (sent,) = a.poll()
+        assert sent.status == e.ibv_wc_status.IBV_WC_SUCCESS
+        (wc,) = b.poll()
+        assert wc.byte_len == GRH + 8
+    finally:
+        a.close()
+        b.close()

@@ -1,9 +1,10 @@
 """Watching a device's asynchronous events as ``ibv_asyncwatch`` does: the loop ``pyroce
 events`` runs and the line it prints for each event.
 
-Each process has its own pyroce0 (its own NIC and engine), so the events are those of the
-devices this process opened: call ``watch`` from the program (a thread of it) or a test whose
-QPs and ports raise them; ``pyroce events`` alone in a shell sees only its own device.
+A context reads the events of the QPs, CQs and SRQs created on it and every port and device
+event, as each ``ibv_open_device`` does, and each process has its own pyroce0 (its own NIC and
+engine): call ``watch`` with the context of the program (a thread of it) or test whose objects
+raise the events; ``pyroce events``, a context of its own, sees the port and device events.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ import selectors
 import time
 from collections.abc import Iterator
 
+from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.verbs.device import AsyncEvent, Context, translate_event_type
 from pyroce.verbs.enums import ibv_event_type as ev
-
-QP_EVENTS = frozenset({ev.IBV_EVENT_QP_FATAL, ev.IBV_EVENT_QP_REQ_ERR, ev.IBV_EVENT_QP_ACCESS_ERR,
-                       ev.IBV_EVENT_COMM_EST, ev.IBV_EVENT_SQ_DRAINED, ev.IBV_EVENT_PATH_MIG,
-                       ev.IBV_EVENT_PATH_MIG_ERR, ev.IBV_EVENT_QP_LAST_WQE_REACHED})  # fmt: skip
-SRQ_EVENTS = frozenset({ev.IBV_EVENT_SRQ_ERR, ev.IBV_EVENT_SRQ_LIMIT_REACHED})
 
 
 def describe(event: AsyncEvent) -> str:
@@ -30,7 +27,7 @@ def describe(event: AsyncEvent) -> str:
         element = f"qp 0x{event.element:x}"
     elif kind in SRQ_EVENTS:
         element = f"srq {event.element}"
-    elif kind == ev.IBV_EVENT_CQ_ERR:
+    elif kind in CQ_EVENTS:
         element = f"cq {event.element}"
     elif kind == ev.IBV_EVENT_DEVICE_FATAL:
         element = "device"
@@ -43,7 +40,7 @@ def describe(event: AsyncEvent) -> str:
 def watch(ctx: Context, count: int | None = None, timeout_s: float | None = None) -> Iterator[AsyncEvent]:
     """The context's asynchronous events as they come, each acknowledged, until ``count`` of
     them or ``timeout_s`` seconds from the first call (None: no limit). Waits in a selector on
-    ``ctx.async_fd``; another reader of the same device's events may take one first."""
+    ``ctx.async_fd``; another reader of the same context's events may take one first."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     seen = 0
     with selectors.DefaultSelector() as selector:

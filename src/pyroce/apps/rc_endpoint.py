@@ -12,7 +12,14 @@ from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ, WC, CompChannel
 from pyroce.verbs.cq_ex import CQEX, CqInitAttrEx
 from pyroce.verbs.device import Context
-from pyroce.verbs.enums import IBV_WC_STANDARD_FLAGS, ibv_access_flags, ibv_mtu, ibv_qp_init_attr_mask, ibv_qp_type
+from pyroce.verbs.enums import (
+    IBV_WC_STANDARD_FLAGS,
+    ibv_access_flags,
+    ibv_mtu,
+    ibv_qp_init_attr_mask,
+    ibv_qp_state,
+    ibv_qp_type,
+)
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -76,8 +83,10 @@ class RcEndpoint:
         return PeerInfo(self.ctx.query_gid(1, 0).raw, self.qp.qp_num, self.psn, self.mr.rkey, self.mr.buf)
 
     def connect(self, peer: PeerInfo, path_mtu: int = ibv_mtu.IBV_MTU_1024, rd_atomic: int = 4,
-                access: int = ALL_ACCESS, timeout: int = 14, rnr_retry: int = 7) -> None:  # fmt: skip
-        """INIT, RTR and RTS with ibv_rc_pingpong's settings (min_rnr_timer 12 is 0.64 ms)."""
+                access: int = ALL_ACCESS, timeout: int = 14, rnr_retry: int = 7,
+                state: int = ibv_qp_state.IBV_QPS_RTS) -> None:  # fmt: skip
+        """INIT, RTR and RTS with ibv_rc_pingpong's settings (min_rnr_timer 12 is 0.64 ms);
+        ``state`` IBV_QPS_RTR stops there (the QP receives, and sends nothing)."""
         attr = QPAttr(port_num=1, path_mtu=path_mtu)
         attr.qp_access_flags = access
         attr.dest_qp_num = peer.qpn
@@ -89,7 +98,10 @@ class RcEndpoint:
         attr.retry_cnt = 7
         attr.rnr_retry = rnr_retry
         attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(peer.gid)))
-        self.qp.to_rts(attr)
+        if state == ibv_qp_state.IBV_QPS_RTR:
+            self.qp.to_rtr(attr)
+        else:
+            self.qp.to_rts(attr)
 
     def poll(self, count: int = 1, deadline_s: float = 10.0) -> list[WC]:
         """Exactly ``count`` completions; ``PollTimeout`` if they take longer than ``deadline_s``."""

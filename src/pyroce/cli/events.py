@@ -1,5 +1,5 @@
-"""``pyroce events``: print a device's asynchronous events as they come, as ``ibv_asyncwatch``
-does (``pyroce.apps.asyncwatch``)."""
+"""``pyroce events``: print the asynchronous events of a context of a device as they come, as
+``ibv_asyncwatch`` does (``pyroce.apps.asyncwatch``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any, TextIO
 from pyroce.apps.asyncwatch import describe, watch
 from pyroce.verbs.device import Context
 
-DESCRIPTION = """Print the asynchronous events of a pyroce device (QP fatal errors, CQ overruns,
-the port going down and up) as they come, until interrupted, COUNT events or TIMEOUT seconds.
-Each process has its own pyroce0: this command sees the events of the device it opens in its
-own process, not another program's. Within a program or a test, run it in a thread
-(pyroce.cli.main(["events", ...])) or use pyroce.apps.asyncwatch.watch directly."""
+DESCRIPTION = """Print the asynchronous events of a pyroce device as they come, as ibv_asyncwatch
+does, until interrupted, COUNT events or TIMEOUT seconds. Like ibv_asyncwatch it opens a
+context of its own, which sees the port and device events (the port going down and up); a QP's,
+CQ's or SRQ's events go to the context that created it. Each process has its own pyroce0: this
+command sees the device it opens in its own process. Within a program or a test, use
+pyroce.apps.asyncwatch.watch(ctx) with the context whose objects raise the events."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -115,6 +115,30 @@ class ibv_qp_state(enum.IntEnum):
     IBV_QPS_UNKNOWN = 7
 
 
+class ibv_event_type(enum.IntEnum):
+    IBV_EVENT_CQ_ERR = 0
+    IBV_EVENT_QP_FATAL = 1
+    IBV_EVENT_QP_REQ_ERR = 2
+    IBV_EVENT_QP_ACCESS_ERR = 3
+    IBV_EVENT_COMM_EST = 4
+    IBV_EVENT_SQ_DRAINED = 5
+    IBV_EVENT_PATH_MIG = 6
+    IBV_EVENT_PATH_MIG_ERR = 7
+    IBV_EVENT_DEVICE_FATAL = 8
+    IBV_EVENT_PORT_ACTIVE = 9
+    IBV_EVENT_PORT_ERR = 10
+    IBV_EVENT_LID_CHANGE = 11
+    IBV_EVENT_PKEY_CHANGE = 12
+    IBV_EVENT_SM_CHANGE = 13
+    IBV_EVENT_SRQ_ERR = 14
+    IBV_EVENT_SRQ_LIMIT_REACHED = 15
+    IBV_EVENT_QP_LAST_WQE_REACHED = 16
+    IBV_EVENT_CLIENT_REREGISTER = 17
+    IBV_EVENT_GID_CHANGE = 18
+    IBV_EVENT_WQ_FATAL = 19
+    IBV_EVENT_DEVICE_SPEED_CHANGE = 20
+
+
 def _unprefixed(name: str, c_enum: type[enum.IntEnum], prefix: str, base: type[enum.IntEnum] = enum.IntEnum,
                 zero: str | None = None) -> Any:  # fmt: skip
     """``c_enum``'s members named without ``prefix``; ``zero`` names the empty set of a flag class.
@@ -129,3 +153,12 @@ WcOpcode = _unprefixed("WcOpcode", ibv_wc_opcode, "IBV_WC_")
 WcFlag = _unprefixed("WcFlag", ibv_wc_flags, "IBV_WC_", enum.IntFlag, zero="NONE")
 Access = _unprefixed("Access", ibv_access_flags, "IBV_ACCESS_", enum.IntFlag, zero="LOCAL_READ")  # always allowed
 QpState = _unprefixed("QpState", ibv_qp_state, "IBV_QPS_")
+EventType = _unprefixed("EventType", ibv_event_type, "IBV_EVENT_")
+
+# What an event's element names, as ``ibv_get_async_event`` sorts them: a QP, an SRQ or a CQ;
+# any other event names a port (or the device, for DEVICE_FATAL).
+QP_EVENTS = frozenset({EventType.QP_FATAL, EventType.QP_REQ_ERR, EventType.QP_ACCESS_ERR, EventType.COMM_EST,
+                       EventType.SQ_DRAINED, EventType.PATH_MIG, EventType.PATH_MIG_ERR,
+                       EventType.QP_LAST_WQE_REACHED})  # fmt: skip
+SRQ_EVENTS = frozenset({EventType.SRQ_ERR, EventType.SRQ_LIMIT_REACHED})
+CQ_EVENTS = frozenset({EventType.CQ_ERR})

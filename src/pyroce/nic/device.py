@@ -20,15 +20,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.capture_request import CaptureRequests
-from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED, AsyncEvent, Engine
+from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
 from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MemoryWindow, MrTable
-from pyroce.nic.notify import EventQueue
+from pyroce.nic.notify import AsyncEvent, EventQueue
 from pyroce.nic.port import Clock, Link
 from pyroce.nic.progress import Progress
 from pyroce.nic.queues import HwCq, HwQp
@@ -73,7 +74,7 @@ class NicDevice:
             if handoff is not None:
                 handoff.close()
             if engine is not None:
-                engine.events.close()
+                engine.event_queues.close_all()
             link.close()
             raise
         self._handoff = handoff
@@ -129,6 +130,17 @@ class NicDevice:
         with self._lock:
             self.engine.mrs.bind(window, region, addr, length, access, key_byte, qpn)
 
+    def open_async_events(self) -> EventQueue[AsyncEvent]:
+        """An async event queue for a new context (its ``async_fd``): the events of the objects
+        created with it, and every port and device event."""
+        return self.engine.event_queues.open()
+
+    def close_async_events(self, queue: EventQueue[AsyncEvent]) -> None:
+        self.engine.event_queues.close(queue)
+
+    def _events(self, events: EventQueue[AsyncEvent] | None) -> EventQueue[AsyncEvent]:
+        return events if events is not None else self.engine.events
+
     def create_comp_channel(self) -> EventQueue[int]:
         """A completion channel: the CQNs of the completion events of the CQs created on it."""
         return EventQueue()
@@ -137,9 +149,10 @@ class NicDevice:
         channel.close()
 
     def create_cq(self, buf: memoryview, cqe_count: int, consumer_record: memoryview,
-                  channel: EventQueue[int] | None = None) -> HwCq:  # fmt: skip
+                  channel: EventQueue[int] | None = None, events: EventQueue[AsyncEvent] | None = None) -> HwCq:  # fmt: skip
+        """A CQ; ``events``: where its async events go (default: the device's own queue)."""
         with self._lock:
-            cq = HwCq(self._next_cqn, CqRing(buf, cqe_count), consumer_record, channel)
+            cq = HwCq(self._next_cqn, CqRing(buf, cqe_count), consumer_record, self._events(events), channel)
             self._next_cqn += 1
             self.engine.cqs[cq.cqn] = cq
             return cq
@@ -169,18 +182,23 @@ class NicDevice:
             cq.arm(solicited_only)
 
     def destroy_cq(self, cq: HwCq) -> None:
-        """Remove the CQ, and its events not yet read from its channel (as ib_uverbs does)."""
+        """Remove the CQ, and its events not yet read from its channel and its async event
+        queue (as ib_uverbs does)."""
         with self._lock:
             self.engine.cqs.pop(cq.cqn, None)
             cq.armed = False
         if cq.channel is not None:
             cq.channel.discard(lambda cqn: cqn == cq.cqn)
+        _discard_events(cq.events, CQ_EVENTS, cq.cqn)
 
-    def create_srq(self, buf: memoryview, count: int, stride: int, doorbell: memoryview) -> HwSrq:
+    def create_srq(self, buf: memoryview, count: int, stride: int, doorbell: memoryview,
+                   events: EventQueue[AsyncEvent] | None = None) -> HwSrq:  # fmt: skip
         """A shared receive queue of ``count`` WQEs of ``stride`` bytes in ``buf``, its producer
-        counter in the receive word of ``doorbell`` (``nic.srq``)."""
+        counter in the receive word of ``doorbell`` (``nic.srq``); its async events go to
+        ``events`` (default: the device's own queue)."""
         with self._lock:
-            srq = HwSrq(self._next_srqn, RecvRing(buf, count, stride), DoorbellRecord(doorbell), self._srq_limit)
+            srq = HwSrq(self._next_srqn, RecvRing(buf, count, stride), DoorbellRecord(doorbell),
+                        self._events(events))  # fmt: skip
             self._next_srqn += 1
             return srq
 
@@ -207,15 +225,14 @@ class NicDevice:
             if srq.qps:
                 raise ValueError(f"SRQ {srq.srqn} is in use by {srq.qps} QPs")
             srq.limit = 0
-
-    def _srq_limit(self, srq: HwSrq) -> None:
-        self.engine.events.put(AsyncEvent(SRQ_LIMIT_REACHED, srq.srqn,
-                                          f"SRQ {srq.srqn}: fewer than its limit of WQEs posted"))  # fmt: skip
+        _discard_events(srq.events, SRQ_EVENTS, srq.srqn)
 
     def create_qp(self, pdn: int, send_cq: HwCq, recv_cq: HwCq, sq_buf: memoryview, sq_wqebbs: int,
                   rq_buf: memoryview, rq_count: int, rq_stride: int, doorbell: memoryview,
-                  transport: Transport = Transport.RC, srq: HwSrq | None = None) -> int:  # fmt: skip
-        """A QP; with ``srq`` its receive WQEs come from that SRQ, not its own ring."""
+                  transport: Transport = Transport.RC, srq: HwSrq | None = None,
+                  events: EventQueue[AsyncEvent] | None = None) -> int:  # fmt: skip
+        """A QP; with ``srq`` its receive WQEs come from that SRQ, not its own ring; its async
+        events go to ``events`` (default: the device's own queue)."""
         with self._lock:
             qps = self.engine.qps
             qpn = self._next_qpn
@@ -227,7 +244,7 @@ class NicDevice:
             rc = (UdQp if datagram else RcQp)(config, self.engine.mrs, srq)
             self.engine.add_qp(HwQp(qpn, rc, SendRing(sq_buf, sq_wqebbs, datagram),
                                     RecvRing(rq_buf, rq_count, rq_stride), DoorbellRecord(doorbell), send_cq,
-                                    recv_cq, srq))  # fmt: skip
+                                    recv_cq, self._events(events), srq))  # fmt: skip
             if srq is not None:
                 srq.qps += 1
             return qpn
@@ -249,20 +266,25 @@ class NicDevice:
                 qp.sq_consumer = qp.rq_consumer = 0
                 engine.rung.discard(qp)
                 engine.receives.discard(qp)
-            elif qp in engine.receives:
+            elif qp in engine.receives or state is QpState.RTS:
                 engine.receives.discard(qp)
-                engine.rung.add(qp)  # e.g. to ERROR: its posted receives must be there to be flushed
+                # to ERROR: its posted receives must be there to be flushed; to RTS (from SQD):
+                # a BIND_MW or LOCAL_INV the drain held back runs now
+                engine.rung.add(qp)
             qp.rc.modify(state)
             engine.active.add(qp)
         self._progress.wake()
 
     def destroy_qp(self, qpn: int) -> None:
+        """Remove the QP, and its async events not yet read (as ib_uverbs does)."""
         with self._lock:
             qp = self.engine.remove_qp(qpn)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
                 if qp.srq is not None:
                     qp.srq.qps -= 1
+        if qp is not None:
+            _discard_events(qp.events, QP_EVENTS, qpn)
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""
@@ -340,7 +362,7 @@ class NicDevice:
             if port.active != active:
                 port.active = active
                 event = PORT_ACTIVE if active else PORT_ERR
-                self.engine.events.put(AsyncEvent(event, 1, f"port 1 {'active' if active else 'down'}"))
+                self.engine.event_queues.broadcast(AsyncEvent(event, 1, f"port 1 {'active' if active else 'down'}"))
 
     @property
     def port_active(self) -> bool:
@@ -367,12 +389,14 @@ class NicDevice:
         return dict(sorted(total.items()))
 
     def async_events(self) -> list[AsyncEvent]:
-        """The asynchronous events raised and not yet read, oldest first."""
+        """The device's own queue's events not yet read, oldest first: those of objects created
+        with no queue of their own, and every port and device event."""
         return self.engine.events.take_all()
 
     @property
     def events(self) -> EventQueue[AsyncEvent]:
-        """The asynchronous events as they come: ``fileno()`` to wait on, ``get()`` to read one."""
+        """The device's own async event queue as it fills: ``fileno()`` to wait on, ``get()``
+        to read one (a context reads its own: ``open_async_events``)."""
         return self.engine.events
 
     def qp_error_detail(self, qpn: int) -> str:
@@ -380,6 +404,11 @@ class NicDevice:
         with self._lock:
             qp = self.engine.qps.get(qpn)
             return qp.rc.error_detail if qp is not None else ""
+
+    def qp_sq_draining(self, qpn: int) -> bool:
+        """Whether the QP is in SQD with started WQEs not yet complete (``ibv_qp_attr.sq_draining``)."""
+        with self._lock:
+            return self.engine.qps[qpn].rc.sq_draining
 
     def qp_stats(self, qpn: int) -> dict[str, int]:
         """One QP's counters (``KeyError`` if there is no such QP)."""
@@ -413,4 +442,9 @@ class NicDevice:
             self._stats_file.remove()
         self._link.close()
         self._handoff.close()
-        self.engine.events.close()
+        self.engine.event_queues.close_all()
+
+
+def _discard_events(queue: EventQueue[AsyncEvent], kinds: frozenset[int], element: int) -> None:
+    """Drop the unread events of one destroyed object (``kinds`` name its type of element)."""
+    queue.discard(lambda event: event.event_type in kinds and event.element == element)

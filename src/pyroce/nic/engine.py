@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from typing import NamedTuple
 
+from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
-from pyroce.nic.notify import EventQueue
+from pyroce.nic.notify import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
@@ -45,17 +45,9 @@ RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending
 TX_BUDGET = 64  # packets one QP may send per pass
 MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS = 1024  # async events kept for the driver to read
-# ibv_event_type values of the events the engine raises
-CQ_ERR, QP_FATAL, DEVICE_FATAL, PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = 0, 1, 8, 9, 10, 15
-
-
-class AsyncEvent(NamedTuple):
-    """An asynchronous event (``ibv_async_event``): its type, the QPN (or 0 for the
-    device) and one line on why."""
-
-    event_type: int
-    element: int
-    reason: str
+# the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
+CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
+PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED
 
 
 class Engine:
@@ -76,7 +68,10 @@ class Engine:
         self.active: set[HwQp] = set()
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
-        self.events: EventQueue[AsyncEvent] = EventQueue(MAX_EVENTS)  # the driver reads them (async_fd)
+        # One async event queue per open context (its async_fd), and the device's own: where the
+        # events of objects created with no queue of their own go (a driver other than the verbs)
+        self.event_queues: EventQueues[AsyncEvent] = EventQueues(MAX_EVENTS)
+        self.events: EventQueue[AsyncEvent] = self.event_queues.open()
         self.last_error = ""  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._rx_view = memoryview(self._rx_buf)
@@ -210,8 +205,8 @@ class Engine:
             try:
                 wqe, after = qp.sq.fetch(qp.sq_consumer)
                 if wqe.opcode in LOCAL_OPCODES:
-                    if rc.has_send_work:
-                        break  # in order: it runs once the WQEs before it complete (_note_sending)
+                    if rc.has_send_work or rc.state is QpState.SQD:
+                        break  # in order: it runs once the WQEs before it complete (_note_sending); not in SQD
                     qp.sq_consumer = after
                     self._local(qp, wqe)
                     continue
@@ -251,7 +246,8 @@ class Engine:
         rc.enter_error()
 
     def _service(self, qp: HwQp, now: float) -> bool:
-        """Send what the QP has to send and write its completions; False if it had nothing."""
+        """Send what the QP has to send, write its completions, then raise its async events;
+        False if it had nothing to send."""
         rc = qp.rc
         batch, port = self._tx_batch, self.port
         if isinstance(rc, UdQp):
@@ -266,6 +262,10 @@ class Engine:
                 batch.send(port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
+        if rc.events:  # after the CQEs: SQ_DRAINED's reader finds the drained WQEs' completions
+            for event_type, reason in rc.events:
+                qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
+            rc.events.clear()
         self._note_sending(qp)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
@@ -289,7 +289,7 @@ class Engine:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq
             if not cq.push(cqe_from_completion(qp.qpn, completion)):
                 self.counters["cq_overflow"] += 1
-                self.events.put(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
+                cq.events.put(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
         qp.rc.completions.clear()
 
     # --- failures -------------------------------------------------------------------------
@@ -311,7 +311,7 @@ class Engine:
             rc.state = QpState.ERR
         if rc.completions:  # the oldest work request reports the failure; the rest are flushed
             rc.completions[0] = rc.completions[0]._replace(status=WcStatus.GENERAL_ERR, vendor_err=reason)
-        self.events.put(AsyncEvent(QP_FATAL, qp.qpn, detail))
+        qp.events.put(AsyncEvent(QP_FATAL, qp.qpn, detail))
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
@@ -332,4 +332,4 @@ class Engine:
         detail = f"pyroce engine error: {type(exc).__name__}: {exc}"
         self.counters["engine_errors"] += 1
         self.last_error = "".join(traceback.format_exception(exc))
-        self.events.put(AsyncEvent(DEVICE_FATAL, 0, detail))
+        self.event_queues.broadcast(AsyncEvent(DEVICE_FATAL, 0, detail))

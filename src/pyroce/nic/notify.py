@@ -4,7 +4,9 @@ An ``EventQueue`` is a queue with an eventfd that is readable exactly while the 
 something, so an application waits on ``fileno()`` with select, poll, epoll or asyncio's
 ``add_reader`` and then takes an item, or blocks in ``get`` (in ``poll``, holding no GIL).
 It is what a completion channel's fd (the kernel's ``ib_uverbs_event_queue``) and a context's
-``async_fd`` are.
+``async_fd`` are. ``EventQueues`` are a device's asynchronous event queues, one per open
+context, as the kernel keeps one async event file per ``ibv_open_device``: an event of a QP, CQ
+or SRQ goes to the queue of the context that created it, a port or device event to all.
 
 The invariant, kept under the queue's lock: the eventfd's counter is non-zero if and only if
 items wait. ``put`` writes 1 when the queue goes from empty to non-empty, and ``take`` reads
@@ -21,9 +23,21 @@ import select
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
+
+from pyroce.ib.enums import EventType
 
 T = TypeVar("T")
+
+
+class AsyncEvent(NamedTuple):
+    """An asynchronous event (``ibv_async_event``): its type, its element (the QPN, CQN or
+    SRQ number of an object's event, the port number of a port event, 0 for the device) and
+    one line on why."""
+
+    event_type: EventType
+    element: int
+    reason: str
 
 
 class EventQueue(Generic[T]):
@@ -106,3 +120,40 @@ class EventQueue(Generic[T]):
             self._closed = True
             self._items.clear()
         os.close(self._fd)
+
+
+class EventQueues(Generic[T]):
+    """The asynchronous event queues of a device's open contexts (``ib_uverbs_async_event_file``
+    per open): ``open`` one per context, ``broadcast`` what concerns them all (port and device
+    events); an object's own events go to the queue it was created with. Each queue is bounded."""
+
+    def __init__(self, maxlen: int) -> None:
+        self._lock = threading.Lock()
+        self._maxlen = maxlen
+        self._queues: list[EventQueue[T]] = []
+
+    def open(self) -> EventQueue[T]:
+        queue: EventQueue[T] = EventQueue(self._maxlen)
+        with self._lock:
+            self._queues.append(queue)
+        return queue
+
+    def close(self, queue: EventQueue[T]) -> None:
+        """Close ``queue`` (its context is closed); its unread events are gone."""
+        with self._lock:
+            if queue in self._queues:
+                self._queues.remove(queue)
+        queue.close()
+
+    def broadcast(self, item: T) -> None:
+        """``item`` to every open queue."""
+        with self._lock:
+            queues = list(self._queues)
+        for queue in queues:
+            queue.put(item)
+
+    def close_all(self) -> None:
+        with self._lock:
+            queues, self._queues = self._queues, []
+        for queue in queues:
+            queue.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
-from pyroce.nic.notify import EventQueue
+from pyroce.nic.notify import AsyncEvent, EventQueue
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
@@ -16,11 +16,13 @@ from pyroce.transport.ud import UdQp
 @dataclass(eq=False)
 class HwCq:
     """A completion queue: the ring the NIC writes and the consumer index record (be32) the
-    driver publishes; its completion channel and whether it is armed (``ibv_req_notify_cq``)."""
+    driver publishes; where its async events go; its completion channel and whether it is armed
+    (``ibv_req_notify_cq``)."""
 
     cqn: int
     ring: CqRing
     consumer_record: memoryview
+    events: EventQueue[AsyncEvent]  # its context's async events (CQ_ERR)
     channel: EventQueue[int] | None = None  # where its completion events go (CQNs)
     producer: int = 0
     overruns_injected: int = 0  # pushes still to fail as if full (a test's fault plan)
@@ -50,8 +52,8 @@ class HwCq:
 
 @dataclass(eq=False)
 class HwQp:
-    """A queue pair: its rings and doorbell record (driver memory), its CQs, its peer's
-    address, how far the engine has read each ring, and its transport state."""
+    """A queue pair: its rings and doorbell record (driver memory), its CQs, where its async
+    events go, its peer's address, how far the engine has read each ring, and its transport state."""
 
     qpn: int
     rc: RcQp | UdQp  # the QP's transport state
@@ -60,6 +62,7 @@ class HwQp:
     doorbell: DoorbellRecord
     send_cq: HwCq
     recv_cq: HwCq
+    events: EventQueue[AsyncEvent]  # its context's async events
     srq: HwSrq | None = None  # where its receive WQEs come from instead of ``rq``
     peer: str | None = None
     sq_consumer: int = 0

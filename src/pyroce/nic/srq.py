@@ -15,9 +15,10 @@ than ``limit`` WQEs posted, IBV_EVENT_SRQ_LIMIT_REACHED is raised and the limit 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyroce.ib.enums import EventType
+from pyroce.nic.notify import AsyncEvent, EventQueue
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
 from pyroce.transport.work import RecvWork
 
@@ -30,7 +31,7 @@ class HwSrq:
     srqn: int
     ring: RecvRing
     doorbell: DoorbellRecord
-    limit_reached: Callable[[HwSrq], None]  # raises the async event
+    events: EventQueue[AsyncEvent]  # its context's async events (SRQ_LIMIT_REACHED)
     consumer: int = 0
     limit: int = 0  # 0: not armed
     qps: int = 0  # QPs created on it (it cannot be destroyed while any is left)
@@ -52,7 +53,8 @@ class HwSrq:
         self.consumer += 1
         if self.limit and self.posted < self.limit:
             self.limit = 0
-            self.limit_reached(self)
+            self.events.put(AsyncEvent(EventType.SRQ_LIMIT_REACHED, self.srqn,
+                                       f"SRQ {self.srqn}: fewer than its limit of WQEs posted"))  # fmt: skip
         return work
 
     def appendleft(self, work: RecvWork) -> None:

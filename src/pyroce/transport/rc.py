@@ -3,8 +3,10 @@ responder together. What UC does differently is its row in ``service.SERVICES``.
 
 Inputs: ``post_send``, ``post_recv``, ``receive(pkt, now)``, ``handle_timer(now)`` and
 ``modify``. Outputs, pulled: ``packets_to_send(now, budget)``, ``get_timer()``, and the
-``completions`` list, which the caller drains. The QP state decides what is accepted: requests
-are answered from RTR on, work is sent in RTS, and in ERROR every WQE is flushed (IBA 10.3.1).
+``completions`` and ``events`` lists, which the caller drains. The QP state decides what is
+accepted: requests are answered from RTR on, work is sent in RTS, and in ERROR every WQE is
+flushed (IBA 10.3.1). In SQD the send queue drains: the WQEs already started go on to
+completion (RC: to their ACKs), none starts, and SQ_DRAINED is raised once they are done.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from pyroce.ib.enums import Access, QpState, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, EventType, QpState, WcOpcode, WcStatus
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completer import Completer
@@ -31,16 +33,9 @@ from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
 
-# What header prediction takes: the packets after the first of a SEND or WRITE that carry no
-# immediate (a BTH alone), and every READ response (a BTH, and an AETH that must say ACK)
-PREDICTED_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
-                               Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_READ_RESPONSE_FIRST,
-                               Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_LAST,
-                               Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
-# Of those, the ones whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)
-RUN_OPCODES = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
 ACKED_STATES = RECEIVING_STATES - {QpState.RTR}  # where responses reach the completer
+SENDING_STATES = frozenset({QpState.RTS, QpState.SQD})  # where requests go out (in SQD, only started WQEs')
 ACK_LEN = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: ignore[union-attr]  # BTH, AETH, ICRC
 
 
@@ -65,6 +60,7 @@ class QpConfig:
     pkey: int = DEFAULT_PKEY
     max_msg_sz: int = MAX_MSG_SZ  # the port's largest message; a longer RETH length is an invalid request
     qkey: int = 0  # UD: the Q_Key a datagram must carry to be received
+    sqd_notify: bool = False  # en_sqd_async_notify of the last RTS -> SQD: raise SQ_DRAINED when drained
 
     @property
     def ack_timeout_s(self) -> float | None:
@@ -84,6 +80,9 @@ class RcQp:
         self.memory = memory
         self.state = QpState.RESET
         self.completions: list[Completion] = []
+        self.events: list[tuple[EventType, str]] = []  # async events raised (COMM_EST, SQ_DRAINED), one line each
+        self.established = False  # a packet arrived while in RTR: COMM_EST was raised (once until a reset)
+        self.sq_draining = False  # entered SQD from RTS and started WQEs are not all done (query's sq_draining)
         self.counters: Counter[str] = Counter()
         self.error_detail = ""  # one line on why the QP's last failed work request failed
         self.requester = Requester(self)
@@ -94,11 +93,15 @@ class RcQp:
 
     def modify(self, state: QpState) -> None:
         """Move to ``state`` (the verbs layer has already checked the transition and copied
-        the attributes into ``config``). Entering RTR/RTS starts the PSNs from the config."""
+        the attributes into ``config``). Entering RTR/RTS starts the PSNs from the config;
+        entering SQD from RTS starts a drain (``output`` ends it)."""
         previous, self.state = self.state, state
+        self.sq_draining = state is QpState.SQD and (previous is QpState.RTS or self.sq_draining)
         if state is QpState.RESET:
             self.requester.reset()
             self.responder.reset()
+            self.events.clear()
+            self.established = False
         elif state is QpState.RTR and previous is not QpState.RTR:
             self.responder.start(self.config.rq_psn)
         elif state is QpState.RTS and previous is QpState.RTR:
@@ -133,6 +136,11 @@ class RcQp:
             self.counters["drop_wrong_transport"] += 1
             return
         self.counters["rcvd_pkts"] += 1
+        if self.state is QpState.RTR and not self.established:
+            # IBA 11.6.3: the first packet in RTR (header prediction takes none there: a message
+            # it would continue began on this path)
+            self.established = True
+            self.events.append((EventType.COMM_EST, f"QP 0x{self.config.qpn:x}: first packet received in RTR"))
         if OPCODE_FLAGS[pkt.bth.opcode] & Flag.ACK:
             if self.state is not QpState.RTR:
                 self.completer.receive(pkt, now)
@@ -144,18 +152,16 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress, or the next response of the READ at the head of the send queue,
-        at the expected PSN, is placed without building a ``Packet``, and an ACK retires what
-        it acknowledges.
+        message in progress (RC or UC: ``Service.predicted``), or the next response of the READ
+        at the head of the send queue, at the expected PSN, is placed without building a
+        ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
-        if not self.service.acked:
-            return False  # written for RC's packets; UC takes the general path
         config = self.config
         size = len(data)
         if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:
-            return self._receive_ack_predicted(data, now)
-        if size <= BTH_LEN + ICRC_LEN or data[0] not in PREDICTED_OPCODES:
+            return self.service.acked and self._receive_ack_predicted(data, now)
+        if size <= BTH_LEN + ICRC_LEN or data[0] not in self.service.predicted:
             return False
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
@@ -207,7 +213,7 @@ class RcQp:
         if not self.receive_predicted(first, now):
             return 0
         opcode = segments[0]
-        if opcode not in RUN_OPCODES or len(segments) < 2 * step:
+        if opcode not in self.service.runs or len(segments) < 2 * step:
             return len(first)
         config = self.config
         if opcode == Opcode.RC_RDMA_READ_RESPONSE_MIDDLE:
@@ -227,10 +233,19 @@ class RcQp:
         count = 0
         if self.state in RECEIVING_STATES or self.state is QpState.ERR:
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
-        if self.state is QpState.RTS:
+        if self.state in SENDING_STATES:
             count += self.requester.emit(out, budget - count, now)
         self.counters["sent_pkts"] += count
+        if self.sq_draining and not self.requester.started:
+            self._drained()
         return out, count
+
+    def _drained(self) -> None:
+        """The drain is over: every WQE started before SQD has completed (rxe
+        ``req_check_sq_drain_done``); SQ_DRAINED if the RTS -> SQD asked for it."""
+        self.sq_draining = False
+        if self.config.sqd_notify:
+            self.events.append((EventType.SQ_DRAINED, f"QP 0x{self.config.qpn:x}: send queue drained"))
 
     def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
         """``output`` with every run spelled out as ``Packet`` values."""
@@ -257,7 +272,7 @@ class RcQp:
     def has_output(self) -> bool:
         """Whether ``packets_to_send`` would return something now (ignoring timers)."""
         responses = self.responder.has_output and self.state is not QpState.RESET
-        return responses or (self.state is QpState.RTS and self.requester.has_output)
+        return responses or (self.state in SENDING_STATES and self.requester.has_output)
 
     # --- errors -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from pyroce.ib.enums import Access, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, QpState, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemFault
@@ -129,7 +129,15 @@ class Requester:
 
     @property
     def has_output(self) -> bool:
-        return self.send_index < len(self.queue)
+        """Whether a packet could go now: the next WQE to send from may start (RTS), or has
+        started (SQD lets those finish)."""
+        index = self.send_index
+        return index < len(self.queue) and (self.qp.state is QpState.RTS or self.queue[index].started)
+
+    @property
+    def started(self) -> bool:
+        """Whether some WQE has started and not completed (WQEs start and complete in order)."""
+        return bool(self.queue) and self.queue[0].started
 
     @property
     def outstanding(self) -> bool:
@@ -140,7 +148,8 @@ class Requester:
 
     def emit(self, out: list[Packet | PacketRun], budget: int, now: float) -> int:
         """Append request packets to ``out`` until ``budget`` packets, the window or credits
-        stop it; the middle of a message goes as ``PacketRun``s. Returns the packets added."""
+        stop it; the middle of a message goes as ``PacketRun``s. A WQE not yet started starts
+        only in RTS (in SQD the queue drains: rxe ``req_next_wqe``). Returns the packets added."""
         if self.rnr_until is not None:
             if now < self.rnr_until:
                 return 0
@@ -152,7 +161,7 @@ class Requester:
             if window <= 0:
                 break
             entry = self.queue[self.send_index]
-            if not entry.started and not self._start(entry):
+            if not entry.started and (self.qp.state is not QpState.RTS or not self._start(entry)):
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1

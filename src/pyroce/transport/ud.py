@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
-from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, EventType, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemFault, MemoryTable
@@ -57,6 +57,8 @@ class UdQp:
         self.completions: list[Completion] = []
         self.counters: Counter[str] = Counter()
         self.error_detail = ""
+        self.events: list[tuple[EventType, str]] = []  # async events raised (SQ_DRAINED), one line each
+        self.sq_draining = False  # a UD send is done once handed to the wire: SQD is drained at once
         self.psn = 0
         self.send_queue: deque[SendWork] = deque()
         self.own_queue: deque[RecvWork] = deque()
@@ -69,8 +71,11 @@ class UdQp:
         if state is QpState.RESET:
             self.send_queue.clear()
             self.own_queue.clear()
+            self.events.clear()
         elif state is QpState.RTS and previous is QpState.RTR:
             self.psn = self.config.sq_psn
+        elif state is QpState.SQD and previous is QpState.RTS and self.config.sqd_notify:
+            self.events.append((EventType.SQ_DRAINED, f"QP 0x{self.config.qpn:x}: send queue drained"))
         elif state is QpState.ERR:
             self.flush()
 

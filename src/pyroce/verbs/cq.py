@@ -142,7 +142,8 @@ class CQ(PyverbsObject):
         self._consumer_record = bytearray(4)
         self.ring = CqRing(memoryview(self._buf), count)
         self.hw = creator.device.create_cq(memoryview(self._buf), count, memoryview(self._consumer_record),
-                                           channel.events if channel is not None else None)  # fmt: skip
+                                           channel.events if channel is not None else None,
+                                           creator.async_queue)  # fmt: skip
         self.cqe = count - 1
         self.consumer = 0
         self.qps: dict[int, QP] = {}

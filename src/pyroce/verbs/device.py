@@ -189,6 +189,9 @@ class Context(PyverbsObject):
                 f"Failed to open device {device_name}: {exc.strerror}", exc.errno or errno.EIO
             ) from None
         self.name = device_name
+        # This context's async events (pyroce's; C reads them from ``context->async_fd``): those
+        # of the QPs, CQs and SRQs created on it, and every port and device event
+        self.async_queue = self.device.open_async_events()
         self.gid = gid_of_address(self.device.address)
         self.gids = GidTable(PORT_NUM, ((self.gid, ibv_gid_type.IBV_GID_TYPE_ROCE_V2),), netdev_ifindex(self.device))
         self.active_mtu = mtu_for_netdev(netdev_mtu(self.device))
@@ -198,22 +201,23 @@ class Context(PyverbsObject):
         return 1
 
     def _release(self) -> None:
+        self.device.close_async_events(self.async_queue)
         release_device(self.device)
 
     @property
     def async_fd(self) -> int:
         """pyroce's ``context->async_fd`` (pyverbs has no accessor): readable while
-        asynchronous events wait. Every Context of a device shares its events: one read takes
-        an event for all of them."""
+        asynchronous events of this context wait (each context of a device has its own, as
+        each ``ibv_open_device`` has in the kernel)."""
         self._check_open()
-        return self.device.events.fileno()
+        return self.async_queue.fileno()
 
     def get_async_event(self) -> AsyncEvent:
         """``ibv_get_async_event``: the next asynchronous event, waiting for one (EAGAIN if
         ``async_fd`` was made non-blocking and none waits)."""
         self._check_open()
         try:
-            event = self.device.events.get()
+            event = self.async_queue.get()
         except BlockingIOError:
             raise PyverbsRDMAError("Failed to get async event", errno.EAGAIN) from None
         return AsyncEvent(event.event_type, event.element, event.reason)

@@ -19,6 +19,7 @@ from pyroce.ib.enums import (
     IBV_ACCESS_OPTIONAL_RANGE,
     IBV_WC_IP_CSUM_OK_SHIFT,
     ibv_access_flags,
+    ibv_event_type,
     ibv_mtu,
     ibv_qp_state,
     ibv_wc_flags,
@@ -203,30 +204,6 @@ class ibv_port_cap_flags2(enum.IntEnum):
     IBV_PORT_LINK_SPEED_HDR_SUP = 1 << 5
     IBV_PORT_LINK_SPEED_NDR_SUP = 1 << 10
     IBV_PORT_LINK_SPEED_XDR_SUP = 1 << 12
-
-
-class ibv_event_type(enum.IntEnum):
-    IBV_EVENT_CQ_ERR = 0
-    IBV_EVENT_QP_FATAL = 1
-    IBV_EVENT_QP_REQ_ERR = 2
-    IBV_EVENT_QP_ACCESS_ERR = 3
-    IBV_EVENT_COMM_EST = 4
-    IBV_EVENT_SQ_DRAINED = 5
-    IBV_EVENT_PATH_MIG = 6
-    IBV_EVENT_PATH_MIG_ERR = 7
-    IBV_EVENT_DEVICE_FATAL = 8
-    IBV_EVENT_PORT_ACTIVE = 9
-    IBV_EVENT_PORT_ERR = 10
-    IBV_EVENT_LID_CHANGE = 11
-    IBV_EVENT_PKEY_CHANGE = 12
-    IBV_EVENT_SM_CHANGE = 13
-    IBV_EVENT_SRQ_ERR = 14
-    IBV_EVENT_SRQ_LIMIT_REACHED = 15
-    IBV_EVENT_QP_LAST_WQE_REACHED = 16
-    IBV_EVENT_CLIENT_REREGISTER = 17
-    IBV_EVENT_GID_CHANGE = 18
-    IBV_EVENT_WQ_FATAL = 19
-    IBV_EVENT_DEVICE_SPEED_CHANGE = 20
 
 
 class ibv_create_cq_wc_flags(enum.IntEnum):

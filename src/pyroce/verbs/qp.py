@@ -235,7 +235,8 @@ class QP(PyverbsObject):
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
                                        rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
-                                       TRANSPORTS[self.qp_type], srq.hw if srq is not None else None)  # fmt: skip
+                                       TRANSPORTS[self.qp_type], srq.hw if srq is not None else None,
+                                       ctx.async_queue)  # fmt: skip
         self.qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
@@ -248,7 +249,8 @@ class QP(PyverbsObject):
     # --- state machine ------------------------------------------------------------------
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
-        """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse."""
+        """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse, and,
+        as rxe, for leaving SQD (but to ERR) while the send queue is still draining."""
         self._check_open()
         check_injected(self.ctx.device, "modify_qp", "modify QP")
         cur = qp_attr.cur_qp_state if attr_mask & M.IBV_QP_CUR_STATE else self.qp_state
@@ -261,7 +263,15 @@ class QP(PyverbsObject):
             check_transition(self.qp_type, cur, target, attr_mask)
         except TransitionError as exc:
             raise PyverbsRDMAError(f"Failed to modify QP state to {name}: {exc.reason}", errno.EINVAL) from None
+        if (attr_mask & M.IBV_QP_STATE and cur == ibv_qp_state.IBV_QPS_SQD and target != ibv_qp_state.IBV_QPS_ERR
+                and self.device.qp_sq_draining(self.qp_num)):  # fmt: skip
+            raise PyverbsRDMAError(f"Failed to modify QP state to {name}: the send queue is still draining",
+                                   errno.EINVAL)  # fmt: skip
         changes, peer = self._changes(qp_attr, attr_mask, name)
+        if self.qp_state == ibv_qp_state.IBV_QPS_RTS and target == ibv_qp_state.IBV_QPS_SQD:
+            # SQ_DRAINED is raised for this drain if this transition asks for it (the attribute
+            # belongs to RTS -> SQD alone; mlx4 reads it so; rxe raises the event regardless)
+            changes["sqd_notify"] = bool(attr_mask & M.IBV_QP_EN_SQD_ASYNC_NOTIFY and qp_attr.en_sqd_async_notify)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
         self.qp_state = ibv_qp_state(target)
         if peer is not None:
@@ -355,6 +365,7 @@ class QP(PyverbsObject):
         self._check_open()
         attr = copy.copy(self.attr)
         attr.qp_state = attr.cur_qp_state = self.qp_state
+        attr.sq_draining = int(self.device.qp_sq_draining(self.qp_num))
         attr.cap = copy.copy(self.cap)
         return attr, copy.copy(self.init_attr)
 

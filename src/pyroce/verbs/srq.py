@@ -78,7 +78,8 @@ class SRQ(PyverbsObject):
         self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
         self.rq = RecvQueue(attr.max_wr, max(1, attr.max_sge), DoorbellRecord(memoryview(self._doorbell_buf)))
         ring = self.rq.ring
-        self.hw = device.create_srq(ring.buf, ring.count, ring.stride, memoryview(self._doorbell_buf))
+        self.hw = device.create_srq(ring.buf, ring.count, ring.stride, memoryview(self._doorbell_buf),
+                                    creator.ctx.async_queue)  # fmt: skip
         creator.add_ref(self)
 
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
