@@ -121,13 +121,15 @@ class PingpongTool:
         dev_name = args.ib_dev if args.ib_dev is not None else names[0]
         if dev_name not in names:
             raise PingpongError(f"IB device {dev_name} not found")
-        pp = Pingpong(dev_name, args.size, args.rx_depth, args.ib_port, self.qp_type, args.num_qp, self.srq, self.fill)
+        pp = Pingpong(dev_name, args.size, args.rx_depth, args.ib_port, qp_type=self.qp_type, num_qp=args.num_qp,
+                      srq=self.srq, fill=self.fill)  # fmt: skip
         try:
             self.exchange_and_run(pp, dev_name, args, out)
         finally:
             pp.close()
 
     def exchange_and_run(self, pp: Pingpong, dev_name: str, args: argparse.Namespace, out: TextIO) -> None:
+        """Everything after the device opened, so ``pingpong`` closes it on any error."""
         pp.routs = pp.post_recv(pp.rx_depth)
         if pp.routs < pp.rx_depth:
             raise PingpongError(f"Couldn't post receive ({pp.routs})")
