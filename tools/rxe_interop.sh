@@ -26,7 +26,7 @@
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit, default <repo>/../shared/rxevm), PYTHON (python3),
 #   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. Needs pyroce's dependencies (pip install -e .) for PYTHON.
-# Not part of CI: it needs root, qemu and ~1 minute (build.sh is idempotent; a boot is ~15 s).
+# Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
