@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +20,7 @@ from pyroce.wire import IPv4Header, IPv6Header
 from pyroce.wire.errors import BuildError
 from pyroce.wire.framing import ip_header
 from tests.cli import background, pyroce
-from tests.test_cli_rc_pingpong import BYTES, free_port, listening
+from tests.pingpong_pair import BYTES, free_port, wait_listening
 
 PREFIX = "fd72:6f63:6500::"  # unique-local, only ever on this host's loopback
 
@@ -73,10 +72,7 @@ def test_rc_pingpong_between_two_processes_over_ipv6(two_addresses: tuple[str, s
     server = background("rc_pingpong", "-p", str(port), "-n", "40", "-s", "5000", "--stats",
                         env={"PYROCE_ADDR": server_addr})  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not listening(port):
-            assert server.poll() is None and time.monotonic() < deadline, server.communicate()
-            time.sleep(0.02)
+        wait_listening(port, server)
         client = pyroce("rc_pingpong", "-p", str(port), "-n", "40", "-s", "5000", "127.0.0.1",
                         env={"PYROCE_ADDR": client_addr}, timeout=120)  # fmt: skip
         server_out, server_err = server.communicate(timeout=120)
