@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import ROOT, assert_one_line_error, cli_env, pyroce
+from tests.cli import ROOT, assert_one_line_error, background, cli_env, pyroce
+from tests.pingpong_pair import free_port, wait_listening
 from tests.test_cli_stats import dead_pid
 
 
@@ -99,3 +100,38 @@ def test_tshark_dissects_the_capture_as_infiniband(busy, tmp_path: Path) -> None
                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     lines = shown.stdout.splitlines()
     assert len(lines) == 10 and all("infiniband" in line for line in lines), shown.stdout
+
+
+def test_a_capture_during_ud_pingpong_opens_in_tshark_as_infiniband(tmp_path: Path) -> None:
+    """``pyroce capture`` of the ud_pingpong server while the client plays: every frame is a UD
+    SEND that tshark dissects as InfiniBand (BTH and DETH), and every ICRC verifies."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed (CI installs it)")
+    env = {"PYROCE_STATS_DIR": str(tmp_path / "stats")}
+    port = free_port(30)
+    server = background("ud_pingpong", "-p", str(port), "-n", "100000", env=env)
+    client = None
+    try:
+        wait_listening(port, server)
+        client = background("ud_pingpong", "-p", str(port), "-n", "100000", "127.0.0.1", env=env)
+        deadline = time.monotonic() + 10
+        while not list((tmp_path / "stats").glob(f"{server.pid}-pyroce0.json")):
+            assert time.monotonic() < deadline, "the server's device published no stats file"
+            time.sleep(0.05)
+        pcap = tmp_path / "ud.pcap"
+        result = pyroce("capture", "--pid", str(server.pid), "-w", str(pcap), "--count", "20", env=env, timeout=60)
+        assert result.returncode == 0, result.stderr
+    finally:
+        for process in (client, server):
+            if process is not None:
+                process.kill()
+                process.communicate()
+    shown = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.protocols", "-e",
+                            "infiniband.bth.opcode", "-e", "infiniband.deth.q_key"],
+                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    lines = [line.split("\t") for line in shown.stdout.splitlines()]
+    assert len(lines) == 20, shown.stdout
+    assert all("infiniband" in protocols and opcode == "100" and int(qkey, 16) == 0x11111111
+               for protocols, opcode, qkey in lines), shown.stdout  # fmt: skip
+    documents = decoded(pcap, env)
+    assert documents[-1]["icrc_ok"] == 20 and documents[-1]["icrc_bad"] == 0, documents[-1]

@@ -5,6 +5,7 @@ relay between them, byte for byte as the C tools write it."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -120,8 +121,47 @@ def test_a_missing_gid_index_is_named(tool):
     assert_one_line_error(pyroce(tool, "-g", "3", "127.0.0.1", timeout=30), "can't read sgid of index 3")
 
 
-@pytest.mark.parametrize("tool", ["uc_pingpong", "srq_pingpong"])
+@pytest.mark.parametrize("tool", ["uc_pingpong", "srq_pingpong", "ud_pingpong"])
 def test_tools_wrapper_runs_the_tool_it_is_named_for(tool):
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / f"{tool}.py"), "-m", "7"], env=cli_env(),
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / f"{tool}.py"), "-r", "0"], env=cli_env(),
                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    assert done.returncode == 2 and done.stderr.startswith(f"pyroce {tool}: error: argument -m/--mtu"), done
+    assert done.returncode == 2 and done.stderr.startswith(f"pyroce {tool}: error: argument -r/--rx-depth"), done
+
+
+UD_LOCAL = re.compile(r"^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:127\.")
+
+
+@pytest.mark.parametrize(("size", "offset"), [(1, 20), (2048, 21), (4096, 22)])
+def test_ud_pingpong_prints_the_c_tools_lines_and_sends_one_packet_per_message(size, offset):
+    iters = 60
+    server_out, server_err, client_out, client_err, _ = run_pair("ud_pingpong", free_port(offset), "-n", str(iters),
+                                                                 "-s", str(size), "--stats")  # fmt: skip
+    for err in (server_err, client_err):
+        counters = counters_of(err)
+        assert counters["icrc_errors"] == 0 and counters["sent_pkts"] == counters["rcvd_pkts"] == iters, err
+    for out in (server_out, client_out):
+        lines = out.splitlines()
+        assert len(lines) == 4, out
+        assert UD_LOCAL.match(lines[0]), out  # ud_pingpong.c prints "PSN 0x...: GID" on its local line
+        assert lines[1].startswith(REMOTE) and ADDRESS.match(lines[1]), out
+        assert int(BYTES.fullmatch(lines[2])[1]) == 2 * iters * size, out
+        assert int(ITERS.fullmatch(lines[3])[1]) == iters, out
+    local = [line[len(LOCAL) :].replace(": GID", ", GID") for line in (server_out, client_out)
+             for line in line.splitlines()[:1]]  # fmt: skip
+    assert local == [addresses(client_out, REMOTE)[0], addresses(server_out, REMOTE)[0]]
+
+
+def test_ud_pingpong_exchange_is_the_c_tools_bytes():
+    _, _, client_out, _, relay = run_pair("ud_pingpong", free_port(23), "-n", "10", relay_port=free_port(24))
+    assert relay is not None and bytes(relay.to_server[MSG:]) == b"done\0"
+    local = client_out.splitlines()[0][len(LOCAL) :].replace(": GID", ", GID")
+    assert bytes(relay.to_server[:MSG]) == wire(local)
+
+
+@pytest.mark.parametrize(("option", "words"), [
+    (("-s", "4097"), ("pyroce ud_pingpong: error: Requested size larger than port MTU (4096)",)),
+    (("-m", "1024"), ("error: unrecognized arguments: -m",)),  # ud_pingpong.c has no -m and no -c
+    (("-c",), ("error: unrecognized arguments: -c",)),
+])  # fmt: skip
+def test_ud_pingpong_bad_options_are_one_line(option, words):
+    assert_one_line_error(pyroce("ud_pingpong", *option, "127.0.0.1", timeout=30), *words)

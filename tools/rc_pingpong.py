@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""rc_pingpong.py, uc_pingpong.py, srq_pingpong.py (links to this file): ``pyroce rc_pingpong``,
-``uc_pingpong`` and ``srq_pingpong`` (rdma-core's ``ibv_*_pingpong`` on pyroce), the one named
+"""rc_pingpong.py, uc_pingpong.py, srq_pingpong.py, ud_pingpong.py (links to this file): ``pyroce
+rc_pingpong``, ``uc_pingpong``, ``srq_pingpong`` and ``ud_pingpong`` (rdma-core's ``ibv_*_pingpong``
+on pyroce), the one named
 like the file it was run as, for scripts that call them by path, such as ``tools/rxe_interop.sh``;
 the tools themselves are ``pyroce.cli.pingpong``. Runs from an installed pyroce or else from this
 checkout."""

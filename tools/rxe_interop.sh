@@ -1,13 +1,13 @@
 #!/bin/bash
-# rxe_interop.sh - ibv_{rc,uc,srq}_pingpong interop between pyroce and Linux rxe (soft-RoCE in a VM).
+# rxe_interop.sh - ibv_{rc,uc,srq,ud}_pingpong interop between pyroce and Linux rxe (soft-RoCE in a VM).
 #
 # Boots the rxevm guest (../shared/rxevm, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44,
 # reached over a tap inside network namespace 'rxevm'), then runs each of rdma-core's
-# ibv_rc_pingpong, ibv_uc_pingpong and ibv_srq_pingpong against pyroce's tool of the same name
+# ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong and ibv_ud_pingpong against pyroce's tool of the same name
 # (tools/TOOL.py, a wrapper of `pyroce TOOL`) both ways:
 #   1. guest server  `ibv_TOOL -d rxe0 -g 1 ...`           <- pyroce client (host side, 10.77.0.1)
 #   2. pyroce server `tools/TOOL.py ...` (10.77.0.1)      <- guest client `ibv_TOOL ... 10.77.0.1`
-# at each size, with pyroce's default settings (ICRC checking on). It prints both sides' output,
+# at each size (ud: at each of its sizes, which a UD message's one packet must fit: -S), with pyroce's default settings (ICRC checking on). It prints both sides' output,
 # checks that each side's "remote address" lines are the other's "local address" lines and that
 # pyroce counted no ICRC error, prints PASS or FAILED per pair and a summary line, and exits 0 only
 # if every run passed on both sides (1 if a run failed, 2 on a setup error). A guest process of a
@@ -19,7 +19,8 @@
 #   tools/rxe_interop.sh -t uc -n 200 -s 4096 -c   # one tool, one size; -c makes both tools validate the buffer
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
 #
-# Options: -t TOOLS (rc,uc,srq)  -n ITERS (1000)  -s SIZES (1,4096,65536)  -m MTU (1024)  -r RX_DEPTH (500)
+# Options: -t TOOLS (rc,uc,srq,ud)  -n ITERS (1000)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
+#   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
@@ -39,14 +40,15 @@ HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
 GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 
-TOOLS_ARG=rc,uc,srq; ITERS=1000; SIZES_ARG=1,4096,65536; MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""
+TOOLS_ARG=rc,uc,srq,ud; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -t) TOOLS_ARG="$2"; shift 2;;
     -n) ITERS="$2"; shift 2;;
     -s) SIZES_ARG="$2"; shift 2;;
+    -S) UD_SIZES_ARG="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
     -r) RXD="$2"; shift 2;;
     -q) NQP="$2"; shift 2;;
@@ -65,7 +67,7 @@ done
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  [[ "$T" == rc || "$T" == uc || "$T" == srq ]] || die "unknown tool '$T' in -t (rc, uc, srq)"
+  [[ "$T" == rc || "$T" == uc || "$T" == srq || "$T" == ud ]] || die "unknown tool '$T' in -t (rc, uc, srq, ud)"
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
 [[ -x "$RXEVM/up.sh" ]] || die "rxevm kit not found at $RXEVM (set RXEVM)"
@@ -124,11 +126,12 @@ else
   grep -E 'guest ready|gid\[' "$WORK/up.log"
 fi
 guest() { "$RXEVM/vmexec.sh" -i 1 "$@"; }
-guest --timeout 60 'command -v ibv_rc_pingpong ibv_uc_pingpong ibv_srq_pingpong >/dev/null && rdma link show rxe0/1' \
+guest --timeout 60 'command -v ibv_rc_pingpong ibv_uc_pingpong ibv_srq_pingpong ibv_ud_pingpong >/dev/null && rdma link show rxe0/1' \
   | sed 's/^/  /' || die "the guest has no rxe0 or lacks a pingpong tool"
 
-# address parts of the "  local address:  LID ..." / "  remote address: LID ..." lines (srq: one per QP)
-addr_of() { sed -n "s/^ *$1 address: *//p" "$2"; }
+# address parts of the "  local address:  LID ..." / "  remote address: LID ..." lines (srq: one per QP;
+# ud_pingpong prints "PSN 0x...: GID" on its local line, ", GID" on its remote one)
+addr_of() { sed -n "s/^ *$1 address: *//p" "$2" | sed 's/: GID/, GID/'; }
 
 # check NAME GUEST_RC GUEST_OUT HOST_RC HOST_OUT: prints the verdict, returns 0 if the run passed
 check() {
@@ -166,10 +169,13 @@ PASSED=(); FAILURES=()
 
 # run_pair: both directions of ibv_$TOOL at $SIZE bytes
 run_pair() {
-  COMMON=(-p "$PORT" -s "$SIZE" -m "$MTU" -r "$RXD" -n "$ITERS")
+  COMMON=(-p "$PORT" -s "$SIZE" -r "$RXD" -n "$ITERS")
+  [[ "$TOOL" == ud_pingpong ]] || COMMON+=(-m "$MTU")  # ud_pingpong has no -m (nor -c)
   [[ "$TOOL" == srq_pingpong ]] && COMMON+=(-q "$NQP")
-  GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${CHK:+ $CHK}"
-  HOST_CMD=("$PYTHON" "$REPO/tools/$TOOL.py" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${CHK:+"$CHK"})
+  local chk="$CHK"
+  [[ "$TOOL" == ud_pingpong ]] && chk=""
+  GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
+  HOST_CMD=("$PYTHON" "$REPO/tools/$TOOL.py" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${chk:+"$chk"})
   local short="${TOOL%_pingpong}"
   # ---------------------------------------------------------------- 1: guest server, pyroce client
   echo
@@ -225,9 +231,9 @@ run_pair() {
   check "$short $SIZE bytes: pyroce server / guest client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out"
 }
 
-IFS=, read -ra SIZES <<<"$SIZES_ARG"
 for T in "${TOOLS[@]}"; do
   TOOL="${T}_pingpong"
+  if [[ "$T" == ud ]]; then IFS=, read -ra SIZES <<<"$UD_SIZES_ARG"; else IFS=, read -ra SIZES <<<"$SIZES_ARG"; fi
   for SIZE in "${SIZES[@]}"; do run_pair; done
 done
 
@@ -236,7 +242,7 @@ echo
 echo "=== results"
 for name in "${PASSED[@]}"; do echo "  passed: $name"; done
 for name in "${FAILURES[@]}"; do echo "  failed: $name"; done
-SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, } pingpong at ${SIZES_ARG//,/, } bytes, both directions, -n $ITERS)"
+SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, } pingpong at ${SIZES_ARG//,/, } bytes (ud: ${UD_SIZES_ARG//,/, }), both directions, -n $ITERS)"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
 exit 0

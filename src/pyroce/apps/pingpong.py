@@ -12,9 +12,10 @@ up when ``num_qp`` or fewer are left; the client posts one SEND per QP, and each
 SEND once both its previous SEND and a RECV on it have completed, until ``iters`` SENDs and
 ``iters`` RECVs have completed in all (srq_pingpong's ``-n`` counts all QPs together).
 
-A UD variant (``ud_pingpong.c``) would differ in more than a table entry: a Q_Key at INIT, no
-peer at RTR, an AH and the peer's QPN in each SEND and 40 bytes of GRH ahead of each receive; it
-would override ``to_init``, ``connect`` and ``post_send``.
+``ud_pingpong.c`` differs in more than a table entry: a Q_Key at INIT, no peer at RTR, an AH
+and the peer's QPN in each SEND, 40 bytes of GRH ahead of each receive (its buffer is ``size +
+40``, SENDs leave from byte 40), and a size no larger than the port's MTU: ``UdPingpong``
+overrides ``to_init``, ``connect`` and ``post_send``.
 
 ``-c``: as in the C tools, the client writes 0 at the first byte of every page of its buffer (the
 rest is the fill: 0x7b, srq_pingpong's 0) before the first SEND; at the end the buffer holds
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 import pyroce.verbs.enums as e
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
+from pyroce.verbs.ah import AH
 from pyroce.verbs.cq import CQ, WC
 from pyroce.verbs.device import Context
 from pyroce.verbs.mr import MR
@@ -117,6 +119,8 @@ class Pingpong:
     ``pp_connect_ctx`` and the completion loop, for ``num_qp`` QPs of ``qp_type`` (RC or UC);
     with ``srq``, the QPs take their receives from one SRQ (more than one QP needs it)."""
 
+    GRH = 0  # bytes of each receive before the message (UD's 40-byte GRH)
+
     def __init__(self, dev_name: str, size: int, rx_depth: int, ib_port: int, qp_type: int = QPT.IBV_QPT_RC,
                  num_qp: int = 1, srq: bool = False, fill: int = FILL) -> None:  # fmt: skip
         if num_qp > 1 and not srq:
@@ -132,8 +136,9 @@ class Pingpong:
         self.ctx = Context(name=dev_name)
         try:
             self.pd = PD(self.ctx)
-            self.mr = MR(self.pd, size, e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
-            self.mr.write(bytes([fill]) * size, size)
+            length = size + self.GRH
+            self.mr = MR(self.pd, length, e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
+            self.mr.write(bytes([fill]) * length, length)
             self.cq = CQ(self.ctx, rx_depth + num_qp)
             self.srq = SRQ(self.pd, SrqInitAttr(SrqAttr(max_wr=rx_depth, max_sge=1))) if srq else None
             if self.srq is None:
@@ -152,7 +157,8 @@ class Pingpong:
             self.ctx.close()
             raise
         self.index = {qp.qp_num: i for i, qp in enumerate(self.qps)}
-        self.sge = SGE(self.mr.buf, size, self.mr.lkey)
+        self.recv_sge = SGE(self.mr.buf, size + self.GRH, self.mr.lkey)
+        self.send_sge = SGE(self.mr.buf + self.GRH, size, self.mr.lkey)
 
     def close(self) -> None:
         self.ctx.close()
@@ -176,18 +182,20 @@ class Pingpong:
         receiver = self.srq if self.srq is not None else self.qps[0]
         for i in range(n):
             try:
-                receiver.post_recv(RecvWR(wr_id=PINGPONG_RECV_WRID, num_sge=1, sg=[self.sge]))
+                receiver.post_recv(RecvWR(wr_id=PINGPONG_RECV_WRID, num_sge=1, sg=[self.recv_sge]))
             except PyverbsError:
                 return i
         return n
 
     def post_send(self, i: int) -> None:
-        wr = SendWR(wr_id=PINGPONG_SEND_WRID, opcode=e.ibv_wr_opcode.IBV_WR_SEND, num_sge=1, sg=[self.sge],
-                    send_flags=self.send_flags)  # fmt: skip
         try:
-            self.qps[i].post_send(wr)
+            self.qps[i].post_send(self.send_wr(i))
         except PyverbsError as exc:
             raise PingpongError(f"Couldn't post send: {exc}") from None
+
+    def send_wr(self, i: int) -> SendWR:
+        return SendWR(wr_id=PINGPONG_SEND_WRID, opcode=e.ibv_wr_opcode.IBV_WR_SEND, num_sge=1, sg=[self.send_sge],
+                      send_flags=self.send_flags)  # fmt: skip
 
     def connect(self, port: int, mtu: int, sl: int, my_dests: list[Dest], dests: list[Dest], sgid_idx: int) -> None:
         """``pp_connect_ctx``: QP ``i`` to RTR with ``dests[i]`` and to RTS with ``my_dests[i]``'s PSN."""
@@ -272,3 +280,63 @@ class Pingpong:
             if got != expected[: len(got)]:
                 bad.append(offset // page)
         return bad
+
+
+UD_QKEY = 0x11111111  # ud_pingpong.c's Q_Key, at INIT and in every SEND
+
+
+class UdPingpong(Pingpong):
+    """``ud_pingpong.c``: one UD QP, SENDs to an AH made from the peer's GID."""
+
+    GRH = 40
+
+    def __init__(self, dev_name: str, size: int, rx_depth: int, ib_port: int) -> None:
+        super().__init__(dev_name, size, rx_depth, ib_port, qp_type=QPT.IBV_QPT_UD)
+        try:
+            mtu = 128 << int(self.ctx.query_port(ib_port).active_mtu)
+        except PyverbsError as exc:
+            self.close()
+            raise PingpongError(f"Unable to query port info for port {ib_port}: {exc}") from None
+        if size > mtu:
+            self.close()
+            raise PingpongError(f"Requested size larger than port MTU ({mtu})")
+        self.ah: AH | None = None
+        self.remote_qpn = 0
+
+    def to_init(self, i: int, ib_port: int) -> None:
+        attr = QPAttr(qp_state=QPS.IBV_QPS_INIT, port_num=ib_port)
+        attr.pkey_index = 0
+        attr.qkey = UD_QKEY
+        try:
+            self.qps[i].modify(attr, MASK.IBV_QP_STATE | MASK.IBV_QP_PKEY_INDEX | MASK.IBV_QP_PORT | MASK.IBV_QP_QKEY)
+        except PyverbsError as exc:
+            raise PingpongError(f"Failed to modify QP to INIT: {exc}") from None
+
+    def connect(self, port: int, mtu: int, sl: int, my_dests: list[Dest], dests: list[Dest], sgid_idx: int) -> None:
+        """``pp_connect_ctx`` of ud_pingpong.c: RTR and RTS (our PSN), then the AH to the peer,
+        with a GRH (hop limit 1) when its GID has an interface id."""
+        qp, dest = self.qps[0], dests[0]
+        try:
+            qp.modify(QPAttr(qp_state=QPS.IBV_QPS_RTR), MASK.IBV_QP_STATE)
+        except PyverbsError as exc:
+            raise PingpongError(f"Failed to modify QP to RTR: {exc}") from None
+        attr = QPAttr(qp_state=QPS.IBV_QPS_RTS)
+        attr.sq_psn = my_dests[0].psn
+        try:
+            qp.modify(attr, MASK.IBV_QP_STATE | MASK.IBV_QP_SQ_PSN)
+        except PyverbsError as exc:
+            raise PingpongError(f"Failed to modify QP to RTS: {exc}") from None
+        ah_attr = AHAttr(dlid=dest.lid, sl=sl, src_path_bits=0, port_num=port, is_global=0)
+        if any(dest.gid[8:]):
+            ah_attr = AHAttr(dlid=dest.lid, sl=sl, src_path_bits=0, port_num=port, is_global=1,
+                             gr=GlobalRoute(dgid=GID(dest.gid), hop_limit=1, sgid_index=sgid_idx))  # fmt: skip
+        try:
+            self.ah = AH(self.pd, attr=ah_attr)
+        except PyverbsError as exc:
+            raise PingpongError(f"Failed to create AH: {exc}") from None
+        self.remote_qpn = dest.qpn
+
+    def send_wr(self, i: int) -> SendWR:
+        wr = super().send_wr(i)
+        wr.set_wr_ud(self.ah, self.remote_qpn, UD_QKEY)  # type: ignore[arg-type]
+        return wr

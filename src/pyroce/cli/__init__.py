@@ -21,7 +21,7 @@ from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
 _TOOLS = (demo, decode, capture, stats, doctor, events, pingpong.RC_PINGPONG, pingpong.UC_PINGPONG, pingpong.SRQ_PINGPONG,
-          devices, devinfo, python, pyverbs_path)  # fmt: skip
+          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path)  # fmt: skip
 
 ENVIRONMENT = """\
 environment:

@@ -1,5 +1,5 @@
-"""``pyroce rc_pingpong``, ``uc_pingpong`` and ``srq_pingpong``: rdma-core's
-``ibv_rc_pingpong``, ``ibv_uc_pingpong`` and ``ibv_srq_pingpong`` on pyroce, SEND ping-pong over
+"""``pyroce rc_pingpong``, ``uc_pingpong``, ``srq_pingpong`` and ``ud_pingpong``: rdma-core's
+``ibv_rc_pingpong``, ``ibv_uc_pingpong``, ``ibv_srq_pingpong`` and ``ibv_ud_pingpong`` on pyroce, SEND ping-pong over
 RoCEv2 with the C tools' options, TCP exchange and output lines, so either side can be the real
 tool on rxe or a NIC (``tools/rxe_interop.sh``). Each tool is a ``PingpongTool``: what it builds
 (``pyroce.apps.pingpong``, the verbs side) and how its options and exchange differ
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pyroce.apps.pingpong import FILL, MTU_ENUM, QPT, Dest, Pingpong, PingpongError
+from pyroce.apps.pingpong import FILL, MTU_ENUM, QPT, Dest, Pingpong, PingpongError, UdPingpong
 from pyroce.cli.args import port
 from pyroce.cli.errors import CliError
 from pyroce.cli.pingpong_exchange import client_exch_dest, server_exch_dest
@@ -67,7 +67,9 @@ def ratio(num: float, den: float) -> float:
 @dataclass(frozen=True)
 class PingpongTool:
     """One of the C examples: its QP type, whether its QPs (``-q``, default 16) share an SRQ,
-    how many addresses its exchange carries each way, its buffer's fill and smallest ``-s``."""
+    how many addresses its exchange carries each way, its buffer's fill and smallest ``-s``.
+    ``datagram``: ud_pingpong.c, whose default size is 2048, which has no ``-m`` (a UD message
+    is at most the port's MTU) and no ``-c``, and whose local address line has ``: GID``."""
 
     name: str
     summary: str
@@ -76,6 +78,7 @@ class PingpongTool:
     slots: int = 1
     fill: int = FILL
     min_size: int = 0
+    datagram: bool = False
 
     def add_parser(self, subparsers: Any) -> argparse.ArgumentParser:
         description = (f"{self.summary} (ibv_{self.name}): without SERVERNAME, wait for a client on TCP PORT; "
@@ -86,9 +89,11 @@ class PingpongTool:
         parser.add_argument("-p", "--port", type=port, default=18515, help="listen on/connect to port (default 18515)")
         parser.add_argument("-d", "--ib-dev", default=None, help="use IB device (default first device found)")
         parser.add_argument("-i", "--ib-port", type=between(1), default=1, help="use port of IB device (default 1)")
-        parser.add_argument("-s", "--size", type=between(self.min_size), default=4096,
-                            help="size of message to exchange (default 4096)")  # fmt: skip
-        parser.add_argument("-m", "--mtu", type=mtu, default=1024, help="path MTU (default 1024)")
+        size = 2048 if self.datagram else 4096
+        parser.add_argument("-s", "--size", type=between(self.min_size), default=size,
+                            help=f"size of message to exchange (default {size})")  # fmt: skip
+        if not self.datagram:
+            parser.add_argument("-m", "--mtu", type=mtu, default=1024, help="path MTU (default 1024)")
         if self.srq:
             parser.add_argument("-q", "--num-qp", type=between(1, MAX_QP - 1), default=16,
                                 help="number of QPs to use (default 16)")  # fmt: skip
@@ -98,10 +103,11 @@ class PingpongTool:
                             help=f"number of exchanges{', all QPs together' if self.srq else ''} (default 1000)")  # fmt: skip
         parser.add_argument("-l", "--sl", type=number, default=0, help="service level value")
         parser.add_argument("-g", "--gid-idx", type=number, default=0, help="local port gid index (default 0)")
-        parser.add_argument("-c", "--chk", action="store_true", help="validate received buffer")
+        if not self.datagram:
+            parser.add_argument("-c", "--chk", action="store_true", help="validate received buffer")
         parser.add_argument("--stats", action="store_true",
                             help="pyroce: print the device's packet counters on stderr at the end")  # fmt: skip
-        parser.set_defaults(run=self.run)
+        parser.set_defaults(run=self.run, mtu=1024, chk=False)
         if not self.srq:
             parser.set_defaults(num_qp=1)
         return parser
@@ -122,8 +128,12 @@ class PingpongTool:
         dev_name = args.ib_dev if args.ib_dev is not None else names[0]
         if dev_name not in names:
             raise PingpongError(f"IB device {dev_name} not found")
-        pp = Pingpong(dev_name, args.size, args.rx_depth, args.ib_port, qp_type=self.qp_type, num_qp=args.num_qp,
-                      srq=self.srq, fill=self.fill)  # fmt: skip
+        pp: Pingpong
+        if self.datagram:
+            pp = UdPingpong(dev_name, args.size, args.rx_depth, args.ib_port)
+        else:
+            pp = Pingpong(dev_name, args.size, args.rx_depth, args.ib_port, qp_type=self.qp_type,
+                          num_qp=args.num_qp, srq=self.srq, fill=self.fill)  # fmt: skip
         try:
             self.exchange_and_run(pp, dev_name, args, out)
         finally:
@@ -146,7 +156,8 @@ class PingpongTool:
                 raise PingpongError(f"can't read sgid of index {args.gid_idx}") from None
         my_dests = [Dest(port_attr.lid, qp.qp_num, random.getrandbits(24), gid) for qp in pp.qps]
         for dest in my_dests:
-            print(f"  local address:  {dest}", file=out, flush=True)
+            local = str(dest).replace(", GID ", ": GID ") if self.datagram else str(dest)  # ud_pingpong.c's printf
+            print(f"  local address:  {local}", file=out, flush=True)
         path_mtu = MTU_ENUM[args.mtu]
 
         def connect(rem_dests: list[Dest]) -> None:
@@ -182,3 +193,4 @@ RC_PINGPONG = PingpongTool("rc_pingpong", "RC SEND ping-pong", QPT.IBV_QPT_RC)
 UC_PINGPONG = PingpongTool("uc_pingpong", "UC SEND ping-pong", QPT.IBV_QPT_UC)
 SRQ_PINGPONG = PingpongTool("srq_pingpong", "RC SEND ping-pong of several QPs sharing one SRQ", QPT.IBV_QPT_RC,
                             srq=True, slots=MAX_QP, fill=0, min_size=1)  # fmt: skip
+UD_PINGPONG = PingpongTool("ud_pingpong", "UD SEND ping-pong", QPT.IBV_QPT_UD, datagram=True)

@@ -1,0 +1,1 @@
+rc_pingpong.py
