@@ -3,36 +3,18 @@ on a TCP port, the client connects, both print their addresses and the rate line
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.cli import ROOT, assert_one_line_error, background, cli_env, pyroce
+from tests.cli import ROOT, assert_one_line_error, background, cli_env, free_port, listening, pyroce
 
 ADDRESS = re.compile(r"^  (local|remote) address: +LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.")
 BYTES = re.compile(r"^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$", re.MULTILINE)
 ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
-
-
-def free_port(offset: int) -> int:
-    """A TCP port of this test process (several test runs may share the host)."""
-    return 20000 + (os.getpid() * 8 + offset) % 40000
-
-
-def listening(port: int) -> bool:
-    """Whether some socket listens on TCP ``port`` (state 0A in /proc/net/tcp*), without
-    connecting to it: the server would take a probe for its client."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
-                return True
-    return False
 
 
 def pingpong(port: int, *options: str) -> tuple[str, str]:

@@ -15,12 +15,25 @@ from typing import NoReturn, TextIO
 
 from pyroce import __version__
 from pyroce.apps.rc_endpoint import PollTimeout
-from pyroce.cli import capture, decode, demo, devices, devinfo, doctor, events, python, pyverbs_path, rc_pingpong, stats
+from pyroce.cli import (
+    capture,
+    decode,
+    demo,
+    devices,
+    devinfo,
+    doctor,
+    events,
+    python,
+    pyverbs_path,
+    rc_pingpong,
+    run,
+    stats,
+)
 from pyroce.cli.errors import CliError
 from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
-_TOOLS = (demo, decode, capture, stats, doctor, events, rc_pingpong, devices, devinfo, python, pyverbs_path)
+_TOOLS = (demo, decode, capture, stats, doctor, events, rc_pingpong, devices, devinfo, python, pyverbs_path, run)
 
 ENVIRONMENT = """\
 environment:
