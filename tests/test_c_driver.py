@@ -132,7 +132,8 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
 ) -> None:
     """A program compiled here against the system's libibverbs (its headers, its -libverbs):
     every verb pyroce lacks fails with EOPNOTSUPP, misuse with libibverbs' errno, nothing
-    crashes, and a SEND with immediate from a QP to itself arrives."""
+    crashes (nor hangs: a forked child is refused), and a SEND with immediate from a QP to
+    itself arrives."""
     program = tmp_path / "verbs_errnos"
     subprocess.run(["cc", "-O2", "-o", str(program), str(ROOT / "tests" / "c" / "verbs_errnos.c"), "-libverbs"],
                    check=True, capture_output=True)  # fmt: skip
@@ -148,6 +149,8 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
                  "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges"):  # fmt: skip
         assert results.pop(verb) == einval, verb
     assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy
+    assert results.pop("fork_child_alloc_pd") == str(5)  # EIO
+    assert "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program" in done.stderr
     assert set(results.values()) == {"0"}, results
     assert "wc wr_id=9 status=success opcode=128 byte_len=100 imm=0x12345678" in done.stdout
     assert "wc wr_id=7 status=success opcode=0" in done.stdout

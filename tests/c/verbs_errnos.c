@@ -5,6 +5,8 @@
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void report(const char *what, int error)
 {
@@ -113,6 +115,16 @@ int main(void)
 		printf("wc wr_id=%lu status=%s opcode=%d byte_len=%u imm=0x%08x\n", (unsigned long)wc[i].wr_id,
 		       ibv_wc_status_str(wc[i].status), wc[i].opcode, wc[i].byte_len, be32toh(wc[i].imm_data));
 	printf("received %s\n", buf + 4096);
+
+	/* a child of fork() is refused, not left hanging on the parent's engine */
+	fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		report("fork_child_alloc_pd", null_errno(ibv_alloc_pd(ctx)));
+		fflush(stdout);
+		_exit(0);
+	}
+	waitpid(child, NULL, 0);
 
 	report("destroy_qp", ibv_destroy_qp(qp));
 	report("dereg_mr", ibv_dereg_mr(mr));

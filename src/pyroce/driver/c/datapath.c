@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #define INLINE_FLAG 0x80000000u
 #define INVALID_LKEY 0x100u
 #define CQE_SIZE 64
+#define SPIN_POLLS 256
 
 enum { /* MLX5_OPCODE_* */
 	OP_SEND_INVAL = 0x01,
@@ -415,7 +417,11 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (cq->consumer != first) /* the NIC may reuse the entries read */
 		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & 0xffffff), __ATOMIC_RELEASE);
 	pthread_spin_unlock(&cq->lock);
-	if (cq->consumer == first)
-		sched_yield();
+	if (cq->consumer != first) {
+		cq->empty_polls = 0;
+	} else if (++cq->empty_polls > SPIN_POLLS) {
+		struct timespec nap = {0, 1};
+		nanosleep(&nap, NULL);
+	}
 	return found;
 }

@@ -59,6 +59,7 @@ struct pr_cq {
 	volatile uint32_t *consumer_record; /* be32, read by the NIC */
 	uint32_t consumer;
 	struct pr_qp *last;        /* the QP of the previous CQE: most polls find the same one */
+	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
 };
 
 struct pr_send_entry {

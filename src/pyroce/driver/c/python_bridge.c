@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_once_t started = PTHREAD_ONCE_INIT;
 static PyObject *calls;     /* pyroce.driver.calls */
 static int start_error;     /* errno for every verb when Python or pyroce could not start */
+static pid_t started_in;    /* the process whose interpreter and engine threads these are */
 
 /* PYROCE_PYTHONPATH (set by `pyroce run`): folders the program's interpreter must search
  * first, the pyroce package's and its dependencies' (a venv's site-packages, say). */
@@ -64,6 +66,7 @@ static void start(void)
 		}
 		owned = 1;
 	}
+	started_in = getpid();
 	PyGILState_STATE state = PyGILState_Ensure();
 	add_search_path();
 	calls = PyImport_ImportModule("pyroce.driver.calls");
@@ -82,6 +85,15 @@ int pr_enter(PyGILState_STATE *state)
 	pthread_once(&started, start);
 	if (start_error) {
 		errno = start_error;
+		return -1;
+	}
+	if (getpid() != started_in) {
+		/* A child of fork(): the engine threads stayed in the parent, and the GIL may be
+		 * held by one of them for ever here. Refuse rather than hang. */
+		static int told;
+		if (!told++)
+			fprintf(stderr, "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program\n");
+		errno = EIO;
 		return -1;
 	}
 	*state = PyGILState_Ensure();
