@@ -23,6 +23,38 @@ static int modify(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return ibv_modify_qp(qp, attr, mask);
 }
 
+/* INIT, RTR (its own QPN and GID), RTS: reported, 0 if all went. */
+static int connect_to_itself(struct ibv_qp *qp, union ibv_gid *gid)
+{
+	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	int failed = modify(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	report("to_init", failed);
+	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
+				    .rq_psn = 0xfffff0, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+				    .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = *gid, .hop_limit = 1}}};
+	failed |= modify(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	report("to_rtr", failed);
+	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+				    .sq_psn = 0xfffff0, .max_rd_atomic = 1};
+	failed |= modify(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	report("to_rts", failed);
+	return failed;
+}
+
+/* Up to `n` completions, spinning (a hang fails the test by its timeout). */
+static int poll_n(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+{
+	int found = 0;
+	for (long spins = 0; found < n && spins < 200000000; spins++)
+		found += ibv_poll_cq(cq, n - found, wc + found);
+	for (int i = 0; i < found; i++)
+		printf("wc wr_id=%lu status=%s opcode=%d byte_len=%u imm=0x%08x\n", (unsigned long)wc[i].wr_id,
+		       ibv_wc_status_str(wc[i].status), wc[i].opcode, wc[i].byte_len, be32toh(wc[i].imm_data));
+	return found;
+}
+
 int main(void)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
@@ -78,17 +110,8 @@ int main(void)
 
 	/* to itself: INIT, RTR (its own QPN and GID), RTS */
 	ibv_query_gid(ctx, 1, 0, &gid);
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1};
-	report("to_init", modify(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
-				    .rq_psn = 0xfffff0, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-				    .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .hop_limit = 1}}};
-	report("to_rtr", modify(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
-				    .sq_psn = 0xfffff0, .max_rd_atomic = 1};
-	report("to_rts", modify(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
+	if (connect_to_itself(qp, &gid))
+		return 1;
 	struct ibv_send_wr bind = send;
 	bind.opcode = IBV_WR_BIND_MW;
 	report("post_bind_mw", ibv_post_send(qp, &bind, &bad));
@@ -108,12 +131,33 @@ int main(void)
 	send.opcode = IBV_WR_SEND_WITH_IMM;
 	report("post_send", ibv_post_send(qp, &send, &bad));
 	struct ibv_wc wc[2];
-	int found = 0;
-	for (long spins = 0; found < 2 && spins < 200000000; spins++)
-		found += ibv_poll_cq(cq, 2 - found, wc + found);
-	for (int i = 0; i < found; i++)
-		printf("wc wr_id=%lu status=%s opcode=%d byte_len=%u imm=0x%08x\n", (unsigned long)wc[i].wr_id,
-		       ibv_wc_status_str(wc[i].status), wc[i].opcode, wc[i].byte_len, be32toh(wc[i].imm_data));
+	poll_n(cq, wc, 2);
+	printf("received %s\n", buf + 4096);
+	struct ibv_qp_init_attr init;
+	report("query_qp", ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_CAP, &init));
+	printf("query state=%d dest_qp_num_is_own=%d max_recv_wr=%u\n", attr.qp_state, attr.dest_qp_num == qp->qp_num,
+	       attr.cap.max_recv_wr);
+
+	/* a CQ resized keeps working in its new ring */
+	report("resize_cq", ibv_resize_cq(cq, 200));
+
+	/* to ERROR with a receive posted, whose flush is left unpolled; RESET skips it */
+	recv.wr_id = 11;
+	report("post_recv_before_error", ibv_post_recv(qp, &recv, &bad_recv));
+	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
+	report("to_error", modify(qp, &attr, IBV_QP_STATE));
+	for (long spins = 0; spins < 2000000; spins++)
+		; /* the engine writes the flush meanwhile */
+	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RESET};
+	report("to_reset", modify(qp, &attr, IBV_QP_STATE));
+	if (connect_to_itself(qp, &gid))
+		return 1;
+	recv.wr_id = 19;
+	send.wr_id = 17;
+	memcpy(buf, "after reset", 12);
+	report("post_recv_after_reset", ibv_post_recv(qp, &recv, &bad_recv));
+	report("post_send_after_reset", ibv_post_send(qp, &send, &bad));
+	poll_n(cq, wc, 2);
 	printf("received %s\n", buf + 4096);
 
 	/* a child of fork() is refused, not left hanging on the parent's engine */
