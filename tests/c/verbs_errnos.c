@@ -71,8 +71,6 @@ int main(void)
 	union ibv_gid gid;
 
 	/* what pyroce does not offer to C programs */
-	struct ibv_srq_init_attr srq_attr = {.attr = {.max_wr = 4, .max_sge = 1}};
-	report("create_srq", null_errno(ibv_create_srq(pd, &srq_attr)));
 	report("alloc_mw", null_errno(ibv_alloc_mw(pd, IBV_MW_TYPE_2)));
 	struct ibv_ah_attr ah_attr = {.is_global = 1, .port_num = 1};
 	report("create_ah", null_errno(ibv_create_ah(pd, &ah_attr)));
@@ -107,6 +105,13 @@ int main(void)
 	report("modify_reset_to_rts", modify(qp, &attr, IBV_QP_STATE));
 	report("destroy_cq_in_use", ibv_destroy_cq(cq));
 	report("dealloc_pd_in_use", ibv_dealloc_pd(pd));
+	struct ibv_srq_init_attr srq_attr = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &srq_attr);
+	report("create_srq", null_errno(srq));
+	srq_attr.attr.max_wr = 1 << 20;
+	report("create_srq_too_big", null_errno(ibv_create_srq(pd, &srq_attr)));
+	struct ibv_srq_attr limit = {.srq_limit = 8};
+	report("modify_srq_limit_above_max_wr", ibv_modify_srq(srq, &limit, IBV_SRQ_LIMIT));
 
 	/* to itself: INIT, RTR (its own QPN and GID), RTS */
 	ibv_query_gid(ctx, 1, 0, &gid);
@@ -171,6 +176,7 @@ int main(void)
 	waitpid(child, NULL, 0);
 
 	report("destroy_qp", ibv_destroy_qp(qp));
+	report("destroy_srq", ibv_destroy_srq(srq));
 	report("dereg_mr", ibv_dereg_mr(mr));
 	report("destroy_cq", ibv_destroy_cq(cq));
 	report("dealloc_pd", ibv_dealloc_pd(pd));

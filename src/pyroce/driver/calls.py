@@ -21,6 +21,7 @@ from pyroce.verbs.mr import MR, address_of
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
 
@@ -172,12 +173,12 @@ def destroy_cq(cq: CQ) -> None:
 # --- queue pairs ---------------------------------------------------------------------
 
 
-def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, qp_type: int, sq_sig_all: int, max_send_wr: int,
+def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, sq_sig_all: int, max_send_wr: int,
               max_recv_wr: int, max_send_sge: int, max_recv_sge: int, max_inline_data: int) -> tuple[Any, ...]:  # fmt: skip
     """``ibv_create_qp``: (QP, QPN, send ring address, its basic blocks, receive ring address,
-    its WQEs, their stride, doorbell record address)."""
+    its WQEs, their stride, doorbell record address); with an SRQ, the receive ring is the SRQ's."""
     cap = QPCap(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
-    qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, None, cap, sq_sig_all))
+    qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
     ring = qp.rq.ring
     return (qp, qp.qp_num, address_of(memoryview(qp._sq_buf)), qp.sq_wqebbs, address_of(ring.buf), ring.count,
             ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
@@ -210,3 +211,34 @@ def query_qp(qp: QP) -> QPAttr:
 
 def destroy_qp(qp: QP) -> None:
     qp.close()
+
+
+# --- shared receive queues --------------------------------------------------------------
+
+
+def _srq_ring(srq: SRQ) -> tuple[int, int, int]:
+    ring = srq.rq.ring
+    return address_of(ring.buf), ring.count, ring.stride
+
+
+def create_srq(pd: PD, max_wr: int, max_sge: int) -> tuple[Any, ...]:
+    """``ibv_create_srq``: (SRQ, SRQN, ring address, WQEs, stride, doorbell record address)."""
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr, max_sge)))
+    return (srq, srq.hw.srqn, *_srq_ring(srq), address_of(memoryview(srq._doorbell_buf)))
+
+
+def modify_srq(srq: SRQ, max_wr: int, srq_limit: int, mask: int) -> tuple[int, int, int]:
+    """``ibv_modify_srq``: the ring afterwards (a resize moves the WQEs not yet taken to a new
+    one, at the same counters)."""
+    srq.modify(SrqAttr(max_wr, srq.rq.max_sge, srq_limit), mask)
+    return _srq_ring(srq)
+
+
+def query_srq(srq: SRQ) -> tuple[int, int, int]:
+    """``ibv_query_srq``: max_wr, max_sge and the armed limit (0 once it fired)."""
+    attr = srq.query()
+    return attr.max_wr, attr.max_sge, attr.srq_limit
+
+
+def destroy_srq(srq: SRQ) -> None:
+    srq.close()

@@ -394,18 +394,15 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	unsigned long long sq, rq, doorbell;
 	unsigned int qpn, sq_wqebbs, rq_count, rq_stride;
 
-	if (attr->srq) { /* no SRQs from C yet (ibv_create_srq is EOPNOTSUPP) */
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
 		return NULL;
 	}
 	if (pr_enter(&state))
 		return NULL;
-	result = pr_call("ibv_create_qp", "create_qp", "(OOOiiIIIII)", ((struct pr_pd *)pd)->obj,
-			 ((struct pr_cq *)attr->send_cq)->obj, ((struct pr_cq *)attr->recv_cq)->obj, attr->qp_type,
+	result = pr_call("ibv_create_qp", "create_qp", "(OOOOiiIIIII)", ((struct pr_pd *)pd)->obj,
+			 ((struct pr_cq *)attr->send_cq)->obj, ((struct pr_cq *)attr->recv_cq)->obj,
+			 attr->srq ? ((struct pr_srq *)attr->srq)->obj : Py_None, attr->qp_type,
 			 attr->sq_sig_all, cap->max_send_wr, cap->max_recv_wr, cap->max_send_sge, cap->max_recv_sge,
 			 cap->max_inline_data);
 	if (result && PyArg_ParseTuple(result, "OIKIKIIK", &obj, &qpn, &sq, &sq_wqebbs, &rq, &rq_count, &rq_stride,
@@ -436,6 +433,7 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 		return NULL;
 	qp->ctx = ctx;
 	qp->scq = (struct pr_cq *)attr->send_cq;
+	qp->srq = (struct pr_srq *)attr->srq;
 	qp->rcq = (struct pr_cq *)attr->recv_cq;
 	qp->max_send_wr = cap->max_send_wr;
 	qp->max_recv_wr = cap->max_recv_wr;
@@ -452,7 +450,8 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
 	qp->qp = (struct ibv_qp){.context = pd->context, .qp_context = attr->qp_context, .pd = pd,
-				 .send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .handle = qpn, .qp_num = qpn,
+				 .send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .srq = attr->srq, .handle = qpn,
+				 .qp_num = qpn,
 				 .state = IBV_QPS_RESET, .qp_type = attr->qp_type};
 	pthread_mutex_init(&qp->qp.mutex, NULL);
 	pthread_cond_init(&qp->qp.cond, NULL);

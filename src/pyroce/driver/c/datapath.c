@@ -232,12 +232,27 @@ int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	return ret;
 }
 
+/* A receive WQE: the WR's data segments, then a terminator if room is left (nic/wqe.py). */
+void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr)
+{
+	for (int i = 0; i < wr->num_sge; i++, wqe += SEG) {
+		put32(wqe, wr->sg_list[i].length);
+		put32(wqe + 4, wr->sg_list[i].lkey);
+		put64(wqe + 8, wr->sg_list[i].addr);
+	}
+	if ((uint32_t)wr->num_sge * SEG < stride) {
+		put32(wqe, 0);
+		put32(wqe + 4, INVALID_LKEY);
+		put64(wqe + 8, 0);
+	}
+}
+
 int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
 	int ret = 0;
 
-	if (qp->qp.state == IBV_QPS_RESET) {
+	if (qp->qp.state == IBV_QPS_RESET || qp->srq) { /* rxe: a QP on an SRQ has no receive queue */
 		*bad_wr = wr;
 		return EINVAL;
 	}
@@ -253,17 +268,7 @@ int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 			break;
 		}
 		uint32_t slot = qp->rq_producer % qp->rq_count;
-		uint8_t *wqe = qp->rq + slot * qp->rq_stride;
-		for (int i = 0; i < wr->num_sge; i++, wqe += SEG) {
-			put32(wqe, wr->sg_list[i].length);
-			put32(wqe + 4, wr->sg_list[i].lkey);
-			put64(wqe + 8, wr->sg_list[i].addr);
-		}
-		if ((uint32_t)wr->num_sge * SEG < qp->rq_stride) { /* the terminator */
-			put32(wqe, 0);
-			put32(wqe + 4, INVALID_LKEY);
-			put64(wqe + 8, 0);
-		}
+		pr_write_recv_wqe(qp->rq + slot * qp->rq_stride, qp->rq_stride, wr);
 		qp->rq_wr_ids[slot] = wr->wr_id;
 		qp->rq_producer++;
 		qp->rq_outstanding++;
@@ -368,7 +373,8 @@ static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t o
 	if (qp && index < (cq == qp->scq ? qp->reset_at_scq : qp->reset_at_rcq))
 		return 0;
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = !qp ? 0 : is_recv ? retire_recv(qp, counter) : retire_send(qp, counter);
+	wc->wr_id = !qp ? 0 : !is_recv ? retire_send(qp, counter) : qp->srq ? pr_retire_srq(qp->srq, counter)
+										: retire_recv(qp, counter);
 	wc->qp_num = qpn;
 	if (opcode == CQE_REQ_ERR || opcode == CQE_RESP_ERR) {
 		wc->status = status_of(cqe[55]);

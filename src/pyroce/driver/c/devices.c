@@ -111,6 +111,7 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	context->ops.req_notify_cq = pr_req_notify_cq;
 	context->ops.post_send = pr_post_send;
 	context->ops.post_recv = pr_post_recv;
+	context->ops.post_srq_recv = pr_post_srq_recv;
 	context->cmd_fd = -1; /* no kernel: nothing to import or share */
 	context->async_fd = async_fd;
 	context->num_comp_vectors = 1;
@@ -420,7 +421,7 @@ PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_
 		break;
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		event->element.srq = NULL; /* no SRQs from C yet */
+		event->element.srq = (struct ibv_srq *)pr_find_srq(ctx, element);
 		break;
 	default:
 		event->element.port_num = element;

@@ -22,6 +22,7 @@
 #define PR_RECV_DOORBELL (2u << 24)
 
 struct pr_qp;
+struct pr_srq;
 
 struct pr_context {
 	struct verbs_context vctx; /* ibv_context last inside it, as libibverbs lays them out */
@@ -30,6 +31,7 @@ struct pr_context {
 	pthread_mutex_t lock;      /* the QP and CQ lists */
 	struct pr_qp *qps;
 	struct pr_cq *cqs;
+	struct pr_srq *srqs;
 };
 
 struct pr_pd {
@@ -62,6 +64,20 @@ struct pr_cq {
 	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
 };
 
+#define PR_SRQ_COUNTERS 0x10000 /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
+
+struct pr_srq {
+	struct ibv_srq srq;
+	PyObject *obj;
+	struct pr_srq *next;       /* in the context's list */
+	uint32_t srqn;
+	pthread_spinlock_t lock;
+	uint8_t *ring;             /* count WQEs of stride bytes (a resize moves it) */
+	uint32_t count, stride, producer, outstanding, max_wr, max_sge;
+	volatile uint32_t *doorbell; /* [0] the producer (be32), read by the NIC when it needs a WQE */
+	uint64_t *wr_ids;          /* PR_SRQ_COUNTERS: completions come out of ring order */
+};
+
 struct pr_send_entry {
 	uint32_t start;            /* first basic block */
 	uint32_t wqebbs;
@@ -74,6 +90,7 @@ struct pr_qp {
 	struct pr_qp *next;        /* in the context's list */
 	struct pr_context *ctx;
 	struct pr_cq *scq, *rcq;
+	struct pr_srq *srq;        /* where its receives come from, or NULL: its own queue */
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 	int sq_sig_all;
 	pthread_spinlock_t sq_lock, rq_lock;
@@ -99,12 +116,16 @@ long long pr_long(PyObject *obj, const char *name);
 int pr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int pr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int pr_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int pr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+uint64_t pr_retire_srq(struct pr_srq *srq, uint16_t counter);
+void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr);
 void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
 
 /* control.c */
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
+struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
 
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);

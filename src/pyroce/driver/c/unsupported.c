@@ -11,26 +11,6 @@
 		return NULL; \
 	} while (0)
 
-PR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-	NULL_EOPNOTSUPP;
-}
-
-PR_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask)
-{
-	return EOPNOTSUPP;
-}
-
-PR_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-	return EOPNOTSUPP;
-}
-
-PR_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
-{
-	return EOPNOTSUPP;
-}
-
 PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	NULL_EOPNOTSUPP; /* address handles come with UD */
