@@ -39,6 +39,22 @@ def background(*args: str, netns: str | None = None, env: dict[str, str] | None 
                             stderr=subprocess.PIPE)  # fmt: skip
 
 
+def free_port(offset: int) -> int:
+    """TCP port ``offset`` (0..31) of this test process (several test runs may share the host)."""
+    return 20000 + (os.getpid() * 32 + offset) % 40000
+
+
+def listening(port: int) -> bool:
+    """Whether some socket listens on TCP ``port`` (state 0A in /proc/net/tcp*), without
+    connecting to it: a server would take a probe for its client."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
+                return True
+    return False
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
     """A bad input's answer: one line on stderr naming ``words``, a non-zero exit, no traceback."""
     assert result.returncode != 0, result

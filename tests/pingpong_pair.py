@@ -4,16 +4,16 @@ tools' output lines as patterns."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tests.cli import background, pyroce
+from tests.cli import background, free_port, listening, pyroce
+
+__all__ = ["ADDRESS", "BYTES", "ITERS", "LOCAL", "REMOTE", "free_port", "listening", "run_pair", "wait_listening"]
 
 # printf("  %s address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", ...) with a pyroce0 GID
 ADDRESS = re.compile(r"^  (local|remote) address: +LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.")
@@ -21,22 +21,6 @@ BYTES = re.compile(r"^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$", r
 ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)  # "%d iters in %.2f ..."
 LOCAL = "  local address:  "
 REMOTE = "  remote address: "
-
-
-def free_port(offset: int) -> int:
-    """TCP port ``offset`` (0..31) of this test process (several test runs may share the host)."""
-    return 20000 + (os.getpid() * 32 + offset) % 40000
-
-
-def listening(port: int) -> bool:
-    """Whether some socket listens on TCP ``port`` (state 0A in /proc/net/tcp*), without
-    connecting to it: the server would take a probe for its client."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
-                return True
-    return False
 
 
 def wait_listening(port: int, server: subprocess.Popen[str]) -> None:

@@ -2,7 +2,8 @@
 
 Each package lists what it must not reach: ``ib`` and ``wire`` nothing above them, the sans-IO
 transport nothing but the wire and the shared vocabulary, the verbs only the NIC (never the
-transport or the link), the NIC never the verbs, and the link none of the layers above it.
+transport or the link), the NIC never the verbs, the link none of the layers above it, and the C
+driver's Python side the verbs and the NIC only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,20 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-PACKAGES = ("ib", "wire", "transport", "link", "nic", "verbs", "apps", "cli", "testbench", "testing", "pyverbs_path")
+PACKAGES = (
+    "ib",
+    "wire",
+    "transport",
+    "link",
+    "nic",
+    "verbs",
+    "apps",
+    "cli",
+    "testbench",
+    "testing",
+    "pyverbs_path",
+    "driver",
+)
 
 # The pyroce packages each layer may import besides itself (None: any not in FORBIDDEN)
 ALLOWED: dict[str, frozenset[str] | None] = {
@@ -28,6 +42,7 @@ FORBIDDEN = {
     "link": frozenset({"nic", "verbs", "transport", "apps", "cli"}),
     "testbench": frozenset({"nic", "verbs", "apps", "cli"}),  # benches for the sans-IO layers
     "testing": frozenset({"cli"}),  # the pytest plugin: a user of the verbs, not of the tools
+    "driver": frozenset({"transport", "link", "apps", "cli", "testing", "testbench"}),  # the C library's verbs side
 }
 
 

@@ -15,13 +15,26 @@ from typing import NoReturn, TextIO
 
 from pyroce import __version__
 from pyroce.apps.rc_endpoint import PollTimeout
-from pyroce.cli import capture, decode, demo, devices, devinfo, doctor, events, pingpong, python, pyverbs_path, stats
+from pyroce.cli import (
+    capture,
+    decode,
+    demo,
+    devices,
+    devinfo,
+    doctor,
+    events,
+    pingpong,
+    python,
+    pyverbs_path,
+    run,
+    stats,
+)
 from pyroce.cli.errors import CliError
 from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
 _TOOLS = (demo, decode, capture, stats, doctor, events, pingpong.RC_PINGPONG, pingpong.UC_PINGPONG, pingpong.SRQ_PINGPONG,
-          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path)  # fmt: skip
+          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run)  # fmt: skip
 
 ENVIRONMENT = """\
 environment:

@@ -76,7 +76,9 @@ new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, w
 _BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
 _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
 _TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
+_COUNTER = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
 _TAIL_AT = 60
+_OP_OWN_AT = 63
 _CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
 # Sets of the plain values: a lookup in them costs no enum attribute access (per CQE read)
 ERROR_OPCODES = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
@@ -86,7 +88,10 @@ _ERR_AT = 54
 
 
 def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) -> None:
-    """Write ``cqe`` at ``offset`` with owner bit ``owner``: body first, ``op_own`` last."""
+    """Write ``cqe`` at ``offset`` with owner bit ``owner``: body first, ``op_own`` last, as a
+    store of its own. ``struct.pack_into`` zeroes its bytes before it fills them, so packing
+    ``op_own`` with other fields would show a reader without the GIL (the C driver) a zero
+    ``op_own`` for a moment: REQ with owner 0, a valid-looking CQE on every even pass."""
     opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
     error = cqe.is_error
     _BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
@@ -94,7 +99,8 @@ def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) ->
     if error:
         _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
     op_own = (cqe.opcode << 4) | (cqe.solicited << 1) | (owner & 1)
-    _TAIL.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0, op_own)
+    _COUNTER.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
+    buf[offset + _OP_OWN_AT] = op_own
 
 
 def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:

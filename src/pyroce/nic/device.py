@@ -291,6 +291,12 @@ class NicDevice:
         self._handoff.ring(qpn)
         self._progress.doorbell()
 
+    @property
+    def doorbell_fd(self) -> int:
+        """The doorbell register for a driver holding no GIL: a pipe taking 4-byte records
+        (``nic.handoff``: ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
+        return self._handoff.doorbell_fd
+
     def note_receives(self, qpn: int) -> None:
         """New receive WQEs: the engine reads them before it next reads packets (as a NIC reads
         its receive queue on arrival), so posting receives costs no engine pass."""

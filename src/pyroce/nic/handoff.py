@@ -3,13 +3,20 @@
 Drivers ring doorbells from any thread (a Python program's, a C program's, later a GPU
 proxy's) while the engine may be running; they never touch the engine's work lists. A
 doorbell is a QPN added to a set under this module's own small lock, and the engine takes
-the whole set at the start of a pass. The wake-up is one byte in a pipe whose read end the
-engine thread waits on, with a flag so a burst of doorbells writes one byte.
+the whole set at the start of a pass. The wake-up is a record in a pipe whose read end the
+engine thread waits on, with a flag so a burst of doorbells writes one record.
+
+A driver that holds no GIL (the C library, ``pyroce.driver``) cannot take that lock: it rings
+by writing one 4-byte record (native byte order) to ``doorbell_fd``, the pipe's write end:
+``SEND_DOORBELL | qpn`` or ``RECV_DOORBELL | qpn``. A pipe write of 4 bytes is atomic, so
+records from many threads never interleave, and the write is itself the wake-up. The
+engine thread's drain turns the records into the same sets; a plain wake-up is the record 0.
 
 The order of a drain matters (a lost wake-up otherwise): the engine reads the pipe first and
 only then clears the flag, under the lock, and takes the sets after that. A wake-up before
 the clear finds the flag set and writes nothing, but its QPN is in the sets the engine takes
-next; a wake-up after it writes a byte, so the engine's next wait returns at once. Nothing
+next; a wake-up after it writes a record, so the engine's next wait returns at once. A
+record written after the read stays in the pipe, which the next wait finds readable. Nothing
 relies on the GIL: the sets and the flag change only under the lock.
 """
 
@@ -17,6 +24,12 @@ from __future__ import annotations
 
 import os
 import threading
+
+RECORD_SIZE = 4  # bytes of one record in the wake-up pipe (a native-order u32)
+SEND_DOORBELL = 1 << 24  # the QP's send doorbell record moved
+RECV_DOORBELL = 2 << 24  # the QP's receive doorbell record moved
+QPN_MASK = 0xFFFFFF
+_WAKE = bytes(RECORD_SIZE)  # the record of a plain wake-up
 
 
 class Handoff:
@@ -26,8 +39,9 @@ class Handoff:
         self._lock = threading.Lock()
         self._rung: set[int] = set()
         self._receives: set[int] = set()
-        self._signalled = False  # a byte is in the pipe, or about to be
+        self._signalled = False  # a record is in the pipe, or about to be
         self._closed = False  # after close, a late doorbell must not write into a reused fd
+        self._partial = b""  # the start of a record a read split (never expected: writes are atomic)
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -35,6 +49,12 @@ class Handoff:
     def fileno(self) -> int:
         """The fd that becomes readable on ``wake`` (what the engine thread waits on)."""
         return self._read_fd
+
+    @property
+    def doorbell_fd(self) -> int:
+        """The pipe's write end, where a driver without the GIL writes its doorbell records
+        (non-blocking: on EAGAIN it waits for the fd to be writable and writes again)."""
+        return self._write_fd
 
     def ring(self, qpn: int) -> None:
         """The QP's send doorbell record moved."""
@@ -47,24 +67,35 @@ class Handoff:
             self._receives.add(qpn)
 
     def wake(self) -> None:
-        """Make the engine thread's wait return (one byte however many calls)."""
+        """Make the engine thread's wait return (one record however many calls)."""
         with self._lock:
             if self._signalled or self._closed:
                 return
             self._signalled = True
             try:
-                os.write(self._write_fd, b"\0")
+                os.write(self._write_fd, _WAKE)
             except BlockingIOError:
                 pass  # the pipe is full: it is readable, which is all a wake-up needs
 
     def drain(self) -> None:
-        """The engine thread woke: empty the pipe, then let the next ``wake`` write again."""
+        """The engine thread woke: empty the pipe (its doorbell records join the sets), then let
+        the next ``wake`` write again."""
+        chunks = [self._partial]
         try:
-            while os.read(self._read_fd, 4096):
-                pass
+            while chunk := os.read(self._read_fd, 65536):
+                chunks.append(chunk)
         except BlockingIOError:
             pass
+        data = b"".join(chunks)
+        whole = len(data) - len(data) % RECORD_SIZE
+        self._partial = data[whole:]
+        records = [record for record in memoryview(data[:whole]).cast("I") if record] if whole else []
         with self._lock:
+            for record in records:
+                if record & SEND_DOORBELL:
+                    self._rung.add(record & QPN_MASK)
+                if record & RECV_DOORBELL:
+                    self._receives.add(record & QPN_MASK)
             self._signalled = False
 
     @property

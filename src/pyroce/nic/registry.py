@@ -93,8 +93,10 @@ def device_settings() -> DeviceSettings:
     return DeviceSettings(faults, batching == "1", progress, os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0")
 
 
-def _create(name: str) -> NicDevice:
+def _create(name: str, progress: str | None) -> NicDevice:
     settings = device_settings()
+    if progress is not None and not os.environ.get("PYROCE_PROGRESS"):
+        settings = settings._replace(progress=progress)
 
     def make(address: str) -> NicDevice:
         return NicDevice(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
@@ -123,12 +125,13 @@ def netdev_ifindex(device: NicDevice) -> int:
     return interface_index(device.address)
 
 
-def open_device(name: str) -> NicDevice:
-    """The running device ``name``, started if needed (``LinkError`` if it cannot bind)."""
+def open_device(name: str, progress: str | None = None) -> NicDevice:
+    """The running device ``name``, started if needed (``LinkError`` if it cannot bind), in
+    ``progress`` mode when it starts here and ``PYROCE_PROGRESS`` names none."""
     with _lock:
         if name not in DEVICE_NAMES:
             raise KeyError(name)
-        device, users = _open.get(name) or (_create(name), 0)
+        device, users = _open.get(name) or (_create(name, progress), 0)
         _open[name] = (device, users + 1)
         return device
 

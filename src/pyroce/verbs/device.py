@@ -177,13 +177,15 @@ class Context(PyverbsObject):
 
     CLOSE_ORDER = 3
 
-    def __init__(self, name: str | bytes = "pyroce0", **kwargs: object) -> None:
+    def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None, **kwargs: object) -> None:
+        """``progress`` (pyroce's): the mode the device starts in when ``PYROCE_PROGRESS``
+        names none (the C driver, whose program lends no thread, asks for ``thread``)."""
         super().__init__()
         device_name = name.decode() if isinstance(name, bytes) else name
         if device_name not in DEVICE_NAMES:
             raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)
         try:
-            self.device: NicDevice = open_device(device_name)
+            self.device: NicDevice = open_device(device_name, progress)
         except LinkError as exc:
             raise PyverbsRDMAError(
                 f"Failed to open device {device_name}: {exc.strerror}", exc.errno or errno.EIO

@@ -1,0 +1,48 @@
+"""``pyroce run [--print-env] -- PROGRAM [ARGS...]``: run an unmodified libibverbs program on
+pyroce, through the C driver (``pyroce.driver``), built on first use."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+from typing import Any, TextIO
+
+from pyroce.cli.errors import CliError
+from pyroce.driver.build import BuildError, library_dir
+from pyroce.driver.environment import driver_environment
+
+DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 0, ...) with pyroce's
+libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on
+pyroce's NIC in the program's own process (each process has its own pyroce0, as with every
+pyroce program). The library is compiled on first use with the system's cc, libibverbs-dev's
+<infiniband/verbs.h> and this Python, and cached (PYROCE_CACHE_DIR, default ~/.cache/pyroce).
+--print-env prints the environment instead, as shell lines, for a harness that starts the
+program itself. A program linked statically, or setuid, ignores LD_LIBRARY_PATH."""
+VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("run", help="run a libibverbs program on pyroce (C driver)", description=DESCRIPTION)
+    parser.add_argument("--print-env", action="store_true", help="print the environment the program needs and exit")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="PROGRAM [ARGS...] (after --)")
+    parser.set_defaults(run=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program and not args.print_env:
+        raise CliError("nothing to run: pyroce run -- PROGRAM [ARGS...]")
+    if program and shutil.which(program[0]) is None:
+        raise CliError(f"{program[0]}: command not found")
+    try:
+        env = driver_environment(library_dir(), os.environ)
+    except BuildError as exc:
+        raise CliError(str(exc)) from None
+    if args.print_env:
+        print("\n".join(f"export {name}={shlex.quote(env[name])}" for name in VARIABLES), file=out)
+        return 0
+    out.flush()
+    os.execvpe(program[0], program, env)

@@ -1,0 +1,109 @@
+"""Compiling the C driver on first use: ``libibverbs.so.1`` from ``c/``, with the system's C
+compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI) and this
+Python's headers and ``libpython`` (the interpreter the library starts is this one).
+
+The result is cached under ``PYROCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pyroce`` or
+``~/.cache/pyroce``) in a folder named by a hash of everything that goes into it: the sources,
+``verbs.h``, the compiler and this Python. A build goes to a temporary folder renamed into
+place, so two programs starting at once never see half a library. What is missing to build is
+said in one line naming the package that provides it (``BuildError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+SOURCES = Path(__file__).resolve().parent / "c"
+LIBRARY = "libibverbs.so.1"
+VERSION_SCRIPT = "libibverbs.map"
+DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniband/verbs.h>
+FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
+
+
+class BuildError(Exception):
+    """The C driver cannot be built here: one line saying what to install or fix."""
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("PYROCE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pyroce"
+
+
+def compiler() -> str:
+    """The C compiler (``CC``, else ``cc``), as a path."""
+    name = os.environ.get("CC") or "cc"
+    found = shutil.which(name)
+    if found is None:
+        raise BuildError(f"no C compiler ({name}) found: install gcc (apt-get install gcc)")
+    return found
+
+
+def verbs_header(include: str) -> Path:
+    """``<infiniband/verbs.h>`` under ``include`` (``PYROCE_VERBS_INCLUDE``, else /usr/include)."""
+    header = Path(include) / "infiniband" / "verbs.h"
+    if not header.is_file():
+        raise BuildError("<infiniband/verbs.h> not found: install libibverbs-dev (apt-get install libibverbs-dev)")
+    return header
+
+
+def python_parts() -> tuple[Path, Path]:
+    """This Python's include folder (with ``Python.h``) and its shared ``libpython``."""
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").is_file():
+        version = sysconfig.get_python_version()
+        raise BuildError(f"<Python.h> not found in {include}: install python{version}-dev "
+                         f"(apt-get install python{version}-dev)")  # fmt: skip
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or sys.base_prefix)
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for folder in (libdir, libdir / multiarch):
+        for name in (sysconfig.get_config_var("LDLIBRARY"), sysconfig.get_config_var("INSTSONAME")):
+            if name and ".so" in name and (folder / name).is_file():
+                return include, folder / name
+    raise BuildError(f"no shared libpython{sysconfig.get_python_version()} in {libdir}: the C driver embeds this "
+                     "Python, which must be built with --enable-shared")  # fmt: skip
+
+
+def library_dir(include: str | None = None) -> Path:
+    """The folder holding ``libibverbs.so.1``, built first if this combination has none."""
+    include = include or os.environ.get("PYROCE_VERBS_INCLUDE") or DEFAULT_INCLUDE
+    header = verbs_header(include)
+    cc = compiler()
+    py_include, libpython = python_parts()
+    sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
+    digest = hashlib.sha256()
+    for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
+        digest.update(part.encode() + b"\0")
+    for path in (*sources, header):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    target = cache_root() / f"driver-{digest.hexdigest()[:16]}"
+    if (target / LIBRARY).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
+    command = [cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"', f"-I{include}", f"-I{py_include}",
+               *(str(path) for path in sources if path.suffix == ".c"),
+               f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
+               f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        log = target.parent / "build.log"
+        log.write_text(" ".join(command) + "\n" + done.stderr)
+        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
+        shutil.rmtree(work, ignore_errors=True)
+        raise BuildError(f"compiling the C driver failed ({log}): {first}")
+    try:
+        work.rename(target)
+    except OSError:  # another program built it meanwhile
+        shutil.rmtree(work, ignore_errors=True)
+    if not (target / LIBRARY).is_file():
+        raise BuildError(f"{target} is in the way of the C driver's build: remove it")
+    return target

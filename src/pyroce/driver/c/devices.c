@@ -1,0 +1,456 @@
+/* The device list, contexts and what they report: pyroce0, its attributes, port and GID
+ * table as pyroce.verbs reports them, and its asynchronous events. */
+#include "pyroce_verbs.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+
+/* Not in the public header: libibverbs' private ibv_query_gid_type (driver.h), which
+ * ibv_devinfo and pyverbs call. */
+enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
+PR_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+				 enum ibv_gid_type_sysfs *type);
+
+static struct ibv_device pyroce0 = {
+	.node_type = IBV_NODE_CA,
+	.transport_type = IBV_TRANSPORT_IB,
+	.name = "pyroce0",
+	.dev_name = "uverbs-pyroce0",
+	.dev_path = "/sys/class/infiniband_verbs/uverbs-pyroce0", /* none: pyroce has no kernel part */
+	.ibdev_path = "/sys/class/infiniband/pyroce0",
+};
+
+PR_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list = calloc(2, sizeof(*list));
+
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	list[0] = &pyroce0;
+	if (num_devices)
+		*num_devices = 1;
+	return list;
+}
+
+PR_EXPORT void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+PR_EXPORT const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device->name;
+}
+
+PR_EXPORT int ibv_get_device_index(struct ibv_device *device)
+{
+	return -1; /* no kernel device, so no index */
+}
+
+PR_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	PyGILState_STATE state;
+	PyObject *guid;
+	uint64_t value = 0;
+
+	if (pr_enter(&state))
+		return 0;
+	guid = pr_call("ibv_get_device_guid", "node_guid", "(s)", device->name);
+	if (guid) {
+		value = PyLong_AsUnsignedLongLongMask(guid);
+		Py_DECREF(guid);
+	}
+	pr_leave(state);
+	return htobe64(value);
+}
+
+PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	PyGILState_STATE state;
+	struct pr_context *ctx;
+	PyObject *result, *obj;
+	int doorbell_fd, async_fd;
+
+	if (pr_enter(&state))
+		return NULL;
+	result = pr_call("ibv_open_device", "open_context", "(s)", device->name);
+	if (!result || !PyArg_ParseTuple(result, "Oii", &obj, &doorbell_fd, &async_fd)) {
+		Py_XDECREF(result);
+		pr_leave(state);
+		return NULL;
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		PyObject *closed = pr_call("ibv_open_device", "close_context", "(O)", obj);
+		Py_XDECREF(closed);
+		Py_DECREF(result);
+		pr_leave(state);
+		errno = ENOMEM;
+		return NULL;
+	}
+	Py_INCREF(obj);
+	Py_DECREF(result);
+	pr_leave(state);
+
+	ctx->obj = obj;
+	ctx->doorbell_fd = doorbell_fd;
+	pthread_mutex_init(&ctx->lock, NULL);
+	ctx->vctx.sz = sizeof(ctx->vctx);
+	ctx->vctx.query_port = pr_query_port;
+	struct ibv_context *context = &ctx->vctx.context;
+	context->device = device;
+	context->ops.poll_cq = pr_poll_cq;
+	context->ops.req_notify_cq = pr_req_notify_cq;
+	context->ops.post_send = pr_post_send;
+	context->ops.post_recv = pr_post_recv;
+	context->ops.post_srq_recv = pr_post_srq_recv;
+	context->cmd_fd = -1; /* no kernel: nothing to import or share */
+	context->async_fd = async_fd;
+	context->num_comp_vectors = 1;
+	pthread_mutex_init(&context->mutex, NULL);
+	context->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	return context;
+}
+
+PR_EXPORT int ibv_close_device(struct ibv_context *context)
+{
+	struct pr_context *ctx = pr_ctx(context);
+	PyGILState_STATE state;
+	PyObject *result;
+
+	if (pr_enter(&state))
+		return -1;
+	result = pr_call("ibv_close_device", "close_context", "(O)", ctx->obj);
+	Py_XDECREF(result);
+	Py_DECREF(ctx->obj);
+	pr_leave(state);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	return 0;
+}
+
+/* One query returning a Python object: NULL with errno set on failure (GIL held). */
+static PyObject *query(const char *verb, const char *function, struct ibv_context *context, int port, int index)
+{
+	return pr_call(verb, function, "(Oii)", pr_ctx(context)->obj, port, index);
+}
+
+#define FIELD(attr, obj, name) ((attr)->name = pr_long(obj, #name))
+
+PR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
+{
+	PyGILState_STATE state;
+	PyObject *found, *fw_ver;
+
+	if (pr_enter(&state))
+		return errno;
+	found = pr_call("ibv_query_device", "query_device", "(O)", pr_ctx(context)->obj);
+	if (!found) {
+		pr_leave(state);
+		return errno;
+	}
+	memset(attr, 0, sizeof(*attr));
+	fw_ver = PyObject_GetAttrString(found, "fw_ver");
+	if (fw_ver && PyUnicode_Check(fw_ver))
+		snprintf(attr->fw_ver, sizeof(attr->fw_ver), "%s", PyUnicode_AsUTF8(fw_ver));
+	Py_XDECREF(fw_ver);
+	PyErr_Clear();
+	attr->node_guid = htobe64(pr_long(found, "node_guid"));
+	attr->sys_image_guid = htobe64(pr_long(found, "sys_image_guid"));
+	attr->atomic_cap = pr_long(found, "atomic_caps");
+	FIELD(attr, found, max_mr_size);
+	FIELD(attr, found, page_size_cap);
+	FIELD(attr, found, vendor_id);
+	FIELD(attr, found, vendor_part_id);
+	FIELD(attr, found, hw_ver);
+	FIELD(attr, found, max_qp);
+	FIELD(attr, found, max_qp_wr);
+	FIELD(attr, found, device_cap_flags);
+	FIELD(attr, found, max_sge);
+	FIELD(attr, found, max_sge_rd);
+	FIELD(attr, found, max_cq);
+	FIELD(attr, found, max_cqe);
+	FIELD(attr, found, max_mr);
+	FIELD(attr, found, max_pd);
+	FIELD(attr, found, max_qp_rd_atom);
+	FIELD(attr, found, max_ee_rd_atom);
+	FIELD(attr, found, max_res_rd_atom);
+	FIELD(attr, found, max_qp_init_rd_atom);
+	FIELD(attr, found, max_ee_init_rd_atom);
+	FIELD(attr, found, max_ee);
+	FIELD(attr, found, max_rdd);
+	FIELD(attr, found, max_mw);
+	FIELD(attr, found, max_raw_ipv6_qp);
+	FIELD(attr, found, max_raw_ethy_qp);
+	FIELD(attr, found, max_mcast_grp);
+	FIELD(attr, found, max_mcast_qp_attach);
+	FIELD(attr, found, max_total_mcast_qp_attach);
+	FIELD(attr, found, max_ah);
+	FIELD(attr, found, max_fmr);
+	FIELD(attr, found, max_map_per_fmr);
+	FIELD(attr, found, max_srq);
+	FIELD(attr, found, max_srq_wr);
+	FIELD(attr, found, max_srq_sge);
+	FIELD(attr, found, max_pkeys);
+	FIELD(attr, found, local_ca_ack_delay);
+	FIELD(attr, found, phys_port_cnt);
+	Py_DECREF(found);
+	pr_leave(state);
+	return 0;
+}
+
+/* verbs_context.query_port, what ibv_query_port (the header's inline) calls: the first
+ * `size` bytes of the program's ibv_port_attr (an older program's is shorter). */
+int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *out, size_t size)
+{
+	struct ibv_port_attr attr = {0};
+	PyGILState_STATE state;
+	PyObject *found;
+
+	if (pr_enter(&state))
+		return errno;
+	found = pr_call("ibv_query_port", "query_port", "(Oi)", pr_ctx(context)->obj, port_num);
+	if (!found) {
+		pr_leave(state);
+		return errno;
+	}
+	FIELD(&attr, found, state);
+	FIELD(&attr, found, max_mtu);
+	FIELD(&attr, found, active_mtu);
+	FIELD(&attr, found, gid_tbl_len);
+	FIELD(&attr, found, port_cap_flags);
+	FIELD(&attr, found, max_msg_sz);
+	FIELD(&attr, found, bad_pkey_cntr);
+	FIELD(&attr, found, qkey_viol_cntr);
+	FIELD(&attr, found, pkey_tbl_len);
+	FIELD(&attr, found, lid);
+	FIELD(&attr, found, sm_lid);
+	FIELD(&attr, found, lmc);
+	FIELD(&attr, found, max_vl_num);
+	FIELD(&attr, found, sm_sl);
+	FIELD(&attr, found, subnet_timeout);
+	FIELD(&attr, found, init_type_reply);
+	FIELD(&attr, found, active_width);
+	FIELD(&attr, found, active_speed);
+	FIELD(&attr, found, phys_state);
+	FIELD(&attr, found, link_layer);
+	FIELD(&attr, found, flags);
+	FIELD(&attr, found, port_cap_flags2);
+	Py_DECREF(found);
+	pr_leave(state);
+	memcpy(out, &attr, size < sizeof(attr) ? size : sizeof(attr));
+	return 0;
+}
+
+/* The exported ibv_query_port, for programs built before the header made it an inline: their
+ * struct ends at `flags` (libibverbs' _compat_ibv_port_attr). */
+PR_EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat_ibv_port_attr *attr)
+{
+	return pr_query_port(context, port_num, (struct ibv_port_attr *)attr,
+			     offsetof(struct ibv_port_attr, port_cap_flags2));
+}
+
+PR_EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
+{
+	PyGILState_STATE state;
+	PyObject *raw;
+
+	if (pr_enter(&state))
+		return -1;
+	raw = query("ibv_query_gid", "query_gid", context, port_num, index);
+	if (raw && PyBytes_Check(raw) && PyBytes_Size(raw) == sizeof(*gid))
+		memcpy(gid->raw, PyBytes_AsString(raw), sizeof(*gid));
+	Py_XDECREF(raw);
+	pr_leave(state);
+	return raw ? 0 : -1;
+}
+
+PR_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+				 enum ibv_gid_type_sysfs *type)
+{
+	PyGILState_STATE state;
+	PyObject *found;
+
+	if (pr_enter(&state))
+		return -1;
+	found = query("ibv_query_gid_type", "query_gid_type", context, port_num, index);
+	if (found)
+		*type = PyLong_AsLong(found);
+	Py_XDECREF(found);
+	pr_leave(state);
+	return found ? 0 : -1;
+}
+
+/* One GID entry (GIL held): 0, or the errno. */
+static int gid_entry(struct ibv_context *context, uint32_t port_num, uint32_t index, struct ibv_gid_entry *entry)
+{
+	PyObject *found = query("ibv_query_gid_ex", "query_gid_entry", context, port_num, index);
+	const char *raw;
+	Py_ssize_t length;
+	unsigned int gid_type, ifindex;
+
+	if (!found)
+		return errno;
+	if (!PyArg_ParseTuple(found, "y#II", &raw, &length, &gid_type, &ifindex) || length != sizeof(entry->gid)) {
+		Py_DECREF(found);
+		PyErr_Clear();
+		return EIO;
+	}
+	memset(entry, 0, sizeof(*entry));
+	memcpy(entry->gid.raw, raw, sizeof(entry->gid));
+	entry->gid_index = index;
+	entry->port_num = port_num;
+	entry->gid_type = gid_type;
+	entry->ndev_ifindex = ifindex;
+	Py_DECREF(found);
+	return 0;
+}
+
+PR_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
+				struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry found;
+	PyGILState_STATE state;
+	int ret;
+
+	if (flags)
+		return EOPNOTSUPP;
+	if (pr_enter(&state))
+		return errno;
+	ret = gid_entry(context, port_num, gid_index, &found);
+	pr_leave(state);
+	if (!ret)
+		memcpy(entry, &found, entry_size < sizeof(found) ? entry_size : sizeof(found));
+	return ret;
+}
+
+PR_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
+				       size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	PyGILState_STATE state;
+	PyObject *length;
+	ssize_t count;
+	int ret = 0;
+
+	if (flags)
+		return -EOPNOTSUPP;
+	if (pr_enter(&state))
+		return -errno;
+	length = pr_call("ibv_query_gid_table", "gid_table_len", "(O)", pr_ctx(context)->obj);
+	count = length ? PyLong_AsSsize_t(length) : -1;
+	Py_XDECREF(length);
+	if (count < 0)
+		ret = errno;
+	else if ((size_t)count > max_entries)
+		ret = EINVAL;
+	for (ssize_t i = 0; !ret && i < count; i++) {
+		struct ibv_gid_entry found;
+		ret = gid_entry(context, 1, i, &found);
+		if (!ret)
+			memcpy((uint8_t *)entries + i * entry_size, &found,
+			       entry_size < sizeof(found) ? entry_size : sizeof(found));
+	}
+	pr_leave(state);
+	return ret ? -ret : count;
+}
+
+PR_EXPORT int ibv_query_pkey(struct ibv_context *context, uint8_t port_num, int index, __be16 *pkey)
+{
+	PyGILState_STATE state;
+	PyObject *found;
+
+	if (pr_enter(&state))
+		return -1;
+	found = query("ibv_query_pkey", "query_pkey", context, port_num, index);
+	if (found)
+		*pkey = htobe16(PyLong_AsLong(found));
+	Py_XDECREF(found);
+	pr_leave(state);
+	return found ? 0 : -1;
+}
+
+PR_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, __be16 pkey)
+{
+	__be16 found;
+
+	if (ibv_query_pkey(context, port_num, 0, &found))
+		return -1;
+	return (found & htobe16(0x7fff)) == (pkey & htobe16(0x7fff)) ? 0 : -1;
+}
+
+PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+	struct pr_context *ctx = pr_ctx(context);
+	PyGILState_STATE state;
+	PyObject *found;
+	int type, element;
+
+	if (pr_enter(&state))
+		return -1;
+	found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
+	if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
+		Py_CLEAR(found);
+		errno = EIO;
+	}
+	Py_XDECREF(found);
+	pr_leave(state);
+	if (!found)
+		return -1;
+	event->event_type = type;
+	switch (type) {
+	case IBV_EVENT_CQ_ERR:
+		event->element.cq = (struct ibv_cq *)pr_find_cq(ctx, element);
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		event->element.qp = (struct ibv_qp *)pr_find_qp(ctx, element);
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		event->element.srq = (struct ibv_srq *)pr_find_srq(ctx, element);
+		break;
+	default:
+		event->element.port_num = element;
+	}
+	return 0;
+}
+
+PR_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	/* Destroying an object never waits for its events in pyroce: nothing to count. */
+}
+
+PR_EXPORT int ibv_fork_init(void)
+{
+	return 0; /* MRs are plain memory: a child's copy-on-write pages never reach the NIC */
+}
+
+PR_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+PR_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	errno = ENOENT; /* pyroce0 has no sysfs: what a program reads there it does without */
+	return -1;
+}
+
+PR_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	return "/sys";
+}

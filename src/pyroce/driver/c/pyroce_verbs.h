@@ -1,0 +1,138 @@
+/* pyroce's libibverbs.so.1: the objects the C library keeps beside the Python ones.
+ *
+ * Control verbs are calls into pyroce.driver.calls under the GIL (python_bridge.c); the data
+ * path (post_send, post_recv, poll_cq in datapath.c) reads and writes the rings those calls
+ * return, in mlx5's layouts (src/pyroce/nic/wqe.py, cqe.py), and rings the device's doorbell
+ * by writing a record to its pipe (nic/handoff.py), with no GIL.
+ */
+#ifndef PYROCE_VERBS_H
+#define PYROCE_VERBS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define PR_EXPORT __attribute__((visibility("default")))
+
+/* nic/handoff.py: a doorbell record is a native-order u32 in the device's wake-up pipe */
+#define PR_SEND_DOORBELL (1u << 24)
+#define PR_RECV_DOORBELL (2u << 24)
+
+struct pr_qp;
+struct pr_srq;
+
+struct pr_context {
+	struct verbs_context vctx; /* ibv_context last inside it, as libibverbs lays them out */
+	PyObject *obj;             /* pyroce.verbs.device.Context */
+	int doorbell_fd;
+	pthread_mutex_t lock;      /* the QP and CQ lists */
+	struct pr_qp *qps;
+	struct pr_cq *cqs;
+	struct pr_srq *srqs;
+};
+
+struct pr_pd {
+	struct ibv_pd pd;
+	PyObject *obj;
+};
+
+struct pr_mr {
+	struct ibv_mr mr;
+	PyObject *obj;
+};
+
+struct pr_channel {
+	struct ibv_comp_channel channel;
+	PyObject *obj;
+};
+
+struct pr_cq {
+	struct ibv_cq cq;
+	PyObject *obj;
+	struct pr_cq *next;        /* in the context's list */
+	uint32_t cqn;
+	pthread_spinlock_t lock;
+	uint8_t *ring;             /* count 64-byte CQEs */
+	uint32_t count;
+	uint32_t shift;            /* log2(count): the owner bit of counter c is (c >> shift) & 1 */
+	volatile uint32_t *consumer_record; /* be32, read by the NIC */
+	uint32_t consumer;
+	struct pr_qp *last;        /* the QP of the previous CQE: most polls find the same one */
+	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
+};
+
+#define PR_SRQ_COUNTERS 0x10000 /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
+
+struct pr_srq {
+	struct ibv_srq srq;
+	PyObject *obj;
+	struct pr_srq *next;       /* in the context's list */
+	uint32_t srqn;
+	pthread_spinlock_t lock;
+	uint8_t *ring;             /* count WQEs of stride bytes (a resize moves it) */
+	uint32_t count, stride, producer, outstanding, max_wr, max_sge;
+	volatile uint32_t *doorbell; /* [0] the producer (be32), read by the NIC when it needs a WQE */
+	uint64_t *wr_ids;          /* PR_SRQ_COUNTERS: completions come out of ring order */
+};
+
+struct pr_send_entry {
+	uint32_t start;            /* first basic block */
+	uint32_t wqebbs;
+	uint64_t wr_id;
+};
+
+struct pr_qp {
+	struct ibv_qp qp;
+	PyObject *obj;
+	struct pr_qp *next;        /* in the context's list */
+	struct pr_context *ctx;
+	struct pr_cq *scq, *rcq;
+	struct pr_srq *srq;        /* where its receives come from, or NULL: its own queue */
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+	int sq_sig_all;
+	pthread_spinlock_t sq_lock, rq_lock;
+	uint8_t *sq;               /* sq_wqebbs 64-byte basic blocks */
+	uint32_t sq_wqebbs;
+	uint32_t sq_producer, sq_retired;
+	struct pr_send_entry *sq_entries; /* the WQEs posted and not completed, oldest first */
+	uint32_t sq_head, sq_count;       /* a ring of max_send_wr entries */
+	uint8_t *rq;               /* rq_count WQEs of rq_stride bytes */
+	uint32_t rq_count, rq_stride, rq_producer, rq_outstanding;
+	uint64_t *rq_wr_ids;       /* by WQE counter modulo rq_count */
+	volatile uint32_t *doorbell; /* [0] receive producer, [1] send producer (be32) */
+	uint32_t reset_at_scq, reset_at_rcq; /* CQEs before these counters belong to before a reset */
+};
+
+/* python_bridge.c */
+PyObject *pr_call(const char *verb, const char *function, const char *format, ...);
+int pr_enter(PyGILState_STATE *state);
+void pr_leave(PyGILState_STATE state);
+long long pr_long(PyObject *obj, const char *name);
+
+/* datapath.c */
+int pr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int pr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int pr_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int pr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+uint64_t pr_retire_srq(struct pr_srq *srq, uint16_t counter);
+void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr);
+void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
+
+/* control.c */
+int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
+struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
+struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
+
+/* devices.c */
+int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
+
+static inline struct pr_context *pr_ctx(struct ibv_context *context)
+{
+	return (struct pr_context *)((uint8_t *)context - offsetof(struct verbs_context, context));
+}
+
+#endif

@@ -1,0 +1,177 @@
+/* The way into Python: the interpreter started on first use (or the host's own, when the
+ * program is Python), pyroce.driver.calls imported, and each control verb one call under the
+ * GIL, its exception turned into libibverbs' errno.
+ *
+ * A C program's interpreter is started with no signal handlers (the program keeps its own),
+ * then the GIL is released so the engine thread runs while the program does; every call
+ * takes it back with PyGILState_Ensure, from whichever thread the program calls in.
+ */
+#include "pyroce_verbs.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+static PyObject *calls;     /* pyroce.driver.calls */
+static int start_error;     /* errno for every verb when Python or pyroce could not start */
+static pid_t started_in;    /* the process whose interpreter and engine threads these are */
+
+/* PYROCE_PYTHONPATH (set by `pyroce run`): folders the program's interpreter must search
+ * first, the pyroce package's and its dependencies' (a venv's site-packages, say). */
+static void add_search_path(void)
+{
+	const char *value = getenv("PYROCE_PYTHONPATH");
+	PyObject *path = PySys_GetObject("path"); /* borrowed */
+	Py_ssize_t at = 0;
+
+	if (!value || !path)
+		return;
+	char *copy = strdup(value), *rest = copy, *entry;
+	while (copy && (entry = strsep(&rest, ":"))) {
+		if (!*entry)
+			continue;
+		PyObject *item = PyUnicode_DecodeFSDefault(entry);
+		if (item && PySequence_Contains(path, item) == 0)
+			PyList_Insert(path, at++, item);
+		Py_XDECREF(item);
+		PyErr_Clear();
+	}
+	free(copy);
+}
+
+static void start(void)
+{
+	int owned = 0;
+
+	if (!Py_IsInitialized()) {
+		PyConfig config;
+		PyStatus status;
+
+		PyConfig_InitPythonConfig(&config);
+		config.install_signal_handlers = 0;
+		config.parse_argv = 0;
+		if (!getenv("PYTHONHOME"))
+			PyConfig_SetBytesString(&config, &config.home, PYROCE_PYTHON_HOME);
+		status = Py_InitializeFromConfig(&config);
+		PyConfig_Clear(&config);
+		if (PyStatus_Exception(status)) {
+			fprintf(stderr, "pyroce: cannot start Python (%s): %s\n", PYROCE_PYTHON_HOME,
+				status.err_msg ? status.err_msg : "unknown error");
+			start_error = ENOSYS;
+			return;
+		}
+		owned = 1;
+	}
+	started_in = getpid();
+	PyGILState_STATE state = PyGILState_Ensure();
+	add_search_path();
+	calls = PyImport_ImportModule("pyroce.driver.calls");
+	if (!calls) {
+		fprintf(stderr, "pyroce: cannot import pyroce.driver.calls (is PYROCE_PYTHONPATH set? `pyroce run` sets it):\n");
+		PyErr_Print();
+		start_error = ENOSYS;
+	}
+	PyGILState_Release(state);
+	if (owned)
+		PyEval_SaveThread(); /* the engine thread needs the GIL while the program runs */
+}
+
+int pr_enter(PyGILState_STATE *state)
+{
+	pthread_once(&started, start);
+	if (start_error) {
+		errno = start_error;
+		return -1;
+	}
+	if (getpid() != started_in) {
+		/* A child of fork(): the engine threads stayed in the parent, and the GIL may be
+		 * held by one of them for ever here. Refuse rather than hang. */
+		static int told;
+		if (!told++)
+			fprintf(stderr, "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program\n");
+		errno = EIO;
+		return -1;
+	}
+	*state = PyGILState_Ensure();
+	return 0;
+}
+
+void pr_leave(PyGILState_STATE state)
+{
+	PyGILState_Release(state);
+}
+
+/* The errno of the exception being raised (and it cleared): a PyverbsError's error_code
+ * (EINVAL for a PyverbsUserError, which has none), an OSError's errno; anything else is a
+ * bug in pyroce, printed with its traceback, and EIO. */
+static int errno_of_exception(const char *verb)
+{
+	PyObject *type, *value, *traceback;
+	int code = EIO;
+
+	PyErr_Fetch(&type, &value, &traceback);
+	PyErr_NormalizeException(&type, &value, &traceback);
+	PyObject *error_code = value ? PyObject_GetAttrString(value, "error_code") : NULL;
+	if (!error_code)
+		PyErr_Clear();
+	if (error_code || (value && PyErr_GivenExceptionMatches(type, PyExc_OSError))) {
+		PyObject *number = error_code ? error_code : PyObject_GetAttrString(value, "errno");
+		long found = number && PyLong_Check(number) ? PyLong_AsLong(number) : -1;
+		code = found > 0 ? (int)found : EINVAL;
+		Py_XDECREF(number);
+		PyErr_Clear();
+		const char *verbose = getenv("PYROCE_VERBOSE");
+		if (verbose && *verbose && strcmp(verbose, "0")) {
+			PyObject *text = PyObject_Str(value);
+			fprintf(stderr, "pyroce: %s: %s\n", verb, text ? PyUnicode_AsUTF8(text) : "?");
+			Py_XDECREF(text);
+			PyErr_Clear();
+		}
+		Py_XDECREF(type);
+		Py_XDECREF(value);
+		Py_XDECREF(traceback);
+		return code;
+	}
+	fprintf(stderr, "pyroce: %s: internal error:\n", verb);
+	PyErr_Restore(type, value, traceback);
+	PyErr_Print();
+	return code;
+}
+
+/* calls.<function>(*Py_BuildValue(format, ...)); NULL with errno set if it raised. The
+ * caller holds the GIL. */
+PyObject *pr_call(const char *verb, const char *function, const char *format, ...)
+{
+	va_list args;
+	PyObject *arguments, *callable, *result = NULL;
+
+	va_start(args, format);
+	arguments = Py_VaBuildValue(format, args);
+	va_end(args);
+	callable = PyObject_GetAttrString(calls, function);
+	if (arguments && callable)
+		result = PyObject_CallObject(callable, PyTuple_Check(arguments) ? arguments : NULL);
+	Py_XDECREF(arguments);
+	Py_XDECREF(callable);
+	if (!result)
+		errno = errno_of_exception(verb);
+	return result;
+}
+
+/* An integer attribute of a Python object, as 64 bits (0 if it has none: a field pyroce
+ * does not report). */
+long long pr_long(PyObject *obj, const char *name)
+{
+	PyObject *value = PyObject_GetAttrString(obj, name);
+	long long result = 0;
+
+	if (value && PyLong_Check(value))
+		result = (long long)PyLong_AsUnsignedLongLongMask(value);
+	Py_XDECREF(value);
+	PyErr_Clear();
+	return result;
+}

@@ -1,0 +1,247 @@
+"""The control verbs of the C library, in Python: each function is one verb, called by the C
+code with the GIL held, on pyroce's verbs objects (so a C program gets the checks and errnos
+a Python program gets). They return what the C data path needs: the addresses and sizes of
+the rings and doorbell records the verbs objects allocated, which C then writes and reads
+with no GIL (docs/architecture.md, "Unmodified programs: the C driver").
+
+A failure raises ``PyverbsRDMAError`` with libibverbs' errno, which the C side returns or
+puts in ``errno``. Objects are the verbs objects themselves; C holds a reference to each.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
+from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.cq import CQ, CompChannel
+from pyroce.verbs.device import Context, DeviceAttr, PortAttr
+from pyroce.verbs.enums import ibv_qp_type
+from pyroce.verbs.mr import MR, address_of
+from pyroce.verbs.pd import PD
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
+
+PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
+
+
+def _busy(obj: PyverbsObject, verb: str, what: str) -> None:
+    """EBUSY while ``obj`` still has open children, as libibverbs answers (pyverbs would
+    close them instead; a C program must destroy them first)."""
+    if any(not child.closed for child in list(obj._children or ())):
+        raise PyverbsRDMAError(f"Failed to {verb}: {what}", errno.EBUSY)
+
+
+# --- devices -------------------------------------------------------------------------
+
+
+def open_context(name: str) -> tuple[Context, int, int]:
+    """``ibv_open_device``: the Context, its doorbell fd (``nic.handoff``) and ``async_fd``."""
+    ctx = Context(name=name, progress=PROGRESS)
+    if ctx.device.progress_mode == "host":
+        ctx.close()
+        raise PyverbsRDMAError("Failed to open device: PYROCE_PROGRESS=host needs a host calling step()", errno.EINVAL)
+    return ctx, ctx.device.doorbell_fd, ctx.async_fd
+
+
+def close_context(ctx: Context) -> None:
+    ctx.close()
+
+
+def node_guid(name: str) -> int:
+    """``ibv_get_device_guid``: the GUID follows the device's address, known once it opens."""
+    with Context(name=name, progress=PROGRESS) as ctx:
+        return ctx.query_device().node_guid
+
+
+def query_device(ctx: Context) -> DeviceAttr:
+    return ctx.query_device()
+
+
+def query_port(ctx: Context, port_num: int) -> PortAttr:
+    return ctx.query_port(port_num)
+
+
+def query_gid(ctx: Context, port_num: int, index: int) -> bytes:
+    return ctx.query_gid(port_num, index).raw
+
+
+def query_gid_type(ctx: Context, port_num: int, index: int) -> int:
+    return ctx.query_gid_type(port_num, index)
+
+
+def query_gid_entry(ctx: Context, port_num: int, index: int) -> tuple[bytes, int, int]:
+    """``ibv_query_gid_ex``: the GID, its ``ibv_gid_type`` and the netdev's ifindex."""
+    entry = ctx.query_gid_ex(port_num, index)
+    return ctx.query_gid(port_num, index).raw, entry.gid_type, entry.ndev_ifindex
+
+
+def gid_table_len(ctx: Context) -> int:
+    return len(ctx.gids)
+
+
+def query_pkey(ctx: Context, port_num: int, index: int) -> int:
+    return ctx.query_pkey(port_num, index)
+
+
+def get_async_event(ctx: Context) -> tuple[int, int]:
+    """``ibv_get_async_event``: (event type, element: QPN, CQN, SRQN or port), waiting for one."""
+    event = ctx.get_async_event()
+    return event.event_type, event.element
+
+
+# --- protection domains and memory -----------------------------------------------------
+
+
+def alloc_pd(ctx: Context) -> PD:
+    return PD(ctx)
+
+
+def dealloc_pd(pd: PD) -> None:
+    _busy(pd, "dealloc PD", "MRs, QPs or SRQs of the PD still exist")
+    pd.close()
+
+
+def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
+    """``ibv_reg_mr`` of process memory at ``addr``: the NIC reaches it through a memoryview."""
+    if addr == 0 and length:
+        raise PyverbsRDMAError("Failed to register a MR: no memory at address 0", errno.EFAULT)
+    mr = MR(pd, length, access, address=addr)
+    return mr, mr.lkey, mr.rkey
+
+
+def rereg_mr(mr: MR, flags: int, pd: PD | None, access: int) -> tuple[int, int]:
+    mr.rereg(flags, pd, 0, 0, access)
+    return mr.lkey, mr.rkey
+
+
+def dereg_mr(mr: MR) -> None:
+    mr.close()
+
+
+# --- completion queues ---------------------------------------------------------------
+
+
+def create_comp_channel(ctx: Context) -> tuple[CompChannel, int]:
+    channel = CompChannel(ctx)
+    return channel, channel.fd
+
+
+def destroy_comp_channel(channel: CompChannel) -> None:
+    _busy(channel, "destroy completion channel", "CQs still use it")
+    channel.close()
+
+
+def get_cq_event(channel: CompChannel) -> int:
+    """The CQN of the next completion event, waiting for one (EAGAIN if the fd is non-blocking)."""
+    try:
+        return channel.events.get()
+    except BlockingIOError:
+        raise PyverbsRDMAError("Failed to get CQ event", errno.EAGAIN) from None
+
+
+def _cq_ring(cq: CQ) -> tuple[int, int, int]:
+    """The CQ ring's address, its entries and the consumer record's address."""
+    return address_of(memoryview(cq._buf)), cq.ring.cqe_count, address_of(memoryview(cq._consumer_record))
+
+
+def create_cq(ctx: Context, cqe: int, channel: CompChannel | None, comp_vector: int) -> tuple[Any, ...]:
+    """``ibv_create_cq``: (CQ, CQN, ring address, entries, consumer record address, cqe)."""
+    cq = CQ(ctx, cqe, None, channel, comp_vector)
+    return (cq, cq.hw.cqn, *_cq_ring(cq), cq.cqe)
+
+
+def resize_cq(cq: CQ, cqe: int, consumer: int) -> tuple[int, int, int]:
+    """``ibv_resize_cq`` after C polled up to ``consumer``: (new ring address, entries, cqe)."""
+    cq.consumer = consumer
+    cq.resize(cqe)
+    ring, count, _ = _cq_ring(cq)
+    return ring, count, cq.cqe
+
+
+def req_notify_cq(cq: CQ, solicited_only: int) -> None:
+    cq.req_notify(bool(solicited_only))
+
+
+def destroy_cq(cq: CQ) -> None:
+    if cq.qps:
+        raise PyverbsRDMAError("Failed to destroy CQ: QPs still use it", errno.EBUSY)
+    cq.close()
+
+
+# --- queue pairs ---------------------------------------------------------------------
+
+
+def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, sq_sig_all: int, max_send_wr: int,
+              max_recv_wr: int, max_send_sge: int, max_recv_sge: int, max_inline_data: int) -> tuple[Any, ...]:  # fmt: skip
+    """``ibv_create_qp``: (QP, QPN, send ring address, its basic blocks, receive ring address,
+    its WQEs, their stride, doorbell record address); with an SRQ, the receive ring is the SRQ's."""
+    if qp_type == ibv_qp_type.IBV_QPT_UD:  # the C data path writes no datagram segment (nor AHs) yet
+        raise PyverbsRDMAError("Failed to create QP: UD QPs are not offered to C programs yet", errno.EOPNOTSUPP)
+    cap = QPCap(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
+    qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
+    ring = qp.rq.ring
+    return (qp, qp.qp_num, address_of(memoryview(qp._sq_buf)), qp.sq_wqebbs, address_of(ring.buf), ring.count,
+            ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
+
+
+def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | None:
+    """``ibv_modify_qp`` with ``ibv_qp_attr``'s fields by name (``ah_attr``: a dict of its
+    own, the GID as 16 bytes). To RESET, returns where each CQ's CQEs of the QP's new life
+    start (the send CQ's, the receive CQ's): those before are skipped, as ``mlx5_cq_clean``."""
+    attr = QPAttr()
+    for name, value in fields.items():
+        if name != "ah_attr":
+            setattr(attr, name, value)
+    ah = fields.get("ah_attr")
+    if ah is not None:
+        route = GlobalRoute(GID(ah["dgid"]), ah["flow_label"], ah["sgid_index"], ah["hop_limit"], ah["traffic_class"])
+        attr.ah_attr = AHAttr(ah["dlid"], ah["sl"], ah["src_path_bits"], ah["static_rate"], ah["is_global"],
+                              ah["port_num"], route)  # fmt: skip
+    qp.modify(attr, mask)
+    if qp.qp_state == 0:  # IBV_QPS_RESET
+        return qp.reset_at[qp.scq.hw.cqn], qp.reset_at[qp.rcq.hw.cqn]
+    return None
+
+
+def query_qp(qp: QP) -> QPAttr:
+    """``ibv_query_qp``: the attributes (``cap`` included) as the QP holds them."""
+    attr, _ = qp.query()
+    return attr
+
+
+def destroy_qp(qp: QP) -> None:
+    qp.close()
+
+
+# --- shared receive queues --------------------------------------------------------------
+
+
+def _srq_ring(srq: SRQ) -> tuple[int, int, int]:
+    ring = srq.rq.ring
+    return address_of(ring.buf), ring.count, ring.stride
+
+
+def create_srq(pd: PD, max_wr: int, max_sge: int) -> tuple[Any, ...]:
+    """``ibv_create_srq``: (SRQ, SRQN, ring address, WQEs, stride, doorbell record address)."""
+    srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr, max_sge)))
+    return (srq, srq.hw.srqn, *_srq_ring(srq), address_of(memoryview(srq._doorbell_buf)))
+
+
+def modify_srq(srq: SRQ, max_wr: int, srq_limit: int, mask: int) -> tuple[int, int, int]:
+    """``ibv_modify_srq``: the ring afterwards (a resize moves the WQEs not yet taken to a new
+    one, at the same counters)."""
+    srq.modify(SrqAttr(max_wr, srq.rq.max_sge, srq_limit), mask)
+    return _srq_ring(srq)
+
+
+def query_srq(srq: SRQ) -> tuple[int, int, int]:
+    """``ibv_query_srq``: max_wr, max_sge and the armed limit (0 once it fired)."""
+    attr = srq.query()
+    return attr.max_wr, attr.max_sge, attr.srq_limit
+
+
+def destroy_srq(srq: SRQ) -> None:
+    srq.close()

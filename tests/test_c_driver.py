@@ -1,0 +1,205 @@
+"""The C driver: unmodified libibverbs programs (Debian's ibverbs-utils, and a program built
+here against the system's libibverbs) on pyroce's ``libibverbs.so.1``.
+
+Skipped only where the C compiler, libibverbs-dev or ibverbs-utils are not installed; the
+one-line answers for a missing compiler or header are checked everywhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pyroce.driver.build import library_dir
+from pyroce.driver.environment import driver_environment
+from tests.cli import ROOT, assert_one_line_error, cli_env, free_port, listening, pyroce
+
+TOOLS = ("ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_srq_pingpong", "ibv_ud_pingpong")
+MISSING = [what for what, present in (("a C compiler (cc)", shutil.which("cc")),
+                                      ("libibverbs-dev", Path("/usr/include/infiniband/verbs.h").is_file()),
+                                      *((f"ibverbs-utils ({tool})", shutil.which(tool)) for tool in TOOLS))
+           if not present]  # fmt: skip
+needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)}")
+C_TOOL = ("ibv_rc_pingpong", "-d", "pyroce0")
+PYTHON_TOOL = (sys.executable, "-m", "pyroce", "rc_pingpong")
+ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
+
+
+def address(index: int) -> str:
+    """A loopback address of this test process's own (another run may share the host)."""
+    return f"127.59.{os.getpid() % 250 + 1}.{index}"
+
+
+@pytest.fixture(scope="module")
+def driver_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a program on the C driver, built into this run's own cache (so the
+    build itself is tested), each process on its own loopback address."""
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("PYROCE_CACHE_DIR")
+    os.environ["PYROCE_CACHE_DIR"] = str(cache)
+    try:
+        folder = library_dir()
+    finally:
+        if old is None:
+            del os.environ["PYROCE_CACHE_DIR"]
+        else:
+            os.environ["PYROCE_CACHE_DIR"] = old
+    env = driver_environment(folder, cli_env(drop=("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_FAULTS")))
+    return {**env, "PYROCE_CACHE_DIR": str(cache)}
+
+
+@needs_tools
+def test_the_build_is_cached_and_exports_libibverbs_versions(driver_env: dict[str, str]) -> None:
+    library = Path(driver_env["LD_LIBRARY_PATH"].split(os.pathsep)[0]) / "libibverbs.so.1"
+    built = library.stat().st_mtime_ns
+    os.environ["PYROCE_CACHE_DIR"] = driver_env["PYROCE_CACHE_DIR"]
+    try:
+        assert library_dir() == library.parent
+    finally:
+        del os.environ["PYROCE_CACHE_DIR"]
+    assert library.stat().st_mtime_ns == built, "a second use compiled again"
+    symbols = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True, check=True).stdout
+    for symbol, version in (("ibv_get_device_list", "IBVERBS_1.1"), ("ibv_create_comp_channel", "IBVERBS_1.0"),
+                            ("_ibv_query_gid_ex", "IBVERBS_1.11"), ("ibv_query_qp_data_in_order", "IBVERBS_1.14"),
+                            ("ibv_query_gid_type", "IBVERBS_PRIVATE_34")):  # fmt: skip
+        assert re.search(rf"\b{version}\s+{symbol}$", symbols, re.MULTILINE), f"{symbol}@{version}"
+
+
+@needs_tools
+@pytest.mark.parametrize("argv", [("devices",), ("devinfo",), ("devinfo", "-v")], ids=" ".join)
+def test_ibv_devices_and_devinfo_print_what_pyroce_prints(driver_env: dict[str, str], argv: tuple[str, ...]) -> None:
+    """Through ``pyroce run``, the C tools print pyroce0 line for line as the Python tools do
+    (the same address for both: the GUID and GID follow it)."""
+    env = {"PYROCE_ADDR": address(1), "PYROCE_CACHE_DIR": driver_env["PYROCE_CACHE_DIR"]}
+    c_tool = pyroce("run", "--", f"ibv_{argv[0]}", *argv[1:], env=env, timeout=120)
+    python_tool = pyroce(*argv, env=env, timeout=120)
+    assert c_tool.returncode == 0 and python_tool.returncode == 0, (c_tool.stderr, python_tool.stderr)
+    assert "pyroce0" in c_tool.stdout
+    assert c_tool.stdout == python_tool.stdout
+
+
+@needs_tools
+@pytest.mark.parametrize(("size", "offset"), [(1, 0), (4096, 1), (65536, 2)])
+def test_rc_pingpong_between_two_c_programs(driver_env: dict[str, str], size: int, offset: int) -> None:
+    server_out, client_out = rc_pingpong(driver_env, C_TOOL, C_TOOL, free_port(10 + offset), "-s", str(size))
+    for out in (server_out, client_out):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert "invalid data" not in out
+
+
+def rc_pingpong(env: dict[str, str], server: tuple[str, ...], client: tuple[str, ...], port: int,
+                *options: str) -> tuple[str, str]:  # fmt: skip
+    """Run a server and a client (each the C tool or ``pyroce rc_pingpong``) of 200 ping-pongs
+    with buffer checks; both outputs, each having exited 0."""
+    argv = ("-g", "0", "-p", str(port), "-n", "200", "-c", *options)
+    serving = subprocess.Popen([*server, *argv], env=env, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not listening(port):
+            assert serving.poll() is None and time.monotonic() < deadline, serving.communicate()
+            time.sleep(0.02)
+        done = subprocess.run([*client, *argv, "127.0.0.1"], env=env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+        server_out, server_err = serving.communicate(timeout=300)
+    finally:
+        if serving.poll() is None:
+            serving.kill()
+            serving.communicate()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert serving.returncode == 0, server_out + server_err
+    return server_out, done.stdout
+
+
+@needs_tools
+@pytest.mark.parametrize(("tool", "offset"), [("ibv_uc_pingpong", 3), ("ibv_srq_pingpong", 4)])
+def test_uc_and_srq_pingpong_between_two_c_programs(driver_env: dict[str, str], tool: str, offset: int) -> None:
+    """UC SENDs, and RC SENDs to 16 QPs taking their receives from one SRQ."""
+    command = (tool, "-d", "pyroce0")
+    for out in rc_pingpong(driver_env, command, command, free_port(10 + offset), "-s", "4096"):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+
+
+@needs_tools
+def test_ud_pingpong_fails_cleanly(driver_env: dict[str, str]) -> None:
+    """UD QPs are not offered yet: the tool is told so (EOPNOTSUPP) and exits, no crash."""
+    done = subprocess.run(["ibv_ud_pingpong", "-d", "pyroce0", "-g", "0", "-p", str(free_port(15))], env=driver_env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 1, done
+    assert "Couldn't create QP" in done.stderr
+
+
+@needs_tools
+@pytest.mark.parametrize(("server", "client"), [(C_TOOL, PYTHON_TOOL), (PYTHON_TOOL, C_TOOL)], ids=["c-py", "py-c"])
+def test_rc_pingpong_c_against_python(driver_env: dict[str, str], server: tuple[str, ...],
+                                      client: tuple[str, ...]) -> None:  # fmt: skip
+    for out in rc_pingpong(driver_env, server, client, free_port(13 + (server is C_TOOL)), "-s", "4096"):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert "invalid data" not in out
+
+
+@needs_tools
+def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
+    driver_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A program compiled here against the system's libibverbs (its headers, its -libverbs):
+    every verb pyroce lacks fails with EOPNOTSUPP, misuse with libibverbs' errno, nothing
+    crashes (nor hangs: a forked child is refused), and a SEND with immediate from a QP to
+    itself arrives, also after a CQ resize and a reset."""
+    program = tmp_path / "verbs_errnos"
+    subprocess.run(["cc", "-O2", "-o", str(program), str(ROOT / "tests" / "c" / "verbs_errnos.c"), "-libverbs"],
+                   check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([str(program)], env={**driver_env, "PYROCE_ADDR": address(2)}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
+                   if not line.startswith(("wc ", "received ", "query ")))  # fmt: skip
+    eopnotsupp, einval, ebusy = str(95), str(22), str(16)
+    for verb in ("alloc_mw", "create_ah", "create_qp_ud", "create_qp_ex", "create_cq_ex",
+                 "reg_mr_on_demand", "post_bind_mw"):  # fmt: skip
+        assert results.pop(verb) == eopnotsupp, verb
+    for verb in ("reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",
+                 "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges"):  # fmt: skip
+        assert results.pop(verb) == einval, verb
+    assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy
+    assert results.pop("fork_child_alloc_pd") == str(5)  # EIO
+    assert "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program" in done.stderr
+    assert set(results.values()) == {"0"}, results
+    completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
+    assert completions == [  # IBV_WC_RECV (128) with the immediate, then IBV_WC_SEND (0)
+        "wc wr_id=9 status=success opcode=128 byte_len=100 imm=0x12345678",
+        "wc wr_id=7 status=success opcode=0 byte_len=0 imm=0x00000000",
+        # after ERROR (a receive's flush left unpolled), RESET and a new connection: the flush
+        # is skipped, the new work completes, in the CQ resized meanwhile
+        "wc wr_id=19 status=success opcode=128 byte_len=100 imm=0x12345678",
+        "wc wr_id=17 status=success opcode=0 byte_len=0 imm=0x00000000",
+    ], done.stdout
+    assert "received pyroce from C" in done.stdout and "received after reset" in done.stdout
+    assert "query state=3 dest_qp_num_is_own=1 max_recv_wr=4" in done.stdout  # IBV_QPS_RTS
+
+
+def test_a_missing_header_is_one_line(tmp_path: Path) -> None:
+    result = pyroce("run", "--", "ibv_devices", env={"PYROCE_VERBS_INCLUDE": str(tmp_path),
+                                                      "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert_one_line_error(result, "<infiniband/verbs.h> not found: install libibverbs-dev")
+    assert result.stderr == ("pyroce run: error: <infiniband/verbs.h> not found: install libibverbs-dev "
+                             "(apt-get install libibverbs-dev)\n")  # fmt: skip
+
+
+def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
+    if not Path("/usr/include/infiniband/verbs.h").is_file():
+        pytest.skip("libibverbs-dev is not installed: the header is what is missing first")
+    result = pyroce("run", "--", "ibv_devices", env={"CC": str(tmp_path / "no-cc"),
+                                                      "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert_one_line_error(result, "no C compiler", "install gcc")
+
+
+def test_run_needs_a_program() -> None:
+    assert_one_line_error(pyroce("run"), "nothing to run")
+    assert_one_line_error(pyroce("run", "--", "no-such-program-here"), "no-such-program-here: command not found")
