@@ -37,12 +37,10 @@ from pyroce.verbs.enums import ibv_mtu, ibv_qp_type, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from pyroce.wire.bth import BTH
 from pyroce.wire.headers import Aeth, Reth
-from pyroce.wire.opcodes import Opcode
+from pyroce.wire.opcodes import Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun
 
 PEER_QPN = 0x999
-MIDDLES = (Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE)  # a run's first and last opcodes
-UC_MIDDLES = (Opcode.UC_RDMA_WRITE_MIDDLE, Opcode.UC_RDMA_WRITE_MIDDLE)
 REGION = 16 << 20
 
 
@@ -151,19 +149,28 @@ def send_responder(count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
+def write_packets(data: memoryview, qpn: int, index: int, addr: int, rkey: int,
+                  transport: Transport) -> tuple[Packet, PacketRun, Packet]:  # fmt: skip
+    """Message ``index`` of a 64 KiB RDMA WRITE in 4096-byte packets: FIRST, the run of MIDDLEs, and
+    LAST (RC: with AckReq; UC: with immediate ``index``, so it completes a receive)."""
+    psn = index * 16
+    first = Packet(BTH(transport | Opcode.RC_RDMA_WRITE_FIRST, qpn, psn), data[:4096], reth=Reth(addr, rkey, 65536))
+    opcode = transport | Opcode.RC_RDMA_WRITE_MIDDLE
+    middle = PacketRun(opcode, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False, opcode, opcode)
+    if transport is Transport.RC:
+        last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, qpn, psn + 15, True), data[61440:])
+    else:
+        last = Packet(BTH(Opcode.UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, qpn, psn + 15), data[61440:], immdt=index)
+    return first, middle, last
+
+
 def write_responder(count: int) -> float:
     with _connected("127.98.0.3") as (peer, ep, to, qpn):
         data = memoryview(os.urandom(65536))
         messages = []
         for index in range(count):
-            psn = index * 16
             offset = (index % (REGION // 65536)) * 65536
-            first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
-                           reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
-            middle = PacketRun(
-                Opcode.RC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False, *MIDDLES
-            )
-            last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, qpn, psn + 15, True), data[61440:])
+            first, middle, last = write_packets(data, qpn, index, ep.mr.buf + offset, ep.mr.rkey, Transport.RC)
             messages.append((peer.build(to, [(first, 0), (middle, 0)]),
                              peer.build(to, [*((middle, i) for i in range(1, 14)), (last, 0)])))  # fmt: skip
         start = time.perf_counter()
@@ -184,14 +191,8 @@ def uc_write_responder(count: int) -> float:
         data = memoryview(os.urandom(65536))
         messages = []
         for index in range(count):
-            psn = index * 16
             offset = (index % (REGION // 65536)) * 65536
-            first = Packet(BTH(Opcode.UC_RDMA_WRITE_FIRST, qpn, psn), data[:4096],
-                           reth=Reth(ep.mr.buf + offset, ep.mr.rkey, 65536))  # fmt: skip
-            middle = PacketRun(
-                Opcode.UC_RDMA_WRITE_MIDDLE, qpn, psn + 1, 0xFFFF, data[4096:61440], 4096, False, *UC_MIDDLES
-            )
-            last = Packet(BTH(Opcode.UC_RDMA_WRITE_LAST_WITH_IMMEDIATE, qpn, psn + 15), data[61440:], immdt=index)
+            first, middle, last = write_packets(data, qpn, index, ep.mr.buf + offset, ep.mr.rkey, Transport.UC)
             messages.append((peer.build(to, [(first, 0), (middle, 0)]),
                              peer.build(to, [(middle, i) for i in range(1, 14)]), peer.build(to, [(last, 0)])))  # fmt: skip
         receive = RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 0, ep.mr.lkey)], num_sge=0)
