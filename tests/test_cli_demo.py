@@ -179,5 +179,6 @@ def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     # Every corrupted packet that arrives is caught by its ICRC, except a flip in BTH byte 4
     # (FECN, BECN and reserved bits, which the ICRC masks and the receiver ignores): 1 byte in
     # 20 of an ACK. Some never arrive: with one datagram per packet (faults turn GSO off) the
-    # loopback socket buffers overflow now and then (1-4% of packets), as a congested wire.
-    assert 0.8 * corrupt <= bad_icrc <= corrupt
+    # loopback socket buffers overflow now and then (1-4% of packets, 20% seen on a loaded 2-core
+    # machine), as a congested wire. With ICRC checking broken, bad_icrc would be near 0.
+    assert 0.5 * corrupt <= bad_icrc <= corrupt
