@@ -7,8 +7,11 @@ Python RoCEv2 pipeline), then pyroce over real RoCEv2/UDP on loopback between th
 and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte latency
 (perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
 bandwidth against message size, against the number of QPs and with many registered MRs, and
-CPU seconds per GB. Each figure is printed beside its ceiling as a ratio. Every run checks the
-bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in under a minute.
+CPU seconds per GB; then perftest's ``ib_write_bw`` (64 KiB) and ``ib_send_lat`` (2 bytes)
+through pyroce's C driver (``perftest_rows.py``; skipped with a note where perftest, a C
+compiler or libibverbs-dev is missing). Each figure is printed beside its ceiling as a ratio.
+Every run checks the bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in
+under a minute.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import udp_ceiling
+from perftest_rows import perftest_rows
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
 from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
@@ -409,26 +413,31 @@ def run(quick: bool) -> dict[str, Any]:
     finally:
         errors = client.errors
         client.close()
+    perftest, note = perftest_rows(quick, port=20000 + os.getpid() % 20000)  # the Python server is gone
+    results.extend(perftest)
     for row in results:
         row["ratio"] = ratio(row, ceiling)
-    return {"ceiling": ceiling, "results": results, "errors": errors, "quick": quick}
+    return {"ceiling": ceiling, "results": results, "errors": errors, "notes": [note] if note else [], "quick": quick}
 
 
 def print_table(report: dict[str, Any]) -> None:
     ceiling = report["ceiling"]
     print("ceilings: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
     print(
-        f"{'metric':<12}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
+        f"{'metric':<14}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
         f"{'CPU s/GB':>10}{'ratio':>8}"
     )
     for row in report["results"]:
         label = row["metric"] + (f"/{row['series']}" if "series" in row else "")
         print(
-            f"{label:<12}{row['op']:<8}{row['size']:>9}{row['qps']:>6}{row.get('MBps', 0):>10.1f}"
+            f"{label:<14}{row['op']:<8}{row['size']:>9}{row['qps']:>6}{row.get('MBps', 0):>10.1f}"
             f"{row.get('msgs_per_s', 0):>11.0f}{row.get('lat_us_p50', 0):>9.1f}{row.get('lat_us_p99', 0):>9.1f}"
             f"{row.get('cpu_s_per_GB', 0):>10.2f}{row['ratio']:>8.3f}"
         )
     print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
+    print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run")
+    for note in report["notes"]:
+        print(note)
     errors = report["errors"]
     print(f"verified: {'all bytes moved matched' if not errors else '; '.join(errors)}")
 

@@ -1,0 +1,91 @@
+"""perftest through pyroce, for ``run.py``: Debian's ``ib_write_bw`` (64 KiB) and ``ib_send_lat``
+(2 bytes), unmodified, on the C driver, server and client on this host, each process on its own
+loopback address. The figures are perftest's own: BW average (perftest's MB is 2^20 bytes,
+converted here to run.py's 10^6), MsgRate, and for latency t_typical (its median) and the 99%
+percentile of half round trips. Without perftest, a C compiler or libibverbs-dev the rows are
+skipped with a note, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+from pyroce.driver.build import BuildError, library_dir
+from pyroce.driver.environment import driver_environment
+
+CALIBRATION = "Correlation coefficient r^2"  # perftest's clock calibration gave up: the CPU was busy
+NOT_LISTENING = "Couldn't connect to"  # the client came before the server's listen
+ATTEMPTS = 3
+MIB = 1 << 20
+
+
+def perftest_rows(quick: bool, port: int) -> tuple[list[dict[str, Any]], str | None]:
+    """run.py's rows for ``ib_write_bw -s 65536`` and ``ib_send_lat -s 2``, or none and the
+    reason they were skipped."""
+    missing = [tool for tool in ("ib_write_bw", "ib_send_lat") if shutil.which(tool) is None]
+    if missing:
+        return [], f"perftest rows skipped: {', '.join(missing)} not found (apt-get install perftest)"
+    try:
+        folder = library_dir()
+    except BuildError as exc:
+        return [], f"perftest rows skipped: {exc}"
+    env = {name: value for name, value in driver_environment(folder, os.environ).items()
+           if name not in ("PYROCE_ADDR", "PYROCE_PROGRESS")}  # fmt: skip
+    bw = table(run_pair(["ib_write_bw", "-s", "65536", "-n", "1000" if quick else "5000"], env, port))
+    lat = table(run_pair(["ib_send_lat", "-s", "2", "-n", "200" if quick else "2000"], env, port + 1))
+    return [
+        {"op": "write", "metric": "bw", "series": "perftest", "size": 65536, "qps": 1,
+         "MBps": bw["BW average[MB/sec]"] * MIB / 1e6, "msgs_per_s": bw["MsgRate[Mpps]"] * 1e6},
+        {"op": "send", "metric": "lat", "series": "perftest", "size": 2, "qps": 1,
+         "lat_us_p50": lat["t_typical[usec]"], "lat_us_p99": lat["99% percentile[usec]"]},
+    ], None  # fmt: skip
+
+
+def run_pair(argv: list[str], env: dict[str, str], port: int) -> str:
+    """A server and a client of ``argv`` on ``port``: the client's output. Tried again when the
+    client came too early or perftest's clock calibration gave up."""
+    command = [*argv, "-d", "pyroce0", "-p", str(port)]
+    for _ in range(ATTEMPTS):
+        server = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            client = client_run([*command, "127.0.0.1"], env)
+            server_out = server.communicate(timeout=300)[0]
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.communicate()
+        if client.returncode == 0 and server.returncode == 0:
+            return client.stdout
+        if CALIBRATION not in client.stdout + server_out:
+            break
+    raise RuntimeError(f"{argv[0]} failed: {(client.stdout + server_out).strip().splitlines()[-3:]}")
+
+
+def client_run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The client, started again while the server is not listening yet (perftest tries once)."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=300, check=False)  # fmt: skip
+        if NOT_LISTENING not in done.stdout or time.monotonic() > deadline:
+            return done
+        time.sleep(0.2)
+
+
+def table(out: str) -> dict[str, float]:
+    """The first row of perftest's final table, by column name (``BW average[MB/sec]``, ...)."""
+    lines = out.splitlines()
+    start = max(index for index, line in enumerate(lines) if line.lstrip().startswith("#bytes"))
+    names = re.findall(r"#?[\w%.]+(?: [\w%.]+)?\[[^\]]+\]|#\w+", lines[start])
+    return dict(zip(names, (float(field) for field in lines[start + 1].split())))
+
+
+if __name__ == "__main__":
+    rows, note = perftest_rows(quick="--quick" in sys.argv, port=20000 + os.getpid() % 20000)
+    print(note or "\n".join(map(str, rows)))
