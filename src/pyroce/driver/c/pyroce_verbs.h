@@ -110,6 +110,7 @@ struct pr_qp {
 PyObject *pr_call(const char *verb, const char *function, const char *format, ...);
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
+int pr_nap_without_gil(void);
 long long pr_long(PyObject *obj, const char *name);
 
 /* datapath.c */
