@@ -1,6 +1,9 @@
 """Compiling the C driver on first use: ``libibverbs.so.1`` from ``c/``, with the system's C
 compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI) and this
-Python's headers and ``libpython`` (the interpreter the library starts is this one).
+Python's headers and ``libpython`` (the interpreter the library starts is this one); beside it
+the stub provider libraries of ``c/stubs/`` (``libmlx5.so.1``, ``libefa.so.1``: the direct verbs
+perftest links against, each answering "not this device"), since the real ones cannot load
+against a libibverbs without libibverbs' private provider interface.
 
 The result is cached under ``PYROCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pyroce`` or
 ``~/.cache/pyroce``) in a folder named by a hash of everything that goes into it: the sources,
@@ -25,6 +28,8 @@ LIBRARY = "libibverbs.so.1"
 VERSION_SCRIPT = "libibverbs.map"
 DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniband/verbs.h>
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
+STUBS = SOURCES / "stubs"
+STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its .c and .map in STUBS
 
 
 class BuildError(Exception):
@@ -79,27 +84,26 @@ def library_dir(include: str | None = None) -> Path:
     cc = compiler()
     py_include, libpython = python_parts()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
+    stubs = sorted(STUBS.glob("*.c")) + sorted(STUBS.glob("*.map"))
     digest = hashlib.sha256()
     for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
         digest.update(part.encode() + b"\0")
-    for path in (*sources, header):
+    for path in (*sources, *stubs, header):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     target = cache_root() / f"driver-{digest.hexdigest()[:16]}"
     if (target / LIBRARY).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
-    command = [cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"', f"-I{include}", f"-I{py_include}",
-               *(str(path) for path in sources if path.suffix == ".c"),
-               f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
-               f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        log = target.parent / "build.log"
-        log.write_text(" ".join(command) + "\n" + done.stderr)
-        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
-        shutil.rmtree(work, ignore_errors=True)
-        raise BuildError(f"compiling the C driver failed ({log}): {first}")
+    commands = [[cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"', f"-I{include}", f"-I{py_include}",
+                 *(str(path) for path in sources if path.suffix == ".c"),
+                 f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
+                 f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]]  # fmt: skip
+    for library, stem in STUB_LIBRARIES.items():
+        commands.append([cc, *FLAGS, str(STUBS / f"{stem}.c"), f"-Wl,--version-script={STUBS / f'{stem}.map'}",
+                         f"-Wl,-soname,{library}", "-o", str(work / library)])  # fmt: skip
+    for command in commands:
+        compile_one(command, work, target.parent / "build.log")
     try:
         work.rename(target)
     except OSError:  # another program built it meanwhile
@@ -107,3 +111,14 @@ def library_dir(include: str | None = None) -> Path:
     if not (target / LIBRARY).is_file():
         raise BuildError(f"{target} is in the way of the C driver's build: remove it")
     return target
+
+
+def compile_one(command: list[str], work: Path, log: Path) -> None:
+    """Run one compiler command; on failure keep its output in ``log``, drop ``work`` and say
+    the first error in one line."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        log.write_text(" ".join(command) + "\n" + done.stderr)
+        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
+        shutil.rmtree(work, ignore_errors=True)
+        raise BuildError(f"compiling the C driver failed ({log}): {first}")
