@@ -130,6 +130,8 @@ struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
 
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
+int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+		       struct ibv_device_attr_ex *attr, size_t size);
 
 static inline struct pr_context *pr_ctx(struct ibv_context *context)
 {
