@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
-from pyroce.cli.unittest_log import OUTCOMES, TestOutcome, parse, tally
+from pyroce.cli.unittest_log import OUTCOMES, CaseResult, parse, tally
 from pyroce.driver.build import BuildError, cache_root, library_dir
 from pyroce.driver.environment import driver_environment
 
@@ -84,7 +84,7 @@ def run_suite(python: str, suite: Path, patterns: list[str], timeout: float) -> 
     return done.stdout, done.returncode
 
 
-def table_lines(outcomes: list[TestOutcome]) -> list[str]:
+def table_lines(outcomes: list[CaseResult]) -> list[str]:
     """The per-file table, Markdown, with a totals row."""
     files = tally(outcomes)
     lines = ["| file | tests | pass | fail | error | skip | skip reasons (count) / failures |",
@@ -98,7 +98,7 @@ def table_lines(outcomes: list[TestOutcome]) -> list[str]:
     return lines
 
 
-def report(outcomes: list[TestOutcome], returncode: int, log: Path) -> dict[str, Any]:
+def report(outcomes: list[CaseResult], returncode: int, log: Path) -> dict[str, Any]:
     """The JSON document: totals, per file, every test."""
     files = tally(outcomes)
     return {

@@ -20,7 +20,7 @@ _DETAIL = re.compile(r"^(?P<kind>ERROR|FAIL): (?P<name>\S+) \((?P<id>[\w.]+)\)\n
 
 
 @dataclass(frozen=True)
-class TestOutcome:
+class CaseResult:
     """One test as unittest reported it; ``test_id`` as ``tests.test_pd.PDTest.test_alloc_pd``."""
 
     test_id: str
@@ -46,7 +46,7 @@ class FileTally:
         return sum(self.counts.values())
 
 
-def parse(log: str) -> list[TestOutcome]:
+def parse(log: str) -> list[CaseResult]:
     """Every test of a ``-v`` log, in order. A test whose result line never came (the program
     died in it) is an error, "no result: the run ended in this test"."""
     details = {m["id"] if m["name"].startswith("setUp") else _test_id(m): _last_line(m["trace"])
@@ -58,16 +58,16 @@ def parse(log: str) -> list[TestOutcome]:
         end = following.start() if following else len(log)
         result = _RESULT.search(log, header.end(), end)
         if result is None:
-            found.append(TestOutcome(test_id, "error", "no result: the run ended in this test"))
+            found.append(CaseResult(test_id, "error", "no result: the run ended in this test"))
         elif result["reason"]:
-            found.append(TestOutcome(test_id, "skip", ast.literal_eval(result["reason"])))
+            found.append(CaseResult(test_id, "skip", ast.literal_eval(result["reason"])))
         else:
             outcome = _WORDS[result["word"]]
-            found.append(TestOutcome(test_id, outcome, details.get(test_id, "") if outcome != "pass" else ""))
+            found.append(CaseResult(test_id, outcome, details.get(test_id, "") if outcome != "pass" else ""))
     return found
 
 
-def tally(outcomes: list[TestOutcome]) -> dict[str, FileTally]:
+def tally(outcomes: list[CaseResult]) -> dict[str, FileTally]:
     """Per file, in name order."""
     files: dict[str, FileTally] = {}
     for item in sorted(outcomes, key=lambda item: item.file):
