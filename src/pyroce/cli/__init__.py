@@ -26,6 +26,7 @@ from pyroce.cli import (
     pingpong,
     python,
     pyverbs_path,
+    rdma_core_tests,
     run,
     stats,
 )
@@ -34,7 +35,7 @@ from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
 _TOOLS = (demo, decode, capture, stats, doctor, events, pingpong.RC_PINGPONG, pingpong.UC_PINGPONG, pingpong.SRQ_PINGPONG,
-          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run)  # fmt: skip
+          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run, rdma_core_tests)  # fmt: skip
 
 ENVIRONMENT = """\
 environment:

@@ -29,7 +29,7 @@ VERSION_SCRIPT = "libibverbs.map"
 DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniband/verbs.h>
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
 STUBS = SOURCES / "stubs"
-STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its .c and .map in STUBS
+STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its <stem>*.c and <stem>.map in STUBS
 
 
 class BuildError(Exception):
@@ -84,7 +84,7 @@ def library_dir(include: str | None = None) -> Path:
     cc = compiler()
     py_include, libpython = python_parts()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
-    stubs = sorted(STUBS.glob("*.c")) + sorted(STUBS.glob("*.map"))
+    stubs = sorted(STUBS.glob("*.[ch]")) + sorted(STUBS.glob("*.map"))
     digest = hashlib.sha256()
     for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
         digest.update(part.encode() + b"\0")
@@ -100,7 +100,8 @@ def library_dir(include: str | None = None) -> Path:
                  f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
                  f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]]  # fmt: skip
     for library, stem in STUB_LIBRARIES.items():
-        commands.append([cc, *FLAGS, str(STUBS / f"{stem}.c"), f"-Wl,--version-script={STUBS / f'{stem}.map'}",
+        commands.append([cc, *FLAGS, *map(str, sorted(STUBS.glob(f"{stem}*.c"))),
+                         f"-Wl,--version-script={STUBS / f'{stem}.map'}",
                          f"-Wl,-soname,{library}", "-o", str(work / library)])  # fmt: skip
     for command in commands:
         compile_one(command, work, target.parent / "build.log")

@@ -16,7 +16,7 @@ from typing import Any
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ, CompChannel
-from pyroce.verbs.device import Context, DeviceAttr, PortAttr
+from pyroce.verbs.device import Context, DeviceAttr, DeviceAttrEx, PortAttr
 from pyroce.verbs.enums import ibv_qp_type
 from pyroce.verbs.mr import MR, address_of
 from pyroce.verbs.pd import PD
@@ -58,6 +58,10 @@ def node_guid(name: str) -> int:
 
 def query_device(ctx: Context) -> DeviceAttr:
     return ctx.query_device()
+
+
+def query_device_ex(ctx: Context) -> DeviceAttrEx:
+    return ctx.query_device_ex()
 
 
 def query_port(ctx: Context, port_num: int) -> PortAttr:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,9 +17,15 @@ import pyroce
 
 
 def search_path() -> list[str]:
-    """pyroce's own import root first, then the folders of this interpreter's ``sys.path``."""
+    """pyroce's own import root first, then the folders of this interpreter's ``sys.path`` but
+    its standard library: the interpreter the library starts has it already, and a Python
+    program (pyverbs on Debian's python3) must keep its own."""
     root = str(Path(pyroce.__file__).resolve().parent.parent)
-    folders = [root] + [entry for entry in sys.path if entry and os.path.isdir(entry)]
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.realpath(paths[name]) for name in ("stdlib", "platstdlib")}
+    stdlib |= {os.path.join(folder, "lib-dynload") for folder in stdlib}
+    folders = [root] + [entry for entry in sys.path if entry and os.path.isdir(entry)
+                        and os.path.realpath(entry) not in stdlib]  # fmt: skip
     return list(dict.fromkeys(folders))
 
 

@@ -425,7 +425,7 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	pthread_spin_unlock(&cq->lock);
 	if (cq->consumer != first) {
 		cq->empty_polls = 0;
-	} else if (++cq->empty_polls > SPIN_POLLS) {
+	} else if (!pr_nap_without_gil() && ++cq->empty_polls > SPIN_POLLS) {
 		struct timespec nap = {0, 1};
 		nanosleep(&nap, NULL);
 	}

@@ -105,6 +105,7 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	ctx->vctx.query_port = pr_query_port;
+	ctx->vctx.query_device_ex = pr_query_device_ex;
 	struct ibv_context *context = &ctx->vctx.context;
 	context->device = device;
 	context->ops.poll_cq = pr_poll_cq;

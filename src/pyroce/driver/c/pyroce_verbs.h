@@ -110,6 +110,7 @@ struct pr_qp {
 PyObject *pr_call(const char *verb, const char *function, const char *format, ...);
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
+int pr_nap_without_gil(void);
 long long pr_long(PyObject *obj, const char *name);
 
 /* datapath.c */
@@ -129,6 +130,8 @@ struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
 
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
+int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+		       struct ibv_device_attr_ex *attr, size_t size);
 
 static inline struct pr_context *pr_ctx(struct ibv_context *context)
 {

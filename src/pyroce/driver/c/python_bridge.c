@@ -9,6 +9,7 @@
 #include "pyroce_verbs.h"
 
 #include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +20,16 @@ static pthread_once_t started = PTHREAD_ONCE_INIT;
 static PyObject *calls;     /* pyroce.driver.calls */
 static int start_error;     /* errno for every verb when Python or pyroce could not start */
 static pid_t started_in;    /* the process whose interpreter and engine threads these are */
+static int hosted;          /* the program is Python itself (pyverbs): its interpreter is ours */
 
-/* PYROCE_PYTHONPATH (set by `pyroce run`): folders the program's interpreter must search
- * first, the pyroce package's and its dependencies' (a venv's site-packages, say). */
-static void add_search_path(void)
+/* PYROCE_PYTHONPATH (set by `pyroce run`): the folders of the pyroce package and its
+ * dependencies (a venv's site-packages, say). The interpreter the library started searches them
+ * first; a Python program's own interpreter last, so its imports stay what they were. */
+static void add_search_path(int first)
 {
 	const char *value = getenv("PYROCE_PYTHONPATH");
 	PyObject *path = PySys_GetObject("path"); /* borrowed */
-	Py_ssize_t at = 0;
+	Py_ssize_t at = first ? 0 : PY_SSIZE_T_MAX;
 
 	if (!value || !path)
 		return;
@@ -36,11 +39,26 @@ static void add_search_path(void)
 			continue;
 		PyObject *item = PyUnicode_DecodeFSDefault(entry);
 		if (item && PySequence_Contains(path, item) == 0)
-			PyList_Insert(path, at++, item);
+			PyList_Insert(path, first ? at++ : at, item);
 		Py_XDECREF(item);
 		PyErr_Clear();
 	}
 	free(copy);
+}
+
+/* A Python program's interpreter runs this library's Python calls: it must be the version
+ * the library was compiled for (3.11.2 for 3.11.7 is fine, the ABI is the minor version's). */
+static int same_python(void)
+{
+	char want[16];
+
+	snprintf(want, sizeof(want), "%d.%d.", PY_MAJOR_VERSION, PY_MINOR_VERSION);
+	if (!strncmp(Py_GetVersion(), want, strlen(want)))
+		return 1;
+	fprintf(stderr, "pyroce: this program's Python is %.*s, pyroce's C driver was built for %s: run it with a "
+		"Python %d.%d\n", (int)strcspn(Py_GetVersion(), " "), Py_GetVersion(), PY_VERSION,
+		PY_MAJOR_VERSION, PY_MINOR_VERSION);
+	return 0;
 }
 
 static void start(void)
@@ -66,9 +84,14 @@ static void start(void)
 		}
 		owned = 1;
 	}
+	hosted = !owned;
 	started_in = getpid();
+	if (hosted && !same_python()) {
+		start_error = ENOSYS;
+		return;
+	}
 	PyGILState_STATE state = PyGILState_Ensure();
-	add_search_path();
+	add_search_path(owned);
 	calls = PyImport_ImportModule("pyroce.driver.calls");
 	if (!calls) {
 		fprintf(stderr, "pyroce: cannot import pyroce.driver.calls (is PYROCE_PYTHONPATH set? `pyroce run` sets it):\n");
@@ -103,6 +126,22 @@ int pr_enter(PyGILState_STATE *state)
 void pr_leave(PyGILState_STATE state)
 {
 	PyGILState_Release(state);
+}
+
+/* An empty poll from a Python program (pyverbs' poll_cq holds the GIL): the engine thread
+ * needs the GIL to make the completion being waited for, and would otherwise get it only when
+ * the interpreter switches threads (every 5 ms). Let go of it for a nap (as a C poller naps
+ * after its spins; docs/architecture.md has the measurements). 0 if the caller holds no GIL
+ * (a C program, or a Python thread that released it): then nothing was done. */
+int pr_nap_without_gil(void)
+{
+	if (!hosted || !PyGILState_Check())
+		return 0;
+	PyThreadState *thread = PyEval_SaveThread();
+	struct timespec nap = {0, 1};
+	nanosleep(&nap, NULL);
+	PyEval_RestoreThread(thread);
+	return 1;
 }
 
 /* The errno of the exception being raised (and it cleared): a PyverbsError's error_code

@@ -1,0 +1,111 @@
+"""rdma-core's own pyverbs and test suite (Debian's python3-pyverbs) on pyroce through the C
+driver: a stable subset of the suite through ``pyroce rdma-core-tests`` with no failure and no
+error, a pyverbs RC ping-pong, and the reading of unittest's ``-v`` logs.
+
+The suite and the ping-pong are skipped only where python3-pyverbs cannot be installed (CI
+installs it), or where the C driver cannot be built (no cc or libibverbs-dev)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pyroce.cli.errors import CliError
+from pyroce.cli.rdma_core_tests import ensure_suite
+from pyroce.cli.unittest_log import CaseResult, parse, tally
+from tests.cli import ROOT, pyroce
+
+PYTHON = "/usr/bin/python3"  # the Python Debian's pyverbs is built for
+SUBSET = ("tests.test_pd.", "tests.test_cq.", "tests.test_device.", "tests.test_atomic.", "tests.test_fork.")
+
+
+@pytest.fixture(scope="module")
+def pyverbs() -> None:
+    if not (shutil.which("cc") and Path("/usr/include/infiniband/verbs.h").is_file()):
+        pytest.skip("the C driver needs cc and libibverbs-dev")
+    try:
+        ensure_suite(PYTHON, install=True)
+    except CliError as exc:
+        pytest.skip(str(exc))
+
+
+def test_a_subset_of_rdma_core_tests_passes_on_pyroce(pyverbs: None, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    args = [arg for pattern in SUBSET for arg in ("-k", pattern)]
+    done = pyroce("rdma-core-tests", *args, "--work-dir", str(tmp_path), "--json", str(report), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(report.read_text())
+    assert found["totals"]["fail"] == found["totals"]["error"] == 0
+    outcomes = {test["id"]: test["outcome"] for test in found["tests"]}
+    assert set(found["files"]) == {pattern.split(".")[1] for pattern in SUBSET}
+    # traffic (atomics between two QPs), the extended query, and what pyroce offers no skip for
+    assert outcomes["tests.test_atomic.AtomicTest.test_atomic_cmp_and_swap"] == "pass"
+    assert outcomes["tests.test_device.DeviceTest.test_phys_port_cnt_ex"] == "pass"
+    assert [
+        test for test in found["tests"] if test["id"].startswith("tests.test_pd.") and test["outcome"] != "pass"
+    ] == []
+    assert "| **total** |" in done.stdout
+
+
+def test_pyverbs_rc_ping_pong_through_the_c_driver(pyverbs: None) -> None:
+    done = pyroce("run", "--", PYTHON, str(ROOT / "benchmarks" / "pyverbs_pingpong.py"), "--iters", "50",
+                  timeout=120, drop=("PYTHONPATH",))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("50 round trips of 64 bytes: ")
+
+
+LOG = """\
+test_alloc_pd (tests.test_pd.PDTest.test_alloc_pd)
+Test ibv_alloc_pd() ... ok
+test_plain (tests.test_pd.PDTest.test_plain) ... printed by the test
+ok
+test_dm (tests.test_device.DMTest.test_dm)
+Test DM ... skipped "Device memory isn't supported"
+setUpClass (tests.test_odp.OdpTestCase) ... skipped 'No ODP caps'
+test_count (tests.test_device.DeviceTest.test_count) ... FAIL
+test_qp (tests.test_qp.QPTest.test_qp) ... ERROR
+test_last (tests.test_qp.QPTest.test_last) ... ok
+
+======================================================================
+FAIL: test_count (tests.test_device.DeviceTest.test_count)
+----------------------------------------------------------------------
+Traceback (most recent call last):
+  File "/x/test_device.py", line 222, in test_count
+AssertionError: 1 != 0
+
+======================================================================
+ERROR: test_qp (tests.test_qp.QPTest.test_qp)
+----------------------------------------------------------------------
+Traceback (most recent call last):
+pyverbs.pyverbs_error.PyverbsRDMAError: Failed to create QP. Errno: 95, Operation not supported
+
+----------------------------------------------------------------------
+Ran 7 tests in 0.1s
+
+FAILED (failures=1, errors=1, skipped=2)
+"""
+
+
+def test_a_verbose_unittest_log_is_read_test_by_test() -> None:
+    assert parse(LOG) == [
+        CaseResult("tests.test_pd.PDTest.test_alloc_pd", "pass"),
+        CaseResult("tests.test_pd.PDTest.test_plain", "pass"),
+        CaseResult("tests.test_device.DMTest.test_dm", "skip", "Device memory isn't supported"),
+        CaseResult("tests.test_odp.OdpTestCase", "skip", "No ODP caps"),
+        CaseResult("tests.test_device.DeviceTest.test_count", "fail", "AssertionError: 1 != 0"),
+        CaseResult("tests.test_qp.QPTest.test_qp", "error",
+                    "pyverbs.pyverbs_error.PyverbsRDMAError: Failed to create QP. Errno: 95, Operation not supported"),
+        CaseResult("tests.test_qp.QPTest.test_last", "pass"),
+    ]  # fmt: skip
+    files = tally(parse(LOG))
+    assert list(files) == ["test_device", "test_odp", "test_pd", "test_qp"]
+    assert dict(files["test_device"].counts) == {"skip": 1, "fail": 1}
+    assert files["test_device"].reasons["FAIL: AssertionError: 1 != 0"] == 1
+
+
+def test_a_test_the_run_died_in_is_an_error() -> None:
+    cut = "test_a (tests.test_qp.QPTest.test_a) ... ok\ntest_b (tests.test_qp.QPTest.test_b) ... "
+    assert parse(cut)[1] == CaseResult("tests.test_qp.QPTest.test_b", "error", "no result: the run ended in this test")
