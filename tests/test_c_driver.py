@@ -28,6 +28,8 @@ MISSING = [what for what, present in (("a C compiler (cc)", shutil.which("cc")),
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)}")
 C_TOOL = ("ibv_rc_pingpong", "-d", "pyroce0")
 PYTHON_TOOL = (sys.executable, "-m", "pyroce", "rc_pingpong")
+UD_C_TOOL = ("ibv_ud_pingpong", "-d", "pyroce0")
+UD_PYTHON_TOOL = (sys.executable, "-m", "pyroce", "ud_pingpong")
 ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
 
 
@@ -94,10 +96,10 @@ def test_rc_pingpong_between_two_c_programs(driver_env: dict[str, str], size: in
 
 
 def rc_pingpong(env: dict[str, str], server: tuple[str, ...], client: tuple[str, ...], port: int,
-                *options: str) -> tuple[str, str]:  # fmt: skip
-    """Run a server and a client (each the C tool or ``pyroce rc_pingpong``) of 200 ping-pongs
-    with buffer checks; both outputs, each having exited 0."""
-    argv = ("-g", "0", "-p", str(port), "-n", "200", "-c", *options)
+                *options: str, check: bool = True) -> tuple[str, str]:  # fmt: skip
+    """Run a server and a client (each a C tool or its ``pyroce`` twin) of 200 ping-pongs,
+    with buffer checks unless ``check`` is False; both outputs, each having exited 0."""
+    argv = ("-g", "0", "-p", str(port), "-n", "200", *(("-c",) if check else ()), *options)
     serving = subprocess.Popen([*server, *argv], env=env, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)  # fmt: skip
     try:
@@ -127,12 +129,59 @@ def test_uc_and_srq_pingpong_between_two_c_programs(driver_env: dict[str, str], 
 
 
 @needs_tools
-def test_ud_pingpong_fails_cleanly(driver_env: dict[str, str]) -> None:
-    """UD QPs are not offered yet: the tool is told so (EOPNOTSUPP) and exits, no crash."""
-    done = subprocess.run(["ibv_ud_pingpong", "-d", "pyroce0", "-g", "0", "-p", str(free_port(15))], env=driver_env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 1, done
-    assert "Couldn't create QP" in done.stderr
+def test_ud_pingpong_between_two_c_programs(driver_env: dict[str, str]) -> None:
+    """UD SENDs through AHs, 2 KiB each (Debian's tool sends 1 KiB unless told: -s always)."""
+    for out in rc_pingpong(driver_env, UD_C_TOOL, UD_C_TOOL, free_port(15), "-s", "2048"):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert "invalid data" not in out
+
+
+@needs_tools
+@pytest.mark.parametrize(("server", "client"), [(UD_C_TOOL, UD_PYTHON_TOOL), (UD_PYTHON_TOOL, UD_C_TOOL)],
+                         ids=["c-py", "py-c"])  # fmt: skip
+def test_ud_pingpong_c_against_python(driver_env: dict[str, str], server: tuple[str, ...],
+                                      client: tuple[str, ...]) -> None:  # fmt: skip
+    """pyroce ud_pingpong has no buffer check (-c): the datagrams' sizes and count are the check."""
+    port = free_port(16 + (server is UD_C_TOOL))
+    for out in rc_pingpong(driver_env, server, client, port, "-s", "2048", check=False):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert out.count("819200 bytes in ") == 1, out
+
+
+@needs_tools
+def test_ud_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """Two UD QPs of one device: a datagram each way (the answer through an AH made from the
+    received WC and its GRH), the receive WC's UD fields, and AHs and UD posts misused."""
+    done = run_c_program("ud_verbs", driver_env, tmp_path, address(3))
+    results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
+                   if not line.startswith(("wc ", "received ", "back ", "no_grh ")))  # fmt: skip
+    einval, eopnotsupp = str(22), str(95)
+    for what in ("create_ah_without_grh", "create_ah_sgid_index_7", "post_rdma_write_on_ud", "post_send_without_ah",
+                 "post_send_qpn_above_24_bits", "create_ah_from_an_empty_header"):  # fmt: skip
+        assert results.pop(what) == einval, what
+    assert results.pop("create_ah_to_gid_zero") == eopnotsupp  # no link reaches it (pyroce.verbs.ah)
+    assert set(results.values()) == {"0"}, results
+    completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
+    assert completions == [  # the SEND (0), then the RECV (128): 40 bytes of GRH room counted, from the peer QP
+        "wc wr_id=100 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
+        "wc wr_id=1 status=success opcode=128 byte_len=140 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0xabcd0123",
+        "wc wr_id=50 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
+        "wc wr_id=2 status=success opcode=128 byte_len=90 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0x00000000",
+    ], done.stdout
+    assert "received a datagram from C" in done.stdout and "received an answer" in done.stdout
+    assert "back is_global=1 dgid_is_own=1 sgid_index=0 port_num=1" in done.stdout
+    assert "no_grh is_global=0" in done.stdout
+
+
+def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str) -> subprocess.CompletedProcess:
+    """tests/c/<name>.c compiled here against the system's libibverbs and run on pyroce's; it exited 0."""
+    program = tmp_path / name
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / f"{name}.c"),
+                    "-libverbs"], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([str(program)], env={**env, "PYROCE_ADDR": device_address}, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
 
 
 @needs_tools
@@ -152,16 +201,11 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     every verb pyroce lacks fails with EOPNOTSUPP, misuse with libibverbs' errno, nothing
     crashes (nor hangs: a forked child is refused), and a SEND with immediate from a QP to
     itself arrives, also after a CQ resize and a reset."""
-    program = tmp_path / "verbs_errnos"
-    subprocess.run(["cc", "-O2", "-o", str(program), str(ROOT / "tests" / "c" / "verbs_errnos.c"), "-libverbs"],
-                   check=True, capture_output=True)  # fmt: skip
-    done = subprocess.run([str(program)], env={**driver_env, "PYROCE_ADDR": address(2)}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_c_program("verbs_errnos", driver_env, tmp_path, address(2))
     results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
                    if not line.startswith(("wc ", "received ", "query ")))  # fmt: skip
     eopnotsupp, einval, ebusy = str(95), str(22), str(16)
-    for verb in ("alloc_mw", "create_ah", "create_qp_ud", "create_qp_ex", "create_cq_ex",
+    for verb in ("alloc_mw", "create_qp_ex", "create_cq_ex",
                  "reg_mr_on_demand", "post_bind_mw"):  # fmt: skip
         assert results.pop(verb) == eopnotsupp, verb
     for verb in ("reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",

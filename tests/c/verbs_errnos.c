@@ -72,11 +72,6 @@ int main(void)
 
 	/* what pyroce does not offer to C programs */
 	report("alloc_mw", null_errno(ibv_alloc_mw(pd, IBV_MW_TYPE_2)));
-	struct ibv_ah_attr ah_attr = {.is_global = 1, .port_num = 1};
-	report("create_ah", null_errno(ibv_create_ah(pd, &ah_attr)));
-	struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
-				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-	report("create_qp_ud", null_errno(ibv_create_qp(pd, &ud)));
 	struct ibv_qp_init_attr_ex ex = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 					 .send_ops_flags = IBV_QP_EX_WITH_SEND,

@@ -135,6 +135,12 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		return -opcode;
 	if (qp->qp.qp_type == IBV_QPT_UC && !uc_allows(opcode))
 		return EINVAL;
+	if (qp->qp.qp_type == IBV_QPT_UD) { /* a UD message is a SEND (IBA 9.8.3), to its WR's AH */
+		int bad = opcode != OP_SEND && opcode != OP_SEND_IMM ? EINVAL : pr_datagram_segment(wqe + off, wr);
+		if (bad)
+			return bad;
+		off += PR_AV_SIZE;
+	}
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
 	for (int i = 0; i < wr->num_sge; i++)
@@ -398,6 +404,7 @@ static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t o
 	}
 	uint32_t flags_rqpn = get32(cqe + 24);
 	wc->src_qp = flags_rqpn & 0xffffff;
+	wc->sl = flags_rqpn >> 24 & 0xf;
 	if (flags_rqpn >> 28 & 3)
 		wc->wc_flags |= IBV_WC_GRH;
 	return 1;

@@ -78,6 +78,14 @@ struct pr_srq {
 	uint64_t *wr_ids;          /* PR_SRQ_COUNTERS: completions come out of ring order */
 };
 
+#define PR_AV_SIZE 48 /* a UD WQE's datagram segment: mlx5_wqe_av (nic/wqe.py AddressVector) */
+
+struct pr_ah {
+	struct ibv_ah ah;
+	PyObject *obj;             /* pyroce.verbs.ah.AH: its checks were made there */
+	uint8_t av[PR_AV_SIZE];    /* the datagram segment but its Q_Key and QPN, which each WR names */
+};
+
 struct pr_send_entry {
 	uint32_t start;            /* first basic block */
 	uint32_t wqebbs;
@@ -122,10 +130,14 @@ void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *
 void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
 
 /* control.c */
+PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
+
+/* ud.c */
+int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr);
 
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
