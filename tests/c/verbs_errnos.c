@@ -71,7 +71,6 @@ int main(void)
 	union ibv_gid gid;
 
 	/* what pyroce does not offer to C programs */
-	report("alloc_mw", null_errno(ibv_alloc_mw(pd, IBV_MW_TYPE_2)));
 	struct ibv_qp_init_attr_ex ex = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 					 .send_ops_flags = IBV_QP_EX_WITH_SEND,
@@ -114,7 +113,7 @@ int main(void)
 		return 1;
 	struct ibv_send_wr bind = send;
 	bind.opcode = IBV_WR_BIND_MW;
-	report("post_bind_mw", ibv_post_send(qp, &bind, &bad));
+	report("post_bind_mw_without_window", ibv_post_send(qp, &bind, &bad));
 	struct ibv_send_wr no_opcode = send;
 	no_opcode.opcode = 99;
 	report("post_opcode_99", ibv_post_send(qp, &no_opcode, &bad));

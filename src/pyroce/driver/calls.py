@@ -20,6 +20,7 @@ from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ, CompChannel
 from pyroce.verbs.device import Context, DeviceAttr, PortAttr
 from pyroce.verbs.mr import MR, address_of
+from pyroce.verbs.mw import MW
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -120,6 +121,16 @@ def rereg_mr(mr: MR, flags: int, pd: PD | None, access: int) -> tuple[int, int]:
 
 def dereg_mr(mr: MR) -> None:
     mr.close()
+
+
+def alloc_mw(pd: PD, mw_type: int) -> tuple[MW, int]:
+    """``ibv_alloc_mw``: the window and its rkey (a bind changes the key's low byte)."""
+    mw = MW(pd, mw_type)
+    return mw, mw.rkey
+
+
+def dealloc_mw(mw: MW) -> None:
+    mw.close()
 
 
 # --- completion queues ---------------------------------------------------------------

@@ -32,6 +32,7 @@ enum { /* MLX5_OPCODE_* */
 	OP_RDMA_READ = 0x10,
 	OP_ATOMIC_CS = 0x11,
 	OP_ATOMIC_FA = 0x12,
+	OP_BIND_MW = 0x18,
 	OP_LOCAL_INVAL = 0x1b,
 };
 
@@ -103,7 +104,7 @@ static int wqe_opcode(unsigned int opcode)
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: return OP_ATOMIC_FA;
 	case IBV_WR_LOCAL_INV: return OP_LOCAL_INVAL;
 	case IBV_WR_SEND_WITH_INV: return OP_SEND_INVAL;
-	case IBV_WR_BIND_MW: /* memory windows are not offered to C programs yet (ibv_alloc_mw) */
+	case IBV_WR_BIND_MW: return OP_BIND_MW;
 	case IBV_WR_TSO:
 	case IBV_WR_DRIVER1:
 	case 14: /* IBV_WR_FLUSH, in newer headers */
@@ -116,7 +117,7 @@ static int wqe_opcode(unsigned int opcode)
 static int uc_allows(int opcode)
 {
 	return opcode == OP_SEND || opcode == OP_SEND_IMM || opcode == OP_RDMA_WRITE || opcode == OP_RDMA_WRITE_IMM ||
-	       opcode == OP_LOCAL_INVAL;
+	       opcode == OP_BIND_MW || opcode == OP_LOCAL_INVAL;
 }
 
 /* Write one WQE at the producer counter (the caller holds sq_lock): 0 or the errno. */
@@ -168,7 +169,12 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		put64(wqe + off + SEG + 8, opcode == OP_ATOMIC_CS ? wr->wr.atomic.compare_add : 0);
 		off += 2 * SEG;
 	}
-	if (opcode == OP_LOCAL_INVAL) {
+	if (opcode == OP_BIND_MW) {
+		int bad = pr_bind_segment(wqe + off, wr);
+		if (bad)
+			return bad;
+		ds = (off + PR_BIND_SIZE) / SEG;
+	} else if (opcode == OP_LOCAL_INVAL) {
 		ds = off / SEG;
 	} else if (wr->send_flags & IBV_SEND_INLINE && !atomic && opcode != OP_RDMA_READ) {
 		if (length > qp->max_inline_data)
@@ -199,6 +205,8 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		imm = be32toh(wr->imm_data);
 	else if (opcode == OP_SEND_INVAL || opcode == OP_LOCAL_INVAL)
 		imm = wr->invalidate_rkey;
+	else if (opcode == OP_BIND_MW)
+		imm = wr->bind_mw.rkey; /* the window's new key */
 	put32(wqe, ((qp->sq_producer & 0xffff) << 8) | opcode);
 	put32(wqe + 4, (qp->qp.qp_num << 8) | ds);
 	memset(wqe + 8, 0, 3); /* signature, stream id */

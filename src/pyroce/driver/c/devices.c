@@ -112,6 +112,9 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	context->ops.post_send = pr_post_send;
 	context->ops.post_recv = pr_post_recv;
 	context->ops.post_srq_recv = pr_post_srq_recv;
+	context->ops.alloc_mw = pr_alloc_mw;
+	context->ops.bind_mw = pr_bind_mw;
+	context->ops.dealloc_mw = pr_dealloc_mw;
 	context->cmd_fd = -1; /* no kernel: nothing to import or share */
 	context->async_fd = async_fd;
 	context->num_comp_vectors = 1;

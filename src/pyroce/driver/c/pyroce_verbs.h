@@ -139,6 +139,13 @@ struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
 /* ud.c */
 int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr);
 
+/* mw.c */
+#define PR_BIND_SIZE 32 /* a BIND_MW WQE's bind segment (nic/wqe.py MwBindSeg), in whole segments */
+int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr);
+struct ibv_mw *pr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int pr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+int pr_dealloc_mw(struct ibv_mw *mw);
+
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
 
