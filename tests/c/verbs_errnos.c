@@ -73,9 +73,9 @@ int main(void)
 	/* what pyroce does not offer to C programs */
 	struct ibv_qp_init_attr_ex ex = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-					 .send_ops_flags = IBV_QP_EX_WITH_SEND,
+					 .send_ops_flags = IBV_QP_EX_WITH_TSO,
 					 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-	report("create_qp_ex", null_errno(ibv_create_qp_ex(ctx, &ex)));
+	report("create_qp_ex_tso", null_errno(ibv_create_qp_ex(ctx, &ex)));
 	struct ibv_cq_init_attr_ex cq_ex = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	report("create_cq_ex", null_errno(ibv_create_cq_ex(ctx, &cq_ex)));
 	report("reg_mr_on_demand", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));

@@ -18,12 +18,14 @@ from pyroce.verbs.ah import AH
 from pyroce.verbs.ah import route_from_header as ah_route_from_header
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ, CompChannel
+from pyroce.verbs.cq_ex import check_extended
 from pyroce.verbs.device import Context, DeviceAttr, PortAttr
 from pyroce.verbs.mr import MR, address_of
 from pyroce.verbs.mw import MW
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.qp_ex import send_ops
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
@@ -173,6 +175,11 @@ def resize_cq(cq: CQ, cqe: int, consumer: int) -> tuple[int, int, int]:
     return ring, count, cq.cqe
 
 
+def check_cq_ex(wc_flags: int, parent_domain: int) -> None:
+    """``ibv_create_cq_ex``: what ``pyroce.verbs.cq_ex.CQEX`` refuses; C then creates a CQ."""
+    check_extended(wc_flags, bool(parent_domain))
+
+
 def req_notify_cq(cq: CQ, solicited_only: int) -> None:
     cq.req_notify(bool(solicited_only))
 
@@ -222,6 +229,12 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
     ring = qp.rq.ring
     return (qp, qp.qp_num, address_of(memoryview(qp._sq_buf)), qp.sq_wqebbs, address_of(ring.buf), ring.count,
             ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
+
+
+def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+    """``ibv_create_qp_ex``: the send ops after ``pyroce.verbs.qp_ex.QPEx``'s checks; C then
+    creates the QP and its ``wr_*`` builders (which refuse the ops not asked for)."""
+    return send_ops(qp_type, comp_mask, send_ops_flags)
 
 
 def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | None:

@@ -378,6 +378,7 @@ PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	}
 	release(self->obj);
 	pthread_spin_destroy(&self->lock);
+	free(self->current);
 	free(self);
 	return 0;
 }
@@ -625,6 +626,7 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_spin_destroy(&self->rq_lock);
 	free(self->sq_entries);
 	free(self->rq_wr_ids);
+	free(self->batch);
 	free(self);
 	return 0;
 }

@@ -121,7 +121,7 @@ static int uc_allows(int opcode)
 }
 
 /* Write one WQE at the producer counter (the caller holds sq_lock): 0 or the errno. */
-static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
+int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 {
 	uint8_t wqe[MAX_DS * SEG];
 	enum ibv_qp_state state = qp->qp.state;
@@ -224,6 +224,13 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 	return 0;
 }
 
+/* Publish the producer in the doorbell record and ring (the caller holds sq_lock). */
+void pr_send_doorbell(struct pr_qp *qp)
+{
+	__atomic_store_n(&qp->doorbell[1], htobe32(qp->sq_producer & 0xffff), __ATOMIC_RELEASE);
+	ring_doorbell(qp, PR_SEND_DOORBELL);
+}
+
 int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
@@ -232,16 +239,14 @@ int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	pthread_spin_lock(&qp->sq_lock);
 	uint32_t first = qp->sq_producer;
 	for (; wr; wr = wr->next) {
-		ret = post_one(qp, wr);
+		ret = pr_post_one(qp, wr);
 		if (ret) {
 			*bad_wr = wr;
 			break;
 		}
 	}
-	if (qp->sq_producer != first) { /* the WRs before a bad one are posted, as in libibverbs */
-		__atomic_store_n(&qp->doorbell[1], htobe32(qp->sq_producer & 0xffff), __ATOMIC_RELEASE);
-		ring_doorbell(qp, PR_SEND_DOORBELL);
-	}
+	if (qp->sq_producer != first) /* the WRs before a bad one are posted, as in libibverbs */
+		pr_send_doorbell(qp);
 	pthread_spin_unlock(&qp->sq_lock);
 	return ret;
 }

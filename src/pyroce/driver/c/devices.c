@@ -105,6 +105,8 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	ctx->vctx.query_port = pr_query_port;
+	ctx->vctx.create_qp_ex = pr_create_qp_ex;
+	ctx->vctx.create_cq_ex = pr_create_cq_ex;
 	struct ibv_context *context = &ctx->vctx.context;
 	context->device = device;
 	context->ops.poll_cq = pr_poll_cq;

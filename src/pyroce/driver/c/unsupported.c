@@ -27,11 +27,6 @@ PR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint
 	return EOPNOTSUPP;
 }
 
-PR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	NULL_EOPNOTSUPP; /* no extended QPs from C (ibv_create_qp_ex is EOPNOTSUPP) */
-}
-
 PR_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
 {
 	return 0; /* nothing is promised in order beyond what IBA says */
