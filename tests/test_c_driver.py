@@ -28,6 +28,8 @@ MISSING = [what for what, present in (("a C compiler (cc)", shutil.which("cc")),
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)}")
 C_TOOL = ("ibv_rc_pingpong", "-d", "pyroce0")
 PYTHON_TOOL = (sys.executable, "-m", "pyroce", "rc_pingpong")
+UD_C_TOOL = ("ibv_ud_pingpong", "-d", "pyroce0")
+UD_PYTHON_TOOL = (sys.executable, "-m", "pyroce", "ud_pingpong")
 ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
 
 
@@ -94,10 +96,10 @@ def test_rc_pingpong_between_two_c_programs(driver_env: dict[str, str], size: in
 
 
 def rc_pingpong(env: dict[str, str], server: tuple[str, ...], client: tuple[str, ...], port: int,
-                *options: str) -> tuple[str, str]:  # fmt: skip
-    """Run a server and a client (each the C tool or ``pyroce rc_pingpong``) of 200 ping-pongs
-    with buffer checks; both outputs, each having exited 0."""
-    argv = ("-g", "0", "-p", str(port), "-n", "200", "-c", *options)
+                *options: str, check: bool = True) -> tuple[str, str]:  # fmt: skip
+    """Run a server and a client (each a C tool or its ``pyroce`` twin) of 200 ping-pongs,
+    with buffer checks unless ``check`` is False; both outputs, each having exited 0."""
+    argv = ("-g", "0", "-p", str(port), "-n", "200", *(("-c",) if check else ()), *options)
     serving = subprocess.Popen([*server, *argv], env=env, text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)  # fmt: skip
     try:
@@ -127,12 +129,130 @@ def test_uc_and_srq_pingpong_between_two_c_programs(driver_env: dict[str, str], 
 
 
 @needs_tools
-def test_ud_pingpong_fails_cleanly(driver_env: dict[str, str]) -> None:
-    """UD QPs are not offered yet: the tool is told so (EOPNOTSUPP) and exits, no crash."""
-    done = subprocess.run(["ibv_ud_pingpong", "-d", "pyroce0", "-g", "0", "-p", str(free_port(15))], env=driver_env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 1, done
-    assert "Couldn't create QP" in done.stderr
+def test_ud_pingpong_between_two_c_programs(driver_env: dict[str, str]) -> None:
+    """UD SENDs through AHs, 2 KiB each (Debian's tool sends 1 KiB unless told: -s always)."""
+    for out in rc_pingpong(driver_env, UD_C_TOOL, UD_C_TOOL, free_port(15), "-s", "2048"):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert "invalid data" not in out
+
+
+@needs_tools
+@pytest.mark.parametrize(("server", "client"), [(UD_C_TOOL, UD_PYTHON_TOOL), (UD_PYTHON_TOOL, UD_C_TOOL)],
+                         ids=["c-py", "py-c"])  # fmt: skip
+def test_ud_pingpong_c_against_python(driver_env: dict[str, str], server: tuple[str, ...],
+                                      client: tuple[str, ...]) -> None:  # fmt: skip
+    """pyroce ud_pingpong has no buffer check (-c): the datagrams' sizes and count are the check."""
+    port = free_port(16 + (server is UD_C_TOOL))
+    for out in rc_pingpong(driver_env, server, client, port, "-s", "2048", check=False):
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+        assert out.count("819200 bytes in ") == 1, out
+
+
+@needs_tools
+def test_ud_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """Two UD QPs of one device: a datagram each way (the answer through an AH made from the
+    received WC and its GRH), the receive WC's UD fields, and AHs and UD posts misused."""
+    done = run_c_program("ud_verbs", driver_env, tmp_path, address(3))
+    results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
+                   if not line.startswith(("wc ", "received ", "back ", "no_grh ")))  # fmt: skip
+    einval, eopnotsupp = str(22), str(95)
+    for what in ("create_ah_without_grh", "create_ah_sgid_index_7", "post_rdma_write_on_ud", "post_send_without_ah",
+                 "post_send_qpn_above_24_bits", "create_ah_from_an_empty_header"):  # fmt: skip
+        assert results.pop(what) == einval, what
+    assert results.pop("create_ah_to_gid_zero") == eopnotsupp  # no link reaches it (pyroce.verbs.ah)
+    assert set(results.values()) == {"0"}, results
+    completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
+    expected = [  # SEND (0) and RECV (128), in either order: 40 bytes of GRH room counted, from the peer QP
+        "wc wr_id=100 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
+        "wc wr_id=1 status=success opcode=128 byte_len=140 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0xabcd0123",
+        "wc wr_id=50 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
+        "wc wr_id=2 status=success opcode=128 byte_len=90 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0x00000000",
+    ]
+    assert sorted(completions) == sorted(expected), done.stdout
+    assert "received a datagram from C" in done.stdout and "received an answer" in done.stdout
+    assert "back is_global=1 dgid_is_own=1 sgid_index=0 port_num=1" in done.stdout
+    assert "no_grh is_global=0" in done.stdout
+
+
+@needs_tools
+def test_memory_windows_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """Type 1 (ibv_bind_mw) and type 2 (IBV_WR_BIND_MW) windows on an RC QP connected to
+    itself: writes through each land, SEND with invalidate and LOCAL_INV take a window back,
+    a write through it then fails; windows misused get libibverbs' errnos."""
+    done = run_c_program("mw_verbs", driver_env, tmp_path, address(4))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("wc ", "window", "type1 ")))
+    einval, ebusy = str(22), str(16)
+    for what in ("alloc_mw_type_3", "bind_mw_type_2_by_verb", "bind_mw_local_write"):
+        assert results.pop(what) == einval, what
+    assert results.pop("dealloc_pd_with_windows") == ebusy
+    assert set(results.values()) == {"0"}, results
+    bind, write, recv, send, local_inv = 5, 1, 128, 0, 6  # IBV_WC_BIND_MW, RDMA_WRITE, RECV, SEND, LOCAL_INV
+    expected = [  # a RECV and a SEND may complete in either order
+        f"wc wr_id=21 status=success opcode={bind} with_inv=0",
+        f"wc wr_id=22 status=success opcode={write} with_inv=0",
+        f"wc wr_id=31 status=success opcode={bind} with_inv=0",
+        f"wc wr_id=32 status=success opcode={write} with_inv=0",
+        f"wc wr_id=33 status=success opcode={recv} with_inv=1",
+        f"wc wr_id=34 status=success opcode={send} with_inv=0",
+        f"wc wr_id=41 status=success opcode={bind} with_inv=0",
+        f"wc wr_id=42 status=success opcode={local_inv} with_inv=0",
+        "wc wr_id=43 status=Work Request Flushed Error opcode=0 with_inv=0",
+    ]
+    assert sorted(line for line in lines if line.startswith("wc ")) == sorted(expected), done.stdout
+    assert "type1 rkey_is_next=1" in lines
+    assert [line for line in lines if line.startswith("window")] == [
+        "window1 through a type 1 window", "window2 through a type 2 window", "window2 through a type 2 window"]  # fmt: skip
+
+
+@needs_tools
+def test_extended_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """ibv_create_qp_ex's wr_* builders in batches (every opcode, SGE lists, inline data copied
+    when set, windows, a UD address) read through ibv_create_cq_ex's start/next/end_poll; a
+    batch with a bad WR or aborted posts nothing; what rxe does not offer is EOPNOTSUPP."""
+    done = run_c_program("qp_ex_verbs", driver_env, tmp_path, address(5))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if " " in line and "=" not in line and ":" not in line
+                   and not line.startswith(("written ", "sent ", "read ", "window ", "datagram ")))  # fmt: skip
+    einval, eopnotsupp = str(22), str(95)
+    for what in ("create_cq_ex_timestamp", "create_qp_ex_ud_rdma_write", "wr_complete_cmp_swp_not_in_send_ops"):
+        assert results.pop(what) == eopnotsupp, what
+    for what in ("create_qp_ex_without_pd", "wr_complete_setter_without_builder", "wr_complete_three_sges",
+                 "wr_complete_without_start"):  # fmt: skip
+        assert results.pop(what) == einval, what
+    assert set(results.values()) == {"0"}, results
+    assert "plain_qp_to_qp_ex_is_null=1" in lines
+    tail = "imm=0x00000000 inv=0x0 grh=0 src_qp_is_peer=0"
+    # WRITE 1, SEND 0, FETCH_ADD 4, READ 2, BIND_MW 5, LOCAL_INV 6, RECV 128, RECV_RDMA_WITH_IMM 129; nothing
+    # of the refused or aborted batches (wr_id 11, 12) completes
+    expected = [
+        "wc wr_id=9 status=success opcode=128 byte_len=24 imm=0x1234abcd inv=0x0 grh=0 src_qp_is_peer=0",
+        f"wc wr_id=1 status=success opcode=1 byte_len=0 {tail}",
+        f"wc wr_id=2 status=success opcode=0 byte_len=0 {tail}",
+        f"wc wr_id=3 status=success opcode=4 byte_len=8 {tail}",
+        f"wc wr_id=4 status=success opcode=2 byte_len=26 {tail}",
+        f"wc wr_id=20 status=success opcode=5 byte_len=0 {tail}",
+        "wc wr_id=19 status=success opcode=129 byte_len=8 imm=0x0000feed inv=0x0 grh=0 src_qp_is_peer=0",
+        f"wc wr_id=21 status=success opcode=1 byte_len=0 {tail}",
+        f"wc wr_id=22 status=success opcode=6 byte_len=0 {tail}",
+        f"wc wr_id=30 status=success opcode=0 byte_len=0 {tail}",
+        "wc wr_id=29 status=success opcode=128 byte_len=56 imm=0x00000000 inv=0x0 grh=1 src_qp_is_peer=1",
+    ]
+    assert sorted(line for line in lines if line.startswith("wc ")) == sorted(expected), done.stdout
+    for line in ("written written by wr_rdma_write", "sent inline, copied when set", "fetch_add before=37 after=42",
+                 "read read back by| wr_rdma_read", "window written", "datagram written by wr_rd"):  # fmt: skip
+        assert line in lines, line
+
+
+def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str) -> subprocess.CompletedProcess:
+    """tests/c/<name>.c compiled here against the system's libibverbs and run on pyroce's; it exited 0."""
+    program = tmp_path / name
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / f"{name}.c"),
+                    "-libverbs"], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([str(program)], env={**env, "PYROCE_ADDR": device_address}, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
 
 
 @needs_tools
@@ -152,19 +272,13 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     every verb pyroce lacks fails with EOPNOTSUPP, misuse with libibverbs' errno, nothing
     crashes (nor hangs: a forked child is refused), and a SEND with immediate from a QP to
     itself arrives, also after a CQ resize and a reset."""
-    program = tmp_path / "verbs_errnos"
-    subprocess.run(["cc", "-O2", "-o", str(program), str(ROOT / "tests" / "c" / "verbs_errnos.c"), "-libverbs"],
-                   check=True, capture_output=True)  # fmt: skip
-    done = subprocess.run([str(program)], env={**driver_env, "PYROCE_ADDR": address(2)}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_c_program("verbs_errnos", driver_env, tmp_path, address(2))
     results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
                    if not line.startswith(("wc ", "received ", "query ")))  # fmt: skip
     eopnotsupp, einval, ebusy = str(95), str(22), str(16)
-    for verb in ("alloc_mw", "create_ah", "create_qp_ud", "create_qp_ex", "create_cq_ex",
-                 "reg_mr_on_demand", "post_bind_mw"):  # fmt: skip
+    for verb in ("create_qp_ex_tso", "create_cq_ex", "reg_mr_on_demand"):
         assert results.pop(verb) == eopnotsupp, verb
-    for verb in ("reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",
+    for verb in ("post_bind_mw_without_window", "reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",
                  "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges"):  # fmt: skip
         assert results.pop(verb) == einval, verb
     assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy

@@ -71,17 +71,11 @@ int main(void)
 	union ibv_gid gid;
 
 	/* what pyroce does not offer to C programs */
-	report("alloc_mw", null_errno(ibv_alloc_mw(pd, IBV_MW_TYPE_2)));
-	struct ibv_ah_attr ah_attr = {.is_global = 1, .port_num = 1};
-	report("create_ah", null_errno(ibv_create_ah(pd, &ah_attr)));
-	struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
-				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-	report("create_qp_ud", null_errno(ibv_create_qp(pd, &ud)));
 	struct ibv_qp_init_attr_ex ex = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-					 .send_ops_flags = IBV_QP_EX_WITH_SEND,
+					 .send_ops_flags = IBV_QP_EX_WITH_TSO,
 					 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-	report("create_qp_ex", null_errno(ibv_create_qp_ex(ctx, &ex)));
+	report("create_qp_ex_tso", null_errno(ibv_create_qp_ex(ctx, &ex)));
 	struct ibv_cq_init_attr_ex cq_ex = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	report("create_cq_ex", null_errno(ibv_create_cq_ex(ctx, &cq_ex)));
 	report("reg_mr_on_demand", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));
@@ -119,7 +113,7 @@ int main(void)
 		return 1;
 	struct ibv_send_wr bind = send;
 	bind.opcode = IBV_WR_BIND_MW;
-	report("post_bind_mw", ibv_post_send(qp, &bind, &bad));
+	report("post_bind_mw_without_window", ibv_post_send(qp, &bind, &bad));
 	struct ibv_send_wr no_opcode = send;
 	no_opcode.opcode = 99;
 	report("post_opcode_99", ibv_post_send(qp, &no_opcode, &bad));

@@ -14,14 +14,18 @@ import errno
 from typing import Any
 
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
+from pyroce.verbs.ah import AH
+from pyroce.verbs.ah import route_from_header as ah_route_from_header
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ, CompChannel
+from pyroce.verbs.cq_ex import check_extended
 from pyroce.verbs.device import Context, DeviceAttr, DeviceAttrEx, PortAttr
-from pyroce.verbs.enums import ibv_qp_type
 from pyroce.verbs.mr import MR, address_of
+from pyroce.verbs.mw import MW
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.qp_ex import send_ops
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
@@ -125,6 +129,16 @@ def dereg_mr(mr: MR) -> None:
     mr.close()
 
 
+def alloc_mw(pd: PD, mw_type: int) -> tuple[MW, int]:
+    """``ibv_alloc_mw``: the window and its rkey (a bind changes the key's low byte)."""
+    mw = MW(pd, mw_type)
+    return mw, mw.rkey
+
+
+def dealloc_mw(mw: MW) -> None:
+    mw.close()
+
+
 # --- completion queues ---------------------------------------------------------------
 
 
@@ -165,6 +179,11 @@ def resize_cq(cq: CQ, cqe: int, consumer: int) -> tuple[int, int, int]:
     return ring, count, cq.cqe
 
 
+def check_cq_ex(wc_flags: int, parent_domain: int) -> None:
+    """``ibv_create_cq_ex``: what ``pyroce.verbs.cq_ex.CQEX`` refuses; C then creates a CQ."""
+    check_extended(wc_flags, bool(parent_domain))
+
+
 def req_notify_cq(cq: CQ, solicited_only: int) -> None:
     cq.req_notify(bool(solicited_only))
 
@@ -175,6 +194,33 @@ def destroy_cq(cq: CQ) -> None:
     cq.close()
 
 
+# --- address handles ---------------------------------------------------------------
+
+
+def _ah_attr(ah: dict[str, Any]) -> AHAttr:
+    """An ``ibv_ah_attr`` as C passes it (a dict of its fields, the GID as 16 bytes)."""
+    route = GlobalRoute(GID(ah["dgid"]), ah["flow_label"], ah["sgid_index"], ah["hop_limit"], ah["traffic_class"])
+    return AHAttr(ah["dlid"], ah["sl"], ah["src_path_bits"], ah["static_rate"], ah["is_global"], ah["port_num"],
+                  route)  # fmt: skip
+
+
+def create_ah(pd: PD, fields: dict[str, Any]) -> AH:
+    """``ibv_create_ah``: the AH's checks (a GRH, a GID the link reaches); C writes the datagram
+    segment from the same ``ibv_ah_attr``."""
+    return AH(pd, attr=_ah_attr(fields))
+
+
+def destroy_ah(ah: AH) -> None:
+    ah.close()
+
+
+def route_from_header(ctx: Context, header: bytes) -> tuple[bytes, int, int, int, int]:
+    """``ibv_init_ah_from_wc`` of a WC with a GRH: the 40 bytes before the datagram read as
+    ``pyroce.verbs.ah`` reads them: (dgid, flow_label, sgid_index, hop_limit, traffic_class)."""
+    route = ah_route_from_header(ctx, header)
+    return route.dgid.raw, route.flow_label, route.sgid_index, route.hop_limit, route.traffic_class
+
+
 # --- queue pairs ---------------------------------------------------------------------
 
 
@@ -182,13 +228,17 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
               max_recv_wr: int, max_send_sge: int, max_recv_sge: int, max_inline_data: int) -> tuple[Any, ...]:  # fmt: skip
     """``ibv_create_qp``: (QP, QPN, send ring address, its basic blocks, receive ring address,
     its WQEs, their stride, doorbell record address); with an SRQ, the receive ring is the SRQ's."""
-    if qp_type == ibv_qp_type.IBV_QPT_UD:  # the C data path writes no datagram segment (nor AHs) yet
-        raise PyverbsRDMAError("Failed to create QP: UD QPs are not offered to C programs yet", errno.EOPNOTSUPP)
     cap = QPCap(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
     qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
     ring = qp.rq.ring
     return (qp, qp.qp_num, address_of(memoryview(qp._sq_buf)), qp.sq_wqebbs, address_of(ring.buf), ring.count,
             ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
+
+
+def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+    """``ibv_create_qp_ex``: the send ops after ``pyroce.verbs.qp_ex.QPEx``'s checks; C then
+    creates the QP and its ``wr_*`` builders (which refuse the ops not asked for)."""
+    return send_ops(qp_type, comp_mask, send_ops_flags)
 
 
 def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | None:
@@ -201,9 +251,7 @@ def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | No
             setattr(attr, name, value)
     ah = fields.get("ah_attr")
     if ah is not None:
-        route = GlobalRoute(GID(ah["dgid"]), ah["flow_label"], ah["sgid_index"], ah["hop_limit"], ah["traffic_class"])
-        attr.ah_attr = AHAttr(ah["dlid"], ah["sl"], ah["src_path_bits"], ah["static_rate"], ah["is_global"],
-                              ah["port_num"], route)  # fmt: skip
+        attr.ah_attr = _ah_attr(ah)
     qp.modify(attr, mask)
     if qp.qp_state == 0:  # IBV_QPS_RESET
         return qp.reset_at[qp.scq.hw.cqn], qp.reset_at[qp.rcq.hw.cqn]

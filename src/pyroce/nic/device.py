@@ -311,7 +311,9 @@ class NicDevice:
         self._progress.poll_found()
 
     def kick(self) -> None:
-        """Run the engine in the calling thread now, whatever the mode (tests, tools)."""
+        """Run the engine in the calling thread now, whatever the mode (tests, tools, a CQ
+        resize), with every doorbell rung so far: a C driver's records in the wake-up pipe too."""
+        self._handoff.drain()
         self._progress.run_inline()
 
     def step(self, now: float) -> None:

@@ -14,6 +14,7 @@ import struct
 
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.base import PyverbsObject, check_injected
+from pyroce.verbs.device import Context
 from pyroce.verbs.enums import ibv_wc_flags
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -72,6 +73,12 @@ def init_ah_from_wc(pd: PD, wc: object, grh: object, port_num: object) -> AHAttr
     if not getattr(wc, "wc_flags", 0) & ibv_wc_flags.IBV_WC_GRH:
         raise PyverbsRDMAError("Failed to create AH: the WC has no GRH (RoCE needs one)", errno.EINVAL)
     header = pd.read_registered(grh, GRH_LEN, "create AH")
+    return AHAttr(sl=getattr(wc, "sl", 0), is_global=1, port_num=port_num, gr=route_from_header(pd.ctx, header))
+
+
+def route_from_header(ctx: Context, header: bytes) -> GlobalRoute:
+    """The route back to the sender of a datagram whose 40-byte network header is ``header``:
+    its source as the destination GID, and the index of its destination in ``ctx``'s GID table."""
     ipv4 = header[_IPV4_AT : _IPV4_AT + 20]
     if ipv4[0] == 0x45 and ipv4_checksum(ipv4) == 0:
         route = GlobalRoute(dgid=GID(ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ipv4[12:16]).packed),
@@ -84,12 +91,10 @@ def init_ah_from_wc(pd: PD, wc: object, grh: object, port_num: object) -> AHAttr
         route = GlobalRoute(dgid=GID(sgid), flow_label=word & 0xFFFFF, hop_limit=hop_limit,
                             traffic_class=word >> 20 & 0xFF)  # fmt: skip
         local = GID(dgid)
-    gids = pd.ctx.gids
+    gids = ctx.gids
     for index in range(len(gids)):
         if gids.row(index)[0] == local:
             route.sgid_index = index
-            break
-    else:
-        raise PyverbsRDMAError(f"Failed to create AH: {local} (the datagram's destination) is not in the GID table",
-                               errno.EINVAL)  # fmt: skip
-    return AHAttr(sl=getattr(wc, "sl", 0), is_global=1, port_num=port_num, gr=route)
+            return route
+    raise PyverbsRDMAError(f"Failed to create AH: {local} (the datagram's destination) is not in the GID table",
+                           errno.EINVAL)  # fmt: skip

@@ -240,6 +240,9 @@ class CQ(PyverbsObject):
         EINVAL if ``cqe`` is out of range or smaller than what is waiting to be polled."""
         self._check_open()
         _check_cqe(self.ctx, cqe, "resize")
+        # Work posted before the resize is done first (rxe's requester has sent a UD datagram by
+        # then), so its completions count against the new size: EINVAL if they would not fit.
+        self.ctx.device.kick()
         count = _ring_size(cqe)
         buf = bytearray(count * CQE_SIZE)
         try:

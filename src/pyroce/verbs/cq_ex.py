@@ -37,6 +37,14 @@ class PollCqAttr:
         self.comp_mask = 0
 
 
+def check_extended(wc_flags: int, parent_domain: bool) -> None:
+    """EOPNOTSUPP for what rxe's ``rxe_create_cq_ex`` does not offer."""
+    if wc_flags & ~IBV_WC_STANDARD_FLAGS:
+        raise PyverbsRDMAError("Failed to create extended CQ: wc_flags beyond the standard fields", errno.EOPNOTSUPP)
+    if parent_domain:
+        raise PyverbsRDMAError("Failed to create extended CQ: no parent domains", errno.EOPNOTSUPP)
+
+
 class CQEX(CQ):
     """``CQEX(ctx, CqInitAttrEx)``. ``wc_flags`` beyond what rxe offers (the standard fields:
     byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits) are EOPNOTSUPP at creation, as
@@ -45,11 +53,7 @@ class CQEX(CQ):
 
     def __init__(self, context: Context, init_attr: CqInitAttrEx | None = None) -> None:
         attr = init_attr if init_attr is not None else CqInitAttrEx()
-        if attr.wc_flags & ~IBV_WC_STANDARD_FLAGS:
-            raise PyverbsRDMAError("Failed to create extended CQ: wc_flags beyond the standard fields",
-                                   errno.EOPNOTSUPP)  # fmt: skip
-        if attr.parent_domain is not None:
-            raise PyverbsRDMAError("Failed to create extended CQ: no parent domains", errno.EOPNOTSUPP)
+        check_extended(attr.wc_flags, attr.parent_domain is not None)
         super().__init__(context, attr.cqe, None, attr.comp_channel, attr.comp_vector)
         self.wc_flags = attr.wc_flags
         self._current: WC | None = None

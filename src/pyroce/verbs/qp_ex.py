@@ -52,6 +52,18 @@ OP_FLAG = {
 _INLINE = int(ibv_send_flags.IBV_SEND_INLINE)
 
 
+def send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+    """The operations an extended QP is created for, or EOPNOTSUPP for what rxe does not do
+    (``comp_mask`` beyond the PD and the send ops) or the QP type cannot send."""
+    if comp_mask & ~(ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS):
+        raise PyverbsRDMAError("Failed to create QP: comp_mask asks for what rxe does not do", errno.EOPNOTSUPP)
+    ops = send_ops_flags if comp_mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS else 0
+    if ops & ~SEND_OPS.get(qp_type, 0):
+        raise PyverbsRDMAError(f"Failed to create QP: send_ops_flags 0x{ops:x} include operations this "
+                               "QP type cannot send here", errno.EOPNOTSUPP)  # fmt: skip
+    return ops
+
+
 class QPInitAttrEx(QPInitAttr):
     """``ibv_qp_init_attr_ex``: ``comp_mask`` says which of ``pd`` and ``send_ops_flags`` count."""
 
@@ -86,12 +98,7 @@ class QPEx(QP):
 
     def __init__(self, creator: PD | Context, init_attr: QPInitAttrEx, qp_attr: QPAttr | None = None) -> None:
         mask = init_attr.comp_mask
-        if mask & ~(ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS):
-            raise PyverbsRDMAError("Failed to create QP: comp_mask asks for what rxe does not do", errno.EOPNOTSUPP)
-        ops = init_attr.send_ops_flags if mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS else 0
-        if ops & ~SEND_OPS.get(init_attr.qp_type, 0):
-            raise PyverbsRDMAError(f"Failed to create QP: send_ops_flags 0x{ops:x} include operations this "
-                                   "QP type cannot send here", errno.EOPNOTSUPP)  # fmt: skip
+        ops = send_ops(init_attr.qp_type, mask, init_attr.send_ops_flags)
         if isinstance(creator, Context):
             if not mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD or init_attr.pd is None:
                 raise PyverbsRDMAError("Failed to create QP: no PD (IBV_QP_INIT_ATTR_PD)", errno.EINVAL)

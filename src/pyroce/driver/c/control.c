@@ -378,6 +378,7 @@ PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	}
 	release(self->obj);
 	pthread_spin_destroy(&self->lock);
+	free(self->current);
 	free(self);
 	return 0;
 }
@@ -462,8 +463,8 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	return &qp->qp;
 }
 
-/* ibv_ah_attr as calls.modify_qp reads it (a new reference). */
-static PyObject *ah_fields(const struct ibv_ah_attr *ah)
+/* ibv_ah_attr as calls.modify_qp and create_ah read it (a new reference). */
+PyObject *pr_ah_fields(const struct ibv_ah_attr *ah)
 {
 	const struct ibv_global_route *grh = &ah->grh;
 
@@ -494,7 +495,7 @@ PR_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int att
 		"max_dest_rd_atomic", attr->max_dest_rd_atomic, "min_rnr_timer", attr->min_rnr_timer, "port_num",
 		attr->port_num, "timeout", attr->timeout, "retry_cnt", attr->retry_cnt, "rnr_retry", attr->rnr_retry,
 		"alt_port_num", attr->alt_port_num, "alt_timeout", attr->alt_timeout, "rate_limit", attr->rate_limit,
-		"ah_attr", ah_fields(&attr->ah_attr));
+		"ah_attr", pr_ah_fields(&attr->ah_attr));
 	if (fields)
 		result = pr_call("ibv_modify_qp", "modify_qp", "(OiO)", self->obj, attr_mask, fields);
 	else
@@ -625,6 +626,7 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_spin_destroy(&self->rq_lock);
 	free(self->sq_entries);
 	free(self->rq_wr_ids);
+	free(self->batch);
 	free(self);
 	return 0;
 }

@@ -32,6 +32,7 @@ enum { /* MLX5_OPCODE_* */
 	OP_RDMA_READ = 0x10,
 	OP_ATOMIC_CS = 0x11,
 	OP_ATOMIC_FA = 0x12,
+	OP_BIND_MW = 0x18,
 	OP_LOCAL_INVAL = 0x1b,
 };
 
@@ -103,7 +104,7 @@ static int wqe_opcode(unsigned int opcode)
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: return OP_ATOMIC_FA;
 	case IBV_WR_LOCAL_INV: return OP_LOCAL_INVAL;
 	case IBV_WR_SEND_WITH_INV: return OP_SEND_INVAL;
-	case IBV_WR_BIND_MW: /* memory windows are not offered to C programs yet (ibv_alloc_mw) */
+	case IBV_WR_BIND_MW: return OP_BIND_MW;
 	case IBV_WR_TSO:
 	case IBV_WR_DRIVER1:
 	case 14: /* IBV_WR_FLUSH, in newer headers */
@@ -116,11 +117,11 @@ static int wqe_opcode(unsigned int opcode)
 static int uc_allows(int opcode)
 {
 	return opcode == OP_SEND || opcode == OP_SEND_IMM || opcode == OP_RDMA_WRITE || opcode == OP_RDMA_WRITE_IMM ||
-	       opcode == OP_LOCAL_INVAL;
+	       opcode == OP_BIND_MW || opcode == OP_LOCAL_INVAL;
 }
 
 /* Write one WQE at the producer counter (the caller holds sq_lock): 0 or the errno. */
-static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
+int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 {
 	uint8_t wqe[MAX_DS * SEG];
 	enum ibv_qp_state state = qp->qp.state;
@@ -135,6 +136,12 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		return -opcode;
 	if (qp->qp.qp_type == IBV_QPT_UC && !uc_allows(opcode))
 		return EINVAL;
+	if (qp->qp.qp_type == IBV_QPT_UD) { /* a UD message is a SEND (IBA 9.8.3), to its WR's AH */
+		int bad = opcode != OP_SEND && opcode != OP_SEND_IMM ? EINVAL : pr_datagram_segment(wqe + off, wr);
+		if (bad)
+			return bad;
+		off += PR_AV_SIZE;
+	}
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
 	for (int i = 0; i < wr->num_sge; i++)
@@ -162,7 +169,12 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		put64(wqe + off + SEG + 8, opcode == OP_ATOMIC_CS ? wr->wr.atomic.compare_add : 0);
 		off += 2 * SEG;
 	}
-	if (opcode == OP_LOCAL_INVAL) {
+	if (opcode == OP_BIND_MW) {
+		int bad = pr_bind_segment(wqe + off, wr);
+		if (bad)
+			return bad;
+		ds = (off + PR_BIND_SIZE) / SEG;
+	} else if (opcode == OP_LOCAL_INVAL) {
 		ds = off / SEG;
 	} else if (wr->send_flags & IBV_SEND_INLINE && !atomic && opcode != OP_RDMA_READ) {
 		if (length > qp->max_inline_data)
@@ -193,6 +205,8 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 		imm = be32toh(wr->imm_data);
 	else if (opcode == OP_SEND_INVAL || opcode == OP_LOCAL_INVAL)
 		imm = wr->invalidate_rkey;
+	else if (opcode == OP_BIND_MW)
+		imm = wr->bind_mw.rkey; /* the window's new key */
 	put32(wqe, ((qp->sq_producer & 0xffff) << 8) | opcode);
 	put32(wqe + 4, (qp->qp.qp_num << 8) | ds);
 	memset(wqe + 8, 0, 3); /* signature, stream id */
@@ -210,6 +224,13 @@ static int post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 	return 0;
 }
 
+/* Publish the producer in the doorbell record and ring (the caller holds sq_lock). */
+void pr_send_doorbell(struct pr_qp *qp)
+{
+	__atomic_store_n(&qp->doorbell[1], htobe32(qp->sq_producer & 0xffff), __ATOMIC_RELEASE);
+	ring_doorbell(qp, PR_SEND_DOORBELL);
+}
+
 int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
@@ -218,16 +239,14 @@ int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	pthread_spin_lock(&qp->sq_lock);
 	uint32_t first = qp->sq_producer;
 	for (; wr; wr = wr->next) {
-		ret = post_one(qp, wr);
+		ret = pr_post_one(qp, wr);
 		if (ret) {
 			*bad_wr = wr;
 			break;
 		}
 	}
-	if (qp->sq_producer != first) { /* the WRs before a bad one are posted, as in libibverbs */
-		__atomic_store_n(&qp->doorbell[1], htobe32(qp->sq_producer & 0xffff), __ATOMIC_RELEASE);
-		ring_doorbell(qp, PR_SEND_DOORBELL);
-	}
+	if (qp->sq_producer != first) /* the WRs before a bad one are posted, as in libibverbs */
+		pr_send_doorbell(qp);
 	pthread_spin_unlock(&qp->sq_lock);
 	return ret;
 }
@@ -398,6 +417,7 @@ static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t o
 	}
 	uint32_t flags_rqpn = get32(cqe + 24);
 	wc->src_qp = flags_rqpn & 0xffffff;
+	wc->sl = flags_rqpn >> 24 & 0xf;
 	if (flags_rqpn >> 28 & 3)
 		wc->wc_flags |= IBV_WC_GRH;
 	return 1;

@@ -106,6 +106,8 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	ctx->vctx.query_port = pr_query_port;
 	ctx->vctx.query_device_ex = pr_query_device_ex;
+	ctx->vctx.create_qp_ex = pr_create_qp_ex;
+	ctx->vctx.create_cq_ex = pr_create_cq_ex;
 	struct ibv_context *context = &ctx->vctx.context;
 	context->device = device;
 	context->ops.poll_cq = pr_poll_cq;
@@ -113,6 +115,9 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	context->ops.post_send = pr_post_send;
 	context->ops.post_recv = pr_post_recv;
 	context->ops.post_srq_recv = pr_post_srq_recv;
+	context->ops.alloc_mw = pr_alloc_mw;
+	context->ops.bind_mw = pr_bind_mw;
+	context->ops.dealloc_mw = pr_dealloc_mw;
 	context->cmd_fd = -1; /* no kernel: nothing to import or share */
 	context->async_fd = async_fd;
 	context->num_comp_vectors = 1;

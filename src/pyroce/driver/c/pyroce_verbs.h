@@ -50,7 +50,10 @@ struct pr_channel {
 };
 
 struct pr_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cq_ex; /* ibv_create_cq_ex's: begins as an ibv_cq (ibv_cq_ex_to_cq) */
+	};
 	PyObject *obj;
 	struct pr_cq *next;        /* in the context's list */
 	uint32_t cqn;
@@ -62,6 +65,7 @@ struct pr_cq {
 	uint32_t consumer;
 	struct pr_qp *last;        /* the QP of the previous CQE: most polls find the same one */
 	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
+	struct ibv_wc *current;    /* an extended CQ's completion being read (cq_ex.c), else NULL */
 };
 
 #define PR_SRQ_COUNTERS 0x10000 /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
@@ -78,14 +82,27 @@ struct pr_srq {
 	uint64_t *wr_ids;          /* PR_SRQ_COUNTERS: completions come out of ring order */
 };
 
+#define PR_AV_SIZE 48 /* a UD WQE's datagram segment: mlx5_wqe_av (nic/wqe.py AddressVector) */
+
+struct pr_ah {
+	struct ibv_ah ah;
+	PyObject *obj;             /* pyroce.verbs.ah.AH: its checks were made there */
+	uint8_t av[PR_AV_SIZE];    /* the datagram segment but its Q_Key and QPN, which each WR names */
+};
+
 struct pr_send_entry {
 	uint32_t start;            /* first basic block */
 	uint32_t wqebbs;
 	uint64_t wr_id;
 };
 
+struct pr_wr_batch;
+
 struct pr_qp {
-	struct ibv_qp qp;
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qp_ex; /* ibv_create_qp_ex's: begins as an ibv_qp (ibv_qp_to_qp_ex) */
+	};
 	PyObject *obj;
 	struct pr_qp *next;        /* in the context's list */
 	struct pr_context *ctx;
@@ -104,6 +121,7 @@ struct pr_qp {
 	uint64_t *rq_wr_ids;       /* by WQE counter modulo rq_count */
 	volatile uint32_t *doorbell; /* [0] receive producer, [1] send producer (be32) */
 	uint32_t reset_at_scq, reset_at_rcq; /* CQEs before these counters belong to before a reset */
+	struct pr_wr_batch *batch; /* an extended QP's wr_* state (qp_ex.c), else NULL */
 };
 
 /* python_bridge.c */
@@ -115,6 +133,8 @@ long long pr_long(PyObject *obj, const char *name);
 
 /* datapath.c */
 int pr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr);
+void pr_send_doorbell(struct pr_qp *qp);
 int pr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int pr_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
 int pr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
@@ -123,10 +143,25 @@ void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *
 void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
 
 /* control.c */
+PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
+
+/* ud.c */
+int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr);
+
+/* mw.c */
+#define PR_BIND_SIZE 32 /* a BIND_MW WQE's bind segment (nic/wqe.py MwBindSeg), in whole segments */
+int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr);
+struct ibv_mw *pr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int pr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+int pr_dealloc_mw(struct ibv_mw *mw);
+
+/* qp_ex.c, cq_ex.c */
+struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_cq_ex *pr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 /* devices.c */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);

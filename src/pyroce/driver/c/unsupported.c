@@ -11,28 +11,6 @@
 		return NULL; \
 	} while (0)
 
-PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
-{
-	NULL_EOPNOTSUPP; /* address handles come with UD */
-}
-
-PR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
-{
-	return EOPNOTSUPP;
-}
-
-PR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
-				  struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
-{
-	return EOPNOTSUPP;
-}
-
-PR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
-					       uint8_t port_num)
-{
-	NULL_EOPNOTSUPP;
-}
-
 PR_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr *attr,
 					  uint8_t eth_mac[6], uint16_t *vid)
 {
@@ -47,11 +25,6 @@ PR_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint
 PR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	return EOPNOTSUPP;
-}
-
-PR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-	NULL_EOPNOTSUPP; /* no extended QPs from C (ibv_create_qp_ex is EOPNOTSUPP) */
 }
 
 PR_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)

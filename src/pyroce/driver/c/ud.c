@@ -1,0 +1,148 @@
+/* UD from C: address handles and the datagram segment. An AH is a pyroce.verbs.ah.AH (its
+ * checks: a GRH, a GID table index, a GID the link reaches) and the 48 bytes of mlx5_wqe_av
+ * that post_send copies into each UD WQE after the control segment, with the WR's Q_Key and
+ * remote QPN (nic/wqe.py AddressVector, as verbs/qp.py writes it). ibv_init_ah_from_wc reads
+ * the network header before a datagram as pyroce.verbs.ah does (IPv4 in its last 20 bytes,
+ * else an IPv6 header / GRH), with libibverbs' generic fields. */
+#include "pyroce_verbs.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXTENDED_AV 0x80000000u /* MLX5_EXTENDED_UD_AV, in dqp_dct */
+#define AV_GRH (1u << 30)       /* grh_gid_fl: the AV carries a GRH (always, on RoCE) */
+#define GRH_BYTES 40
+
+static void put32(uint8_t *at, uint32_t value)
+{
+	value = htobe32(value);
+	memcpy(at, &value, 4);
+}
+
+/* mlx5_wqe_av for RoCE: stat_rate_sl@12, tclass@26, hop_limit@27, grh_gid_fl@28, rgid@32;
+ * qkey@0 and dqp_dct@8 come with each WR. */
+static void write_av(uint8_t *av, const struct ibv_ah_attr *attr)
+{
+	const struct ibv_global_route *grh = &attr->grh;
+
+	memset(av, 0, PR_AV_SIZE);
+	av[12] = (attr->sl & 7) << 1;
+	av[26] = grh->traffic_class;
+	av[27] = grh->hop_limit;
+	put32(av + 28, AV_GRH | (uint32_t)grh->sgid_index << 20 | (grh->flow_label & 0xfffff));
+	memcpy(av + 32, grh->dgid.raw, sizeof(grh->dgid.raw));
+}
+
+int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr)
+{
+	const struct pr_ah *ah = (const struct pr_ah *)wr->wr.ud.ah;
+
+	if (!ah || wr->wr.ud.remote_qpn > 0xffffff)
+		return EINVAL;
+	memcpy(seg, ah->av, PR_AV_SIZE);
+	put32(seg, wr->wr.ud.remote_qkey);
+	put32(seg + 8, EXTENDED_AV | wr->wr.ud.remote_qpn);
+	return 0;
+}
+
+PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	PyGILState_STATE state;
+	PyObject *fields, *obj = NULL;
+	struct pr_ah *ah = calloc(1, sizeof(*ah));
+
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pr_enter(&state)) {
+		free(ah);
+		return NULL;
+	}
+	fields = pr_ah_fields(attr);
+	if (fields)
+		obj = pr_call("ibv_create_ah", "create_ah", "(OO)", ((struct pr_pd *)pd)->obj, fields);
+	else
+		errno = ENOMEM;
+	Py_XDECREF(fields);
+	pr_leave(state);
+	if (!obj) {
+		free(ah);
+		return NULL;
+	}
+	ah->obj = obj;
+	ah->ah = (struct ibv_ah){.context = pd->context, .pd = pd};
+	write_av(ah->av, attr);
+	return &ah->ah;
+}
+
+PR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	struct pr_ah *self = (struct pr_ah *)ah;
+	PyGILState_STATE state;
+	PyObject *result;
+
+	if (pr_enter(&state))
+		return errno;
+	result = pr_call("ibv_destroy_ah", "destroy_ah", "(O)", self->obj);
+	if (result)
+		Py_DECREF(self->obj);
+	Py_XDECREF(result);
+	pr_leave(state);
+	if (!result)
+		return errno;
+	free(self);
+	return 0;
+}
+
+PR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+				  struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	PyGILState_STATE state;
+	PyObject *route;
+	const char *dgid;
+	Py_ssize_t dgid_len;
+	unsigned int flow_label;
+	int sgid_index, hop_limit, traffic_class, parsed;
+
+	memset(ah_attr, 0, sizeof(*ah_attr)); /* libibverbs' generic fields first */
+	ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port_num;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0; /* a non-global AH: ibv_create_ah refuses it on RoCE */
+	ah_attr->is_global = 1;
+	if (pr_enter(&state))
+		return -1;
+	route = pr_call("ibv_init_ah_from_wc", "route_from_header", "(Oy#)", pr_ctx(context)->obj, (const char *)grh,
+			(Py_ssize_t)GRH_BYTES);
+	parsed = route && PyArg_ParseTuple(route, "y#Iiii", &dgid, &dgid_len, &flow_label, &sgid_index, &hop_limit,
+					   &traffic_class) && dgid_len == sizeof(ah_attr->grh.dgid.raw);
+	if (parsed) {
+		memcpy(ah_attr->grh.dgid.raw, dgid, sizeof(ah_attr->grh.dgid.raw));
+		ah_attr->grh.flow_label = flow_label;
+		ah_attr->grh.sgid_index = sgid_index;
+		ah_attr->grh.hop_limit = hop_limit;
+		ah_attr->grh.traffic_class = traffic_class;
+	} else if (route) {
+		PyErr_Clear();
+		errno = EIO;
+	}
+	Py_XDECREF(route);
+	pr_leave(state);
+	return parsed ? 0 : -1;
+}
+
+PR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+					       uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+		return NULL;
+	return ibv_create_ah(pd, &attr);
+}
