@@ -79,6 +79,10 @@ int main(void)
 	struct ibv_cq_init_attr_ex cq_ex = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	report("create_cq_ex", null_errno(ibv_create_cq_ex(ctx, &cq_ex)));
 	report("reg_mr_on_demand", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));
+	int cmd_fd = dup(ctx->cmd_fd); /* a descriptor, as the uverbs file is, that no context imports */
+	report("dup_cmd_fd", cmd_fd < 0 ? errno : 0);
+	report("import_device", null_errno(ibv_import_device(cmd_fd)));
+	close(cmd_fd);
 
 	/* misuse: libibverbs' errnos */
 	report("reg_mr_remote_write_alone", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE)));

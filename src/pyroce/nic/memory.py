@@ -16,6 +16,7 @@ from pyroce.transport.memory import MemFault
 
 MAX_MR_INDEX = 1 << 24
 _EMPTY = memoryview(bytearray(0))
+_WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
 
 @dataclass(eq=False)
@@ -108,7 +109,7 @@ class MrTable:
             if addr < region.addr or length < 0 or addr + length > region.addr + region.length:
                 raise BindError("the window's range lies outside the MR")
         window.region = region if length else None
-        window.addr, window.length, window.access, window.qpn = addr, length, access, qpn
+        window.addr, window.length, window.access, window.qpn = addr, length, access & _WINDOW_GRANTS, qpn
         window.key = (window.key & ~0xFF) | (key_byte & 0xFF)
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:
