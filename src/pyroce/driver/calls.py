@@ -235,10 +235,10 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
             ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
 
 
-def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
     """``ibv_create_qp_ex``: the send ops after ``pyroce.verbs.qp_ex.QPEx``'s checks; C then
     creates the QP and its ``wr_*`` builders (which refuse the ops not asked for)."""
-    return send_ops(qp_type, comp_mask, send_ops_flags)
+    return send_ops(qp_type, comp_mask, send_ops_flags, create_flags)
 
 
 def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | None:
