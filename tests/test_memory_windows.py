@@ -124,8 +124,32 @@ def test_rereg_to_another_pd_puts_the_mr_out_of_reach(pair: tuple[Endpoint, Endp
     assert write(a, b.mr.rkey, b.mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
 
 
+def test_rereg_to_new_memory_keeps_the_key(pair: tuple[Endpoint, Endpoint]) -> None:
+    """A new translation: the same rkey now reaches the new buffer, and only its length."""
+    a, b = pair
+    mr = MR(b.pd, 4096, ALL_ACCESS)
+    rkey, old = mr.rkey, mr.buf
+    fresh = bytearray(256)
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=fresh, length=256)
+    assert (mr.rkey, mr.length) == (rkey, 256) and mr.buf != old
+    assert write(a, rkey, mr.buf, 64) == S.IBV_WC_SUCCESS
+    assert bytes(fresh) == b"\x5a" * 64 + bytes(192)
+    assert write(a, rkey, mr.buf + 250, 64) == S.IBV_WC_REM_ACCESS_ERR  # past the new length
+
+
+def test_rereg_to_new_memory_is_refused_while_a_window_is_bound(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = bound_window(b, mr, 0, 1024)
+    with pytest.raises(PyverbsRDMAError) as raised:
+        mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+    assert raised.value.error_code == errno.EINVAL
+    mw.close()
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+
+
 @pytest.mark.parametrize(("flags", "access", "code"), [
-    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, 0, errno.EOPNOTSUPP),
+    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, 0, errno.EINVAL),  # no address, no length
     (1 << 3, 0, errno.EINVAL),
     (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS, A.IBV_ACCESS_REMOTE_WRITE, errno.EINVAL),
 ])  # fmt: skip

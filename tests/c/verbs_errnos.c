@@ -92,6 +92,16 @@ int main(void)
 	report("import_device", null_errno(ibv_import_device(cmd_fd)));
 	close(cmd_fd);
 
+	/* a new translation: the MR names the other buffer from then on */
+	static char other[4096];
+	struct ibv_mr *moved = ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE);
+	report("rereg_mr_translation",
+	       ibv_rereg_mr(moved, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, other, sizeof(other), 0) ? errno : 0);
+	printf("query moved_addr_is_other=%d length=%zu\n", moved->addr == (void *)other, moved->length);
+	report("rereg_mr_translation_to_null",
+	       ibv_rereg_mr(moved, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 64, 0) ? errno : 0);
+	ibv_dereg_mr(moved);
+
 	/* misuse: libibverbs' errnos */
 	report("reg_mr_remote_write_alone", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE)));
 	report("query_port_2", ibv_query_port(ctx, 2, &port));

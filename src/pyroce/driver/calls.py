@@ -120,8 +120,9 @@ def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
     return mr, mr.lkey, mr.rkey
 
 
-def rereg_mr(mr: MR, flags: int, pd: PD | None, access: int) -> tuple[int, int]:
-    mr.rereg(flags, pd, 0, 0, access)
+def rereg_mr(mr: MR, flags: int, pd: PD | None, addr: int, length: int, access: int) -> tuple[int, int]:
+    """``ibv_rereg_mr``: a new translation is process memory at ``addr``, as ``reg_mr`` takes it."""
+    mr.rereg(flags, pd, addr, length, access)
     return mr.lkey, mr.rkey
 
 
