@@ -56,6 +56,18 @@ def test_a_window_grants_only_its_access(pair: tuple[Endpoint, Endpoint]) -> Non
     assert mr.read(4096, 0) == bytes(4096)
 
 
+def test_local_write_in_a_bind_is_taken_and_grants_no_peer_anything(pair: tuple[Endpoint, Endpoint]) -> None:
+    """rxe takes IBV_ACCESS_LOCAL_WRITE in a bind (rdma-core's tests ask it); a window's key
+    is only ever an rkey, so what it grants a peer is the remote part alone."""
+    a, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    both = bound_window(b, mr, 0, 2048, A.IBV_ACCESS_LOCAL_WRITE | A.IBV_ACCESS_REMOTE_WRITE)
+    local = bound_window(b, mr, 2048, 2048, A.IBV_ACCESS_LOCAL_WRITE)
+    assert write(a, both.rkey, mr.buf, 64) == S.IBV_WC_SUCCESS
+    assert write(a, local.rkey, mr.buf + 2048, 64, b"\x11") == S.IBV_WC_REM_ACCESS_ERR
+    assert mr.read(4096, 0) == b"\x5a" * 64 + bytes(4032)
+
+
 def test_a_window_grants_nothing_once_unbound_or_its_mr_is_gone(pair: tuple[Endpoint, Endpoint]) -> None:
     a, b = pair
     mr = MR(b.pd, 4096, BINDABLE)
@@ -73,7 +85,8 @@ def test_rebinding_changes_the_key(pair: tuple[Endpoint, Endpoint]) -> None:
     assert mw.rkey >> 8 == first >> 8 and mw.rkey != first
 
 
-@pytest.mark.parametrize("case", ["no MW_BIND", "beyond the MR", "another PD", "type 2", "remote write, no local"])
+@pytest.mark.parametrize("case", ["no MW_BIND", "beyond the MR", "another PD", "type 2", "remote write, no local",
+                                  "zero-based"])  # fmt: skip
 def test_refused_binds_are_einval(pair: tuple[Endpoint, Endpoint], case: str) -> None:
     _, b = pair
     mr = MR(b.pd, 4096, ALL_ACCESS if case == "no MW_BIND" else BINDABLE)
@@ -83,7 +96,8 @@ def test_refused_binds_are_einval(pair: tuple[Endpoint, Endpoint], case: str) ->
     mw_type = e.ibv_mw_type.IBV_MW_TYPE_2 if case == "type 2" else e.ibv_mw_type.IBV_MW_TYPE_1
     mw = MW(pd, mw_type)
     length = 8192 if case == "beyond the MR" else 4096
-    info = MWBindInfo(mr, mr.buf, length, A.IBV_ACCESS_REMOTE_WRITE)
+    zero_based = A.IBV_ACCESS_ZERO_BASED if case == "zero-based" else 0
+    info = MWBindInfo(mr, mr.buf, length, A.IBV_ACCESS_REMOTE_WRITE | zero_based)
     with pytest.raises(PyverbsRDMAError) as raised:
         b.qp.bind_mw(mw, MWBind(info, e.ibv_send_flags.IBV_SEND_SIGNALED))
     assert raised.value.error_code == errno.EINVAL
@@ -110,8 +124,32 @@ def test_rereg_to_another_pd_puts_the_mr_out_of_reach(pair: tuple[Endpoint, Endp
     assert write(a, b.mr.rkey, b.mr.buf, 64) == S.IBV_WC_REM_ACCESS_ERR
 
 
+def test_rereg_to_new_memory_keeps_the_key(pair: tuple[Endpoint, Endpoint]) -> None:
+    """A new translation: the same rkey now reaches the new buffer, and only its length."""
+    a, b = pair
+    mr = MR(b.pd, 4096, ALL_ACCESS)
+    rkey, old = mr.rkey, mr.buf
+    fresh = bytearray(256)
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=fresh, length=256)
+    assert (mr.rkey, mr.length) == (rkey, 256) and mr.buf != old
+    assert write(a, rkey, mr.buf, 64) == S.IBV_WC_SUCCESS
+    assert bytes(fresh) == b"\x5a" * 64 + bytes(192)
+    assert write(a, rkey, mr.buf + 250, 64) == S.IBV_WC_REM_ACCESS_ERR  # past the new length
+
+
+def test_rereg_to_new_memory_is_refused_while_a_window_is_bound(pair: tuple[Endpoint, Endpoint]) -> None:
+    _, b = pair
+    mr = MR(b.pd, 4096, BINDABLE)
+    mw = bound_window(b, mr, 0, 1024)
+    with pytest.raises(PyverbsRDMAError) as raised:
+        mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+    assert raised.value.error_code == errno.EINVAL
+    mw.close()
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+
+
 @pytest.mark.parametrize(("flags", "access", "code"), [
-    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, 0, errno.EOPNOTSUPP),
+    (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, 0, errno.EINVAL),  # no address, no length
     (1 << 3, 0, errno.EINVAL),
     (e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS, A.IBV_ACCESS_REMOTE_WRITE, errno.EINVAL),
 ])  # fmt: skip

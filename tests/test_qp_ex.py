@@ -312,6 +312,13 @@ def test_ops_outside_send_ops_flags_and_qp_type(pair: tuple[Endpoint, Endpoint])
         attr = QPInitAttrEx(qp_type=qp_type, scq=a.cq, rcq=a.cq, cap=cap, comp_mask=EX_MASK, pd=a.pd,
                             send_ops_flags=ops)  # fmt: skip
         assert errno_of(QPEx, a.pd, attr) == errno.EOPNOTSUPP
+    with_flags = EX_MASK | e.ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_CREATE_FLAGS  # rxe takes it, with no flag set
+    for qp_type in (e.ibv_qp_type.IBV_QPT_RC, e.ibv_qp_type.IBV_QPT_UC, e.ibv_qp_type.IBV_QPT_UD):
+        send = QPInitAttrEx(qp_type=qp_type, scq=a.cq, rcq=a.cq, cap=cap, comp_mask=with_flags, pd=a.pd,
+                            send_ops_flags=e.ibv_qp_create_send_ops_flags.IBV_QP_EX_WITH_SEND)  # fmt: skip
+        QPEx(a.ctx, send).close()
+        send.create_flags = e.ibv_qp_create_flags.IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+        assert errno_of(QPEx, a.ctx, send) == errno.EOPNOTSUPP
     no_pd = QPInitAttrEx(qp_type=e.ibv_qp_type.IBV_QPT_RC, scq=a.cq, rcq=a.cq, cap=cap)
     assert errno_of(QPEx, a.ctx, no_pd) == errno.EINVAL
 

@@ -19,7 +19,17 @@ from pyroce.cli.unittest_log import CaseResult, parse, tally
 from tests.cli import ROOT, pyroce
 
 PYTHON = "/usr/bin/python3"  # the Python Debian's pyverbs is built for
-SUBSET = ("tests.test_pd.", "tests.test_cq.", "tests.test_device.", "tests.test_atomic.", "tests.test_fork.")
+SUBSET = (
+    "tests.test_pd.",
+    "tests.test_cq.",
+    "tests.test_device.",
+    "tests.test_atomic.",
+    "tests.test_fork.",
+    "tests.test_mr.",
+    "tests.test_qp.",
+    "tests.test_qpex.",
+    "tests.test_shared_pd.",
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +54,13 @@ def test_a_subset_of_rdma_core_tests_passes_on_pyroce(pyverbs: None, tmp_path: P
     # traffic (atomics between two QPs), the extended query, and what pyroce offers no skip for
     assert outcomes["tests.test_atomic.AtomicTest.test_atomic_cmp_and_swap"] == "pass"
     assert outcomes["tests.test_device.DeviceTest.test_phys_port_cnt_ex"] == "pass"
+    # memory windows (a bind asking local write too), a new translation by rereg, extended UC and
+    # UD QPs (comp_mask with create flags), importing a context (EOPNOTSUPP: a skip)
+    for test in ("test_mr.MWTest.test_mw_type1", "test_mr.MWTest.test_mw_type2_invalidate_remote",
+                 "test_mr.MRTest.test_mr_rereg_addr", "test_qp.QPTest.test_create_ud_qp_ex_with_attr",
+                 "test_qp.QPTest.test_create_uc_qp_ex_no_attr", "test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw"):  # fmt: skip
+        assert outcomes[f"tests.{test}"] == "pass", test
+    assert outcomes["tests.test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write"] == "skip"
     assert [
         test for test in found["tests"] if test["id"].startswith("tests.test_pd.") and test["outcome"] != "pass"
     ] == []

@@ -115,9 +115,9 @@ int main(void)
 				   .bind_info = {.mr = mr, .addr = (uintptr_t)buf + 1024, .length = 256,
 						 .mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ}};
 	report("bind_mw_type_2_by_verb", ibv_bind_mw(qp, two, &bind));
-	bind.bind_info.mw_access_flags = IBV_ACCESS_LOCAL_WRITE;
-	report("bind_mw_local_write", ibv_bind_mw(qp, one, &bind));
-	bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED;
+	report("bind_mw_zero_based", ibv_bind_mw(qp, one, &bind));
+	bind.bind_info.mw_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	report("bind_mw", ibv_bind_mw(qp, one, &bind));
 	poll_n(1);
 	printf("type1 rkey_is_next=%d\n", one->rkey == ibv_inc_rkey(old));
@@ -127,7 +127,7 @@ int main(void)
 	printf("window1 %s\n", buf + 1024);
 
 	/* type 2: IBV_WR_BIND_MW, a write through it, then a SEND with invalidate takes it back */
-	report("post_bind_type_2", post_bind(two, 31, 2048, IBV_ACCESS_REMOTE_WRITE));
+	report("post_bind_type_2", post_bind(two, 31, 2048, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
 	poll_n(1);
 	strcpy(buf, "through a type 2 window");
 	report("write_type_2", post(32, IBV_WR_RDMA_WRITE, 0, 32, (uintptr_t)buf + 2048, two->rkey));

@@ -76,9 +76,31 @@ int main(void)
 					 .send_ops_flags = IBV_QP_EX_WITH_TSO,
 					 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
 	report("create_qp_ex_tso", null_errno(ibv_create_qp_ex(ctx, &ex)));
+	ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS; /* rxe takes it, with no flag set */
+	ex.qp_type = IBV_QPT_UC;
+	struct ibv_qp *no_flags = ibv_create_qp_ex(ctx, &ex);
+	report("create_qp_ex_no_create_flags", null_errno(no_flags));
+	if (no_flags)
+		ibv_destroy_qp(no_flags);
+	ex.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+	report("create_qp_ex_create_flags", null_errno(ibv_create_qp_ex(ctx, &ex)));
 	struct ibv_cq_init_attr_ex cq_ex = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	report("create_cq_ex", null_errno(ibv_create_cq_ex(ctx, &cq_ex)));
 	report("reg_mr_on_demand", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));
+	int cmd_fd = dup(ctx->cmd_fd); /* a descriptor, as the uverbs file is, that no context imports */
+	report("dup_cmd_fd", cmd_fd < 0 ? errno : 0);
+	report("import_device", null_errno(ibv_import_device(cmd_fd)));
+	close(cmd_fd);
+
+	/* a new translation: the MR names the other buffer from then on */
+	static char other[4096];
+	struct ibv_mr *moved = ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE);
+	report("rereg_mr_translation",
+	       ibv_rereg_mr(moved, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, other, sizeof(other), 0) ? errno : 0);
+	printf("query moved_addr_is_other=%d length=%zu\n", moved->addr == (void *)other, moved->length);
+	report("rereg_mr_translation_to_null",
+	       ibv_rereg_mr(moved, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 64, 0) ? errno : 0);
+	ibv_dereg_mr(moved);
 
 	/* misuse: libibverbs' errnos */
 	report("reg_mr_remote_write_alone", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE)));

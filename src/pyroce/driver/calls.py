@@ -120,8 +120,9 @@ def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
     return mr, mr.lkey, mr.rkey
 
 
-def rereg_mr(mr: MR, flags: int, pd: PD | None, access: int) -> tuple[int, int]:
-    mr.rereg(flags, pd, 0, 0, access)
+def rereg_mr(mr: MR, flags: int, pd: PD | None, addr: int, length: int, access: int) -> tuple[int, int]:
+    """``ibv_rereg_mr``: a new translation is process memory at ``addr``, as ``reg_mr`` takes it."""
+    mr.rereg(flags, pd, addr, length, access)
     return mr.lkey, mr.rkey
 
 
@@ -235,10 +236,10 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
             ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
 
 
-def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
     """``ibv_create_qp_ex``: the send ops after ``pyroce.verbs.qp_ex.QPEx``'s checks; C then
     creates the QP and its ``wr_*`` builders (which refuse the ops not asked for)."""
-    return send_ops(qp_type, comp_mask, send_ops_flags)
+    return send_ops(qp_type, comp_mask, send_ops_flags, create_flags)
 
 
 def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | None:

@@ -120,6 +120,11 @@ class NicDevice:
         with self._lock:
             region.pdn, region.access = pdn, access
 
+    def retranslate_mr(self, region: MemoryRegion, view: memoryview, addr: int) -> None:
+        """Point an MR at other memory, its key kept (``BusyError`` while a window is bound to it)."""
+        with self._lock:
+            self.engine.mrs.retranslate(region, view, addr)
+
     def alloc_mw(self, pdn: int, mw_type: int) -> MemoryWindow:
         with self._lock:
             return self.engine.mrs.alloc_window(pdn, mw_type)

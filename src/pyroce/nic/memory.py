@@ -16,6 +16,7 @@ from pyroce.transport.memory import MemFault
 
 MAX_MR_INDEX = 1 << 24
 _EMPTY = memoryview(bytearray(0))
+_WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
 
 @dataclass(eq=False)
@@ -48,6 +49,10 @@ class BindError(ValueError):
     """A bind, or an invalidation, the table refuses (rxe answers EINVAL / IB_WC_MW_BIND_ERR)."""
 
 
+class BusyError(ValueError):
+    """An MR a window is bound to cannot change its memory (rxe refuses to deregister it, EINVAL)."""
+
+
 class MrTable:
     def __init__(self) -> None:
         self._by_index: dict[int, MemoryRegion | MemoryWindow] = {}
@@ -73,6 +78,13 @@ class MrTable:
         """Remove an MR or a window; a window bound to a removed MR grants nothing after."""
         if self._by_index.get(entry.key >> 8) is entry:
             del self._by_index[entry.key >> 8]
+
+    def retranslate(self, region: MemoryRegion, view: memoryview, addr: int) -> None:
+        """``region`` reaches ``view`` at ``addr`` from now on, under the same key; the ranges
+        of windows bound to it would name the old memory, so it must have none."""
+        if any(isinstance(entry, MemoryWindow) and entry.region is region for entry in self._by_index.values()):
+            raise BusyError("a memory window is bound to the MR")
+        region.view, region.addr, region.length = view, addr, len(view)
 
     def alloc_window(self, pdn: int, mw_type: int) -> MemoryWindow:
         window = MemoryWindow(self._new_key(), pdn, mw_type)
@@ -108,7 +120,7 @@ class MrTable:
             if addr < region.addr or length < 0 or addr + length > region.addr + region.length:
                 raise BindError("the window's range lies outside the MR")
         window.region = region if length else None
-        window.addr, window.length, window.access, window.qpn = addr, length, access, qpn
+        window.addr, window.length, window.access, window.qpn = addr, length, access & _WINDOW_GRANTS, qpn
         window.key = (window.key & ~0xFF) | (key_byte & 0xFF)
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:

@@ -14,7 +14,7 @@ import mmap
 from typing import Any
 
 from pyroce.ib.enums import Access
-from pyroce.nic.memory import MemoryRegion
+from pyroce.nic.memory import BusyError, MemoryRegion
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.enums import ibv_access_flags, ibv_rereg_mr_flags
 from pyroce.verbs.pd import PD
@@ -49,6 +49,28 @@ def nic_access(access: int) -> Access:
     return Access(access & 0x1F)
 
 
+def memory_at(address: Any, length: int, what: str) -> tuple[mmap.mmap | None, memoryview, int]:
+    """The bytes an MR registers: its own page-aligned memory (``address`` None), ``length``
+    bytes at an integer address, or a caller's writable buffer; with the memory it owns, the
+    view and the address SGEs name."""
+    if address is None:
+        memory = mmap.mmap(-1, max(length, 1))
+        view = memoryview(memory)[:length]
+        return memory, view, address_of(view) if length else 0
+    if isinstance(address, int):
+        return None, memoryview((ctypes.c_char * length).from_address(address)).cast("B"), address
+    try:
+        view = memoryview(address).cast("B")
+    except TypeError:
+        raise PyverbsUserError(f"{type(address).__name__} has no buffer to register") from None
+    if view.readonly:
+        raise PyverbsRDMAError(f"Failed to {what}: the buffer is read-only", errno.EFAULT)
+    if len(view) < length:
+        raise PyverbsRDMAError(f"Failed to {what}: the buffer has {len(view)} bytes, not {length}", errno.EFAULT)
+    view = view[:length]
+    return None, view, address_of(view) if length else 0
+
+
 class MR(PyverbsObject):
     CLOSE_ORDER = 1
 
@@ -60,28 +82,10 @@ class MR(PyverbsObject):
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
         check_access(access, "register a MR")
         self.pd = creator
-        self._memory: mmap.mmap | None = None
-        if address is None:
-            self._memory = mmap.mmap(-1, max(length, 1))
-            view = memoryview(self._memory)[:length]
-        elif isinstance(address, int):
-            view = memoryview((ctypes.c_char * length).from_address(address)).cast("B")
-        else:
-            try:
-                view = memoryview(address).cast("B")
-            except TypeError:
-                raise PyverbsUserError(f"{type(address).__name__} has no buffer to register") from None
-            if view.readonly:
-                raise PyverbsRDMAError("Failed to register a MR: the buffer is read-only", errno.EFAULT)
-            if len(view) < length:
-                raise PyverbsRDMAError(f"Failed to register a MR: the buffer has {len(view)} bytes, not {length}",
-                                       errno.EFAULT)  # fmt: skip
-            view = view[:length]
-        self._view = view
-        self.buf = address if isinstance(address, int) else (address_of(view) if length else 0)
+        self._memory, self._view, self.buf = memory_at(address, length, "register a MR")
         self.length = length
         self.access = access
-        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, view, self.buf, nic_access(access))
+        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, self._view, self.buf, nic_access(access))
         creator.add_ref(self)
 
     @property
@@ -94,14 +98,16 @@ class MR(PyverbsObject):
         self._check_open()
         return self.region.key
 
-    def rereg(self, flags: int, pd: PD | None = None, addr: int = 0, length: int = 0, access: int = 0) -> None:
-        """``ibv_rereg_mr``: a new PD or access in place, the key kept (rxe_rereg_user_mr). A new
-        translation would re-pin other memory under the same key, which rxe refuses too."""
+    def rereg(self, flags: int, pd: PD | None = None, addr: Any = 0, length: int = 0, access: int = 0) -> None:
+        """``ibv_rereg_mr``: a new PD, access or translation (``length`` bytes at ``addr``, an
+        address or a buffer as ``MR`` takes) in place, the key kept, so work already posted
+        with it reaches the new memory (rxe refuses a new translation; mlx5 does it)."""
         self._check_open()
         if flags & ~int(ibv_rereg_mr_flags.IBV_REREG_MR_FLAGS_SUPPORTED):
             raise PyverbsRDMAError(f"Failed to rereg MR: flags 0x{flags:x} are not rereg flags", errno.EINVAL)
-        if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION:
-            raise PyverbsRDMAError("Failed to rereg MR: changing the translation is not supported", errno.EOPNOTSUPP)
+        translate = flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION
+        if translate and (not addr or length <= 0):  # libibverbs' IBV_REREG_MR_ERR_INPUT
+            raise PyverbsRDMAError("Failed to rereg MR: a new translation needs an address and a length", errno.EINVAL)
         new_pd = self.pd
         if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_PD:
             if pd is None:
@@ -112,12 +118,23 @@ class MR(PyverbsObject):
         if flags & ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_ACCESS:
             check_access(access, "rereg MR")
             new_access = access
+        if translate:
+            self._retranslate(addr, length)
         self.pd.ctx.device.rereg_mr(self.region, new_pd.pdn, nic_access(new_access))
         if new_pd is not self.pd:
             self.pd._children.discard(self)  # type: ignore[union-attr]
             new_pd.add_ref(self)
             self.pd = new_pd
         self.access = new_access
+
+    def _retranslate(self, addr: Any, length: int) -> None:
+        memory, view, buf = memory_at(addr, length, "rereg MR")
+        try:
+            self.pd.ctx.device.retranslate_mr(self.region, view, buf)
+        except BusyError as exc:
+            raise PyverbsRDMAError(f"Failed to rereg MR: {exc}", errno.EINVAL) from None
+        self._release_memory()
+        self._memory, self._view, self.buf, self.length = memory, view, buf, length
 
     def write(self, data: bytes | bytearray | memoryview | str, length: int, offset: int = 0) -> None:
         """Copy ``length`` bytes of ``data`` into the MR at ``offset``."""
@@ -135,6 +152,9 @@ class MR(PyverbsObject):
 
     def _release(self) -> None:
         self.pd.ctx.device.dereg_mr(self.region)
+        self._release_memory()
+
+    def _release_memory(self) -> None:
         try:
             self._view.release()
             if self._memory is not None:

@@ -19,9 +19,10 @@ from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.wr import SendWR, inc_rkey
 
-# what a window may grant (rxe's RXE_ACCESS_SUPPORTED_MW): remote access, zero-based aside
-MW_ACCESS = (ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_READ
-             | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC)  # fmt: skip
+# what a bind may ask (rxe's RXE_ACCESS_SUPPORTED_MW, zero-based aside): remote access, and local
+# write, which rxe takes and rdma-core's tests ask; the window grants only the remote part
+MW_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
+             | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC)  # fmt: skip
 
 
 def bind_segment(wr: SendWR) -> tuple[int, MwBindSeg]:

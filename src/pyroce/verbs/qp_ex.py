@@ -52,11 +52,20 @@ OP_FLAG = {
 _INLINE = int(ibv_send_flags.IBV_SEND_INLINE)
 
 
-def send_ops(qp_type: int, comp_mask: int, send_ops_flags: int) -> int:
+# what rxe takes in comp_mask (RXE_QP_COMP_MASK_SUP, XRC aside); its create flags are none
+_COMP_MASK = (ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_CREATE_FLAGS
+              | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)  # fmt: skip
+
+
+def send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
     """The operations an extended QP is created for, or EOPNOTSUPP for what rxe does not do
-    (``comp_mask`` beyond the PD and the send ops) or the QP type cannot send."""
-    if comp_mask & ~(ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD | ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS):
+    (``comp_mask`` beyond the PD, create flags and send ops; any create flag) or the QP type
+    cannot send."""
+    if comp_mask & ~_COMP_MASK:
         raise PyverbsRDMAError("Failed to create QP: comp_mask asks for what rxe does not do", errno.EOPNOTSUPP)
+    if comp_mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_CREATE_FLAGS and create_flags:
+        raise PyverbsRDMAError(f"Failed to create QP: create_flags 0x{create_flags:x} are not supported",
+                               errno.EOPNOTSUPP)  # fmt: skip
     ops = send_ops_flags if comp_mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS else 0
     if ops & ~SEND_OPS.get(qp_type, 0):
         raise PyverbsRDMAError(f"Failed to create QP: send_ops_flags 0x{ops:x} include operations this "
@@ -98,7 +107,7 @@ class QPEx(QP):
 
     def __init__(self, creator: PD | Context, init_attr: QPInitAttrEx, qp_attr: QPAttr | None = None) -> None:
         mask = init_attr.comp_mask
-        ops = send_ops(init_attr.qp_type, mask, init_attr.send_ops_flags)
+        ops = send_ops(init_attr.qp_type, mask, init_attr.send_ops_flags, init_attr.create_flags)
         if isinstance(creator, Context):
             if not mask & ibv_qp_init_attr_mask.IBV_QP_INIT_ATTR_PD or init_attr.pd is None:
                 raise PyverbsRDMAError("Failed to create QP: no PD (IBV_QP_INIT_ATTR_PD)", errno.EINVAL)

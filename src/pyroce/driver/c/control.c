@@ -149,13 +149,18 @@ PR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 
 	if (pr_enter(&state))
 		return IBV_REREG_MR_ERR_INPUT;
-	result = pr_call("ibv_rereg_mr", "rereg_mr", "(OiOi)", self->obj, flags,
-			 (flags & IBV_REREG_MR_CHANGE_PD) && pd ? ((struct pr_pd *)pd)->obj : Py_None, access);
+	result = pr_call("ibv_rereg_mr", "rereg_mr", "(OiOKni)", self->obj, flags,
+			 (flags & IBV_REREG_MR_CHANGE_PD) && pd ? ((struct pr_pd *)pd)->obj : Py_None,
+			 (unsigned long long)(uintptr_t)addr, (Py_ssize_t)length, access);
 	if (result && PyArg_ParseTuple(result, "II", &lkey, &rkey)) {
 		mr->lkey = lkey;
 		mr->rkey = rkey;
 		if (flags & IBV_REREG_MR_CHANGE_PD)
 			mr->pd = pd;
+		if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+			mr->addr = addr;
+			mr->length = length;
+		}
 	}
 	Py_XDECREF(result);
 	pr_leave(state);

@@ -4,6 +4,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -118,7 +119,9 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	context->ops.alloc_mw = pr_alloc_mw;
 	context->ops.bind_mw = pr_bind_mw;
 	context->ops.dealloc_mw = pr_dealloc_mw;
-	context->cmd_fd = -1; /* no kernel: nothing to import or share */
+	/* no kernel file to command: a descriptor that stands for one, so a program may dup or
+	 * hand it on as it would the uverbs file; ibv_import_device answers it EOPNOTSUPP */
+	context->cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	context->async_fd = async_fd;
 	context->num_comp_vectors = 1;
 	pthread_mutex_init(&context->mutex, NULL);
@@ -139,6 +142,8 @@ PR_EXPORT int ibv_close_device(struct ibv_context *context)
 	Py_DECREF(ctx->obj);
 	pr_leave(state);
 	pthread_mutex_destroy(&ctx->lock);
+	if (context->cmd_fd >= 0)
+		close(context->cmd_fd);
 	free(ctx);
 	return 0;
 }

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* what a window may grant (rxe's RXE_ACCESS_SUPPORTED_MW, pyroce.verbs.mw.MW_ACCESS) */
-#define MW_ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+/* what a bind may ask (rxe's RXE_ACCESS_SUPPORTED_MW, zero-based aside; pyroce.verbs.mw.MW_ACCESS) */
+#define MW_ACCESS                                                                                                      \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
 struct pr_mw {
 	struct ibv_mw mw;

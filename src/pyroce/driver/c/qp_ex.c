@@ -278,8 +278,8 @@ struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 
 	if (pr_enter(&state))
 		return NULL;
-	ops = pr_call("ibv_create_qp_ex", "qp_ex_send_ops", "(iIK)", attr->qp_type, attr->comp_mask,
-		      (unsigned long long)attr->send_ops_flags);
+	ops = pr_call("ibv_create_qp_ex", "qp_ex_send_ops", "(iIKI)", attr->qp_type, attr->comp_mask,
+		      (unsigned long long)attr->send_ops_flags, attr->create_flags);
 	if (ops)
 		send_ops = PyLong_AsUnsignedLongLong(ops);
 	Py_XDECREF(ops);
