@@ -275,3 +275,12 @@ def test_local_inv_of_a_type1_window_fails_the_work_request(pair: tuple[Endpoint
 def test_a_bound_type2_window_is_not_bound_again(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
     _, b, mr, mw = bound2
     assert bind_type2(b, mw, mr, 0, 1024) == S.IBV_WC_MW_BIND_ERR
+
+
+def test_a_window_key_is_no_local_key(bound2: tuple[Endpoint, Endpoint, MR, MW]) -> None:
+    """A window's key is an R_Key: a local SGE naming it fails (LOC_PROT_ERR), its bytes unread."""
+    _, b, mr, mw = bound2
+    mr.write(b"secret", 6, 1024)
+    b.qp.post_send(SendWR(wr_id=9, sg=[SGE(mr.buf + 1024, 6, mw.rkey)]))
+    (done,) = b.poll()
+    assert (done.wr_id, done.status) == (9, S.IBV_WC_LOC_PROT_ERR)

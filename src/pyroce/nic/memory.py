@@ -15,6 +15,7 @@ from pyroce.ib.enums import Access
 from pyroce.transport.memory import MemFault
 
 MAX_MR_INDEX = 1 << 24
+_REMOTE = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 _EMPTY = memoryview(bytearray(0))
 _WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
@@ -157,6 +158,8 @@ class MrTable:
         region = window.region
         if region is None or self._by_index.get(region.key >> 8) is not region:
             return MemFault.BAD_KEY  # unbound, invalidated, or its MR is gone
+        if not int(access) & _REMOTE:
+            return MemFault.BAD_KEY  # a window's key is an R_Key: an SGE's L_Key names an MR (IBA 10.6.7)
         if window.pdn != pdn:
             return MemFault.BAD_PD
         if int(access) & ~int(window.access):
