@@ -318,3 +318,20 @@ def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
 def test_run_needs_a_program() -> None:
     assert_one_line_error(pyroce("run"), "nothing to run")
     assert_one_line_error(pyroce("run", "--", "no-such-program-here"), "no-such-program-here: command not found")
+
+
+@needs_tools
+def test_ibv_asyncwatch_opens_pyroce0_and_waits_for_events(driver_env: dict[str, str]) -> None:
+    """ibv_asyncwatch prints its async event fd and waits (no event comes to a device nobody
+    uses): it runs until stopped, no crash and nothing on stderr."""
+    watcher = subprocess.Popen(["ibv_asyncwatch", "-d", "pyroce0"], env=driver_env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert watcher.stdout is not None
+        assert re.fullmatch(r"pyroce0: async event FD \d+\n", watcher.stdout.readline())
+        time.sleep(0.5)
+        assert watcher.poll() is None, watcher.communicate()
+    finally:
+        watcher.kill()
+        _, err = watcher.communicate()
+    assert err == ""
