@@ -109,6 +109,7 @@ def test_serve_on_a_busy_port() -> None:
     [
         ({"PYROCE_PROGRESS": "bogus"}, ["PYROCE_PROGRESS='bogus' is not one of inline, thread, host"]),
         ({"PYROCE_GSO": "2"}, ["PYROCE_GSO='2' is not 0 or 1"]),
+        ({"PYROCE_PRINT_STATS": "yes"}, ["PYROCE_PRINT_STATS='yes' is not 0 or 1"]),
         ({"PYROCE_FAULTS": "loss=x"}, ["PYROCE_FAULTS"]),
         ({"PYROCE_ADDR": "nonsense"}, ["PYROCE_ADDR='nonsense' is not an IPv4 or IPv6 address"]),
         ({"PYROCE_ADDR": "192.0.2.1"}, ["192.0.2.1 is not an address of this host"]),  # TEST-NET-1

@@ -1,33 +1,47 @@
 #!/bin/bash
-# rxe_interop.sh - ibv_{rc,uc,srq,ud}_pingpong interop between pyroce and Linux rxe (soft-RoCE in a VM).
+# rxe_interop.sh - interop between pyroce and Linux rxe (soft-RoCE in a VM): rdma-core's pingpong tools and perftest.
 #
-# Boots the rxevm guest (../shared/rxevm, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44,
-# reached over a tap inside network namespace 'rxevm'), then runs each of rdma-core's
-# ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong and ibv_ud_pingpong against pyroce's tool of the same name
-# (tools/TOOL.py, a wrapper of `pyroce TOOL`) both ways:
-#   1. guest server  `ibv_TOOL -d rxe0 -g 1 ...`           <- pyroce client (host side, 10.77.0.1)
-#   2. pyroce server `tools/TOOL.py ...` (10.77.0.1)      <- guest client `ibv_TOOL ... 10.77.0.1`
-# at each size (ud: at each of its sizes, which a UD message's one packet must fit: -S), with pyroce's default settings (ICRC checking on). It prints both sides' output,
-# checks that each side's "remote address" lines are the other's "local address" lines and that
-# pyroce counted no ICRC error, prints PASS or FAILED per pair and a summary line, and exits 0 only
-# if every run passed on both sides (1 if a run failed, 2 on a setup error). A guest process of a
-# failed run is killed. The VM is shut down at the end unless it was already running or
-# --keep-vm is given.
+# Boots the rxevm guest (../shared/rxevm, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44 + perftest 4.5,
+# reached over a tap inside network namespace 'rxevm'), then runs each tool in the guest against pyroce on the host
+# side (10.77.0.1), both ways:
+#   1. guest server  `ibv_TOOL -d rxe0 -g 1 ...`     <- pyroce client (host side)
+#   2. pyroce server (host side)                      <- guest client `ibv_TOOL ... 10.77.0.1`
+# The host side is pyroce's Python tool of the same name (tools/TOOL.py, a wrapper of `pyroce TOOL`), or with --c
+# the real C program, Debian's, through pyroce's C driver: `pyroce run -- ibv_rc_pingpong -d pyroce0 -g 0 ...`.
+# Tools: ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong and ibv_ud_pingpong (rc, uc, srq, ud) at each size
+# (ud: at each of its sizes, which a UD message's one packet must fit: -S); with --c also perftest's RC tools
+# (send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat: guest `ib_TOOL -d rxe0 -x 1 -F`, host
+# `pyroce run -- ib_TOOL -d pyroce0 -x 0 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
+# pyroce runs with its default settings (ICRC checking on). The script prints both sides' output and checks that
+# both exited 0, that each side's "remote address" lines are the other's "local address" lines, that the runs
+# finished (pingpong: both sides' "ITERS iters in" line; perftest: the client's result row of SIZE and ITERS)
+# and that pyroce counted no ICRC error (the Python tools' --stats line; a C program's from PYROCE_PRINT_STATS=1,
+# printed when its device closes); it prints PASS or FAILED per pair and a summary line, and exits 0 only if
+# every run passed on both sides (1 if a run failed, 2 on a setup error). A guest process of a failed run is
+# killed. The VM is shut down at the end unless it was already running or --keep-vm is given.
 #
 # Run it as root (qemu, netns, tap) from anywhere:
 #   tools/rxe_interop.sh                       # 1000 iterations of 1, 4096 and 65536 bytes each way, MTU 1024
 #   tools/rxe_interop.sh -t uc -n 200 -s 4096 -c   # one tool, one size; -c makes both tools validate the buffer
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
+#   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
+#   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
 #
-# Options: -t TOOLS (rc,uc,srq,ud)  -n ITERS (1000)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
+# Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat)
+#   -n ITERS (1000)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
+#   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)
 #   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
+#   --c (the host side runs the C programs through `pyroce run`)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit, default <repo>/../shared/rxevm), PYTHON (python3),
-#   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. Needs pyroce's dependencies (pip install -e .) for PYTHON.
-# Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s).
+#   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. The host side runs this checkout's pyroce (PYTHONPATH=<repo>/src)
+#   and needs its dependencies for PYTHON; --c needs ibverbs-utils, perftest, libibverbs-dev and a C compiler on
+#   the host (the C driver is built once, before the runs).
+# Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s);
+#   --c: 48 runs (-n 1000, -N 1000) in about 4.5 minutes.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,22 +53,28 @@ NET="${RXEVM_NET:-10.77.0}"
 HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
 GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
+PINGPONGS=(rc uc srq ud)
+PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
 
-TOOLS_ARG=rc,uc,srq,ud; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""
+TOOLS_ARG=""; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000
+MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while (($#)); do
   case "$1" in
     -t) TOOLS_ARG="$2"; shift 2;;
     -n) ITERS="$2"; shift 2;;
     -s) SIZES_ARG="$2"; shift 2;;
     -S) UD_SIZES_ARG="$2"; shift 2;;
+    -P) PERF_SIZES_ARG="$2"; shift 2;;
+    -N) PERF_ITERS="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
     -r) RXD="$2"; shift 2;;
     -q) NQP="$2"; shift 2;;
     -p) PORT="$2"; shift 2;;
     -g) GIDX="$2"; shift 2;;
     -c) CHK="-c"; shift;;
+    --c) C_MODE=1; shift;;
     --capture) CAPTURE="$2"; shift 2;;
     --keep-vm) KEEP=1; shift;;
     --timeout) TIMEOUT="$2"; shift 2;;
@@ -65,9 +85,16 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
+if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
+[[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
+is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  [[ "$T" == rc || "$T" == uc || "$T" == srq || "$T" == ud ]] || die "unknown tool '$T' in -t (rc, uc, srq, ud)"
+  if is_perftest "$T"; then
+    ((C_MODE)) || die "perftest's '$T' runs with --c only (pyroce has no Python perftest)"
+  elif [[ " ${PINGPONGS[*]} " != *" $T "* ]]; then
+    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]})"
+  fi
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
 [[ -x "$RXEVM/up.sh" ]] || die "rxevm kit not found at $RXEVM (set RXEVM)"
@@ -75,8 +102,21 @@ RXEVM="$(cd "$RXEVM" && pwd)"
 RXEVM_DIR="${RXEVM_DIR:-/var/tmp/rxevm}"
 export RXEVM_DIR RXEVM_NS="$NS"
 NSX=(ip netns exec "$NS")
-HOST_ENV=(env PYROCE_ADDR="$HOST_IP")  # default settings: ICRC checking on
+# this checkout's pyroce, with its default settings (ICRC checking on); a C program's device prints its
+# counters when it closes
+HOST_ENV=(env PYROCE_ADDR="$HOST_IP" PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}")
+((C_MODE)) && HOST_ENV+=(PYROCE_PRINT_STATS=1)
 WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
+
+# the host side's programs (--c): each tool's, all there and the C driver built, before the VM boots
+guest_program() { if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi; }
+if ((C_MODE)); then
+  for T in "${TOOLS[@]}"; do
+    command -v "$(guest_program "$T")" >/dev/null || die "$(guest_program "$T") is not installed on this host (apt-get install ibverbs-utils perftest)"
+  done
+  echo "=== building pyroce's C driver ($PYTHON -m pyroce run --print-env)"
+  "${HOST_ENV[@]}" "$PYTHON" -m pyroce run --print-env >"$WORK/driver.log" 2>&1 || { cat "$WORK/driver.log" >&2; die "the C driver did not build"; }
+fi
 
 STARTED_VM=0
 TCPDUMP_PID=""
@@ -85,7 +125,7 @@ JOB=""
 cleanup() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then kill "$SERVER_PID" 2>/dev/null; fi
   # a guest job still running (the script was interrupted, or a run failed): stop it, so no
-  # ibv_*_pingpong is left behind in the guest
+  # tool is left behind in the guest
   if [[ -n "$JOB" ]]; then "$RXEVM/vmexec.sh" -i 1 --kill "$JOB" >/dev/null 2>&1 || true; fi
   stop_capture
   if ((STARTED_VM && !KEEP)); then
@@ -126,23 +166,29 @@ else
   grep -E 'guest ready|gid\[' "$WORK/up.log"
 fi
 guest() { "$RXEVM/vmexec.sh" -i 1 "$@"; }
-guest --timeout 60 'command -v ibv_rc_pingpong ibv_uc_pingpong ibv_srq_pingpong ibv_ud_pingpong >/dev/null && rdma link show rxe0/1' \
-  | sed 's/^/  /' || die "the guest has no rxe0 or lacks a pingpong tool"
+GUEST_PROGRAMS=(); for T in "${TOOLS[@]}"; do GUEST_PROGRAMS+=("$(guest_program "$T")"); done
+guest --timeout 60 "command -v ${GUEST_PROGRAMS[*]} >/dev/null && rdma link show rxe0/1" \
+  | sed 's/^/  /' || die "the guest has no rxe0 or lacks one of ${GUEST_PROGRAMS[*]}"
 
 # address parts of the "  local address:  LID ..." / "  remote address: LID ..." lines (srq: one per QP;
-# ud_pingpong prints "PSN 0x...: GID" on its local line, ", GID" on its remote one)
+# ud_pingpong prints "PSN 0x...: GID" on its local line, ", GID" on its remote one; perftest adds RKey and VAddr)
 addr_of() { sed -n "s/^ *$1 address: *//p" "$2" | sed 's/: GID/, GID/'; }
 
-# check NAME GUEST_RC GUEST_OUT HOST_RC HOST_OUT: prints the verdict, returns 0 if the run passed
+# check NAME ROLE1 RC1 OUT1 ROLE2 RC2 OUT2 (ROLE: server or client; the guest's first): prints the verdict,
+# returns 0 if the run passed. A side passed if it exited 0 and its output has a line matching SERVER_DONE or
+# CLIENT_DONE (by its role; empty: none needed).
 check() {
-  local name="$1" grc="$2" gout="$3" hrc="$4" hout="$5" ok=1 f
-  [[ "$grc" == 0 ]] || { echo "  FAIL: guest ibv_$TOOL exited $grc"; ok=0; }
-  [[ "$hrc" == 0 ]] || { echo "  FAIL: pyroce $TOOL.py exited $hrc"; ok=0; }
-  for f in "$gout" "$hout"; do
-    grep -q "^$ITERS iters in " "$f" || { echo "  FAIL: no '$ITERS iters in' line from $(basename "$f" .out)"; ok=0; }
-    if grep -q 'invalid data' "$f"; then echo "  FAIL: $(basename "$f" .out) found invalid data"; ok=0; fi
+  local name="$1" ok=1 role rc out done_re who label
+  for who in guest host; do
+    role="$2" rc="$3" out="$4"; shift 3
+    [[ "$who" == host ]] && label="$HOST_LABEL" || label="guest $GUEST_LABEL"
+    [[ "$rc" == 0 ]] || { echo "  FAIL: $label exited $rc"; ok=0; }
+    [[ "$role" == server ]] && done_re="$SERVER_DONE" || done_re="$CLIENT_DONE"
+    if [[ -n "$done_re" ]] && ! grep -Eq "$done_re" "$out"; then echo "  FAIL: no line '$done_re' from $label"; ok=0; fi
+    if grep -q 'invalid data' "$out"; then echo "  FAIL: $label found invalid data"; ok=0; fi
   done
-  grep -q "icrc_errors 0," "$hout" || { echo "  FAIL: pyroce counted ICRC errors (or printed no counters)"; ok=0; }
+  local gout="$WORK/guest.out" hout="$WORK/pyroce.out"
+  grep -Eq "icrc_errors 0(,|$)" "$hout" || { echo "  FAIL: pyroce counted ICRC errors (or printed no counters)"; ok=0; }
   if [[ "$(addr_of local "$gout")" != "$(addr_of remote "$hout")" || -z "$(addr_of local "$gout")" ]] \
      || [[ "$(addr_of local "$hout")" != "$(addr_of remote "$gout")" || -z "$(addr_of local "$hout")" ]]; then
     echo "  FAIL: the local/remote address lines of the two sides do not match"; ok=0
@@ -167,22 +213,46 @@ wait_host_listen() {
 
 PASSED=(); FAILURES=()
 
-# run_pair: both directions of ibv_$TOOL at $SIZE bytes
+# pingpong_pair T SIZE: the commands of ibv_T_pingpong at SIZE bytes
+pingpong_pair() {
+  local tool="${1}_pingpong" chk="$CHK"
+  COMMON=(-p "$PORT" -s "$2" -r "$RXD" -n "$ITERS")
+  [[ "$1" == ud ]] || COMMON+=(-m "$MTU")  # ud_pingpong has no -m (nor -c)
+  [[ "$1" == srq ]] && COMMON+=(-q "$NQP")
+  [[ "$1" == ud ]] && chk=""
+  GUEST_CMD="ibv_$tool -d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
+  GUEST_LABEL="ibv_$tool"
+  if ((C_MODE)); then
+    HOST_CMD=("$PYTHON" -m pyroce run -- "ibv_$tool" -d pyroce0 -g 0 "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_LABEL="pyroce run -- ibv_$tool"
+  else
+    HOST_CMD=("$PYTHON" "$REPO/tools/$tool.py" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_LABEL="pyroce $tool.py"
+  fi
+  SERVER_DONE="^$ITERS iters in "; CLIENT_DONE="$SERVER_DONE"
+}
+
+# perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
+perftest_pair() {
+  COMMON=(-F -p "$PORT" -n "$PERF_ITERS")
+  [[ "$1" == atomic_bw ]] || COMMON+=(-s "$2")
+  GUEST_CMD="ib_$1 -d rxe0 -x $GIDX ${COMMON[*]}"
+  GUEST_LABEL="ib_$1"
+  HOST_CMD=("$PYTHON" -m pyroce run -- "ib_$1" -d pyroce0 -x 0 "${COMMON[@]}")
+  HOST_LABEL="pyroce run -- ib_$1"
+  # the client's result row: "#bytes #iterations ..."; a server may print none (read_lat's)
+  SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS "
+}
+
+# run_pair SHORT SIZE: both directions of GUEST_CMD / HOST_CMD
 run_pair() {
-  COMMON=(-p "$PORT" -s "$SIZE" -r "$RXD" -n "$ITERS")
-  [[ "$TOOL" == ud_pingpong ]] || COMMON+=(-m "$MTU")  # ud_pingpong has no -m (nor -c)
-  [[ "$TOOL" == srq_pingpong ]] && COMMON+=(-q "$NQP")
-  local chk="$CHK"
-  [[ "$TOOL" == ud_pingpong ]] && chk=""
-  GUEST_ARGS="-d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
-  HOST_CMD=("$PYTHON" "$REPO/tools/$TOOL.py" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${chk:+"$chk"})
-  local short="${TOOL%_pingpong}"
+  local short="$1" size="$2"
   # ---------------------------------------------------------------- 1: guest server, pyroce client
   echo
-  echo "=== $short run 1 ($SIZE bytes): guest ibv_$TOOL server <- pyroce $TOOL.py client"
-  start_capture "${short}1-$SIZE"
-  echo "--- guest ($GUEST_IP, rxe0): ibv_$TOOL $GUEST_ARGS"
-  JOB="$(guest --bg "ibv_$TOOL $GUEST_ARGS")" || die "cannot start the guest server"
+  echo "=== $short run 1 ($size bytes): guest $GUEST_LABEL server <- $HOST_LABEL client"
+  start_capture "${short}1-$size"
+  echo "--- guest ($GUEST_IP, rxe0): $GUEST_CMD"
+  JOB="$(guest --bg "$GUEST_CMD")" || die "cannot start the guest server"
   if wait_guest_listen "$JOB" >/dev/null 2>&1; then
     "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" "$GUEST_IP" >"$WORK/pyroce.out" 2>&1
     HRC=$?
@@ -198,16 +268,16 @@ run_pair() {
   sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
   echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]} $GUEST_IP"
   sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
-  check "$short $SIZE bytes: guest server / pyroce client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out"
+  check "$short $size bytes: guest server / pyroce client" server "$GRC" "$WORK/guest.out" client "$HRC" "$WORK/pyroce.out"
 
   # ---------------------------------------------------------------- 2: pyroce server, guest client
   echo
-  echo "=== $short run 2 ($SIZE bytes): pyroce $TOOL.py server <- guest ibv_$TOOL client"
-  start_capture "${short}2-$SIZE"
+  echo "=== $short run 2 ($size bytes): $HOST_LABEL server <- guest $GUEST_LABEL client"
+  start_capture "${short}2-$size"
   "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" >"$WORK/pyroce.out" 2>&1 &
   SERVER_PID=$!
   if wait_host_listen; then
-    JOB="$(guest --bg "ibv_$TOOL $GUEST_ARGS $HOST_IP")" || die "cannot start the guest client"
+    JOB="$(guest --bg "$GUEST_CMD $HOST_IP")" || die "cannot start the guest client"
     guest --wait "$JOB" --timeout "$TIMEOUT" >"$WORK/guest.out" 2>&1
     GRC=$?
     if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
@@ -226,15 +296,20 @@ run_pair() {
   stop_capture
   echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]}"
   sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
-  echo "--- guest ($GUEST_IP, rxe0): ibv_$TOOL $GUEST_ARGS $HOST_IP"
+  echo "--- guest ($GUEST_IP, rxe0): $GUEST_CMD $HOST_IP"
   sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
-  check "$short $SIZE bytes: pyroce server / guest client" "$GRC" "$WORK/guest.out" "$HRC" "$WORK/pyroce.out"
+  check "$short $size bytes: pyroce server / guest client" client "$GRC" "$WORK/guest.out" server "$HRC" "$WORK/pyroce.out"
 }
 
 for T in "${TOOLS[@]}"; do
-  TOOL="${T}_pingpong"
-  if [[ "$T" == ud ]]; then IFS=, read -ra SIZES <<<"$UD_SIZES_ARG"; else IFS=, read -ra SIZES <<<"$SIZES_ARG"; fi
-  for SIZE in "${SIZES[@]}"; do run_pair; done
+  if is_perftest "$T"; then
+    if [[ "$T" == atomic_bw ]]; then SIZES=(8); else IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"; fi
+  elif [[ "$T" == ud ]]; then IFS=, read -ra SIZES <<<"$UD_SIZES_ARG"
+  else IFS=, read -ra SIZES <<<"$SIZES_ARG"; fi
+  for SIZE in "${SIZES[@]}"; do
+    if is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
+    run_pair "$T" "$SIZE"
+  done
 done
 
 echo
@@ -242,7 +317,11 @@ echo
 echo "=== results"
 for name in "${PASSED[@]}"; do echo "  passed: $name"; done
 for name in "${FAILURES[@]}"; do echo "  failed: $name"; done
-SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, } pingpong at ${SIZES_ARG//,/, } bytes (ud: ${UD_SIZES_ARG//,/, }), both directions, -n $ITERS)"
+if ((C_MODE)); then HOST_SIDE="the C tools through pyroce run"; else HOST_SIDE="pyroce's Python tools"; fi
+SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, }; pingpong at ${SIZES_ARG//,/, } bytes"
+SUMMARY+=" (ud: ${UD_SIZES_ARG//,/, }), -n $ITERS"
+((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS"
+SUMMARY+="; both directions; host side: $HOST_SIDE)"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
 exit 0

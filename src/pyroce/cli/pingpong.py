@@ -18,13 +18,13 @@ from pyroce.apps.pingpong import FILL, MTU_ENUM, QPT, Dest, Pingpong, PingpongEr
 from pyroce.cli.args import port
 from pyroce.cli.errors import CliError
 from pyroce.cli.pingpong_exchange import client_exch_dest, server_exch_dest
+from pyroce.nic.stats_file import summary_line
 from pyroce.verbs.device import get_device_list
 from pyroce.verbs.pyverbs_error import PyverbsError
 
 GID_NOTE = """pyroce0's GID is index 0 (its only one: ::ffff:<its IPv4 address>,
 or its IPv6 address, RoCE v2); give the real tool its own index of its RoCE v2 GID of the same
 family (rxe: -g 1 or 3 for IPv4)."""
-COUNTERS = ("sent_pkts", "rcvd_pkts", "icrc_errors", "retransmitted_pkts", "drop_wrong_source")
 MAX_QP = 256  # srq_pingpong.c: the exchange always carries this many addresses
 
 
@@ -184,9 +184,7 @@ class PingpongTool:
             for page in pp.bad_pages():
                 print(f"invalid data in page {page}", file=out)
         if args.stats:
-            counters = pp.ctx.device.stats()
-            listed = ", ".join(f"{name} {counters.get(name, 0)}" for name in COUNTERS)
-            print(f"{dev_name} counters: {listed}", file=sys.stderr, flush=True)
+            print(summary_line(dev_name, pp.ctx.device.stats()), file=sys.stderr, flush=True)
 
 
 RC_PINGPONG = PingpongTool("rc_pingpong", "RC SEND ping-pong", QPT.IBV_QPT_RC)

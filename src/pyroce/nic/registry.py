@@ -8,7 +8,8 @@ host can reach each other with no configuration: the whole ``127/8`` is local on
 also runs it in the caller's thread on a doorbell or an empty poll; ``host`` runs no thread and
 leaves it to ``NicDevice.step(now)``; ``nic.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
 misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
-``PYROCE_STATS_DIR`` for ``pyroce stats``. ``PYROCE_GSO=0`` turns UDP GSO and GRO off (see the
+``PYROCE_STATS_DIR`` for ``pyroce stats``; ``PYROCE_PRINT_STATS=1`` also prints them on stderr when the device
+closes, for a program that prints none itself (a C program under ``pyroce run``). ``PYROCE_GSO=0`` turns UDP GSO and GRO off (see the
 README: a capture or a raw-socket receiver on this host sees a GSO send as one datagram). ``PYROCE_VERIFY_ICRC=0`` turns ICRC checking off
 (it is on for every peer: ``pyroce.wire.ipv4_id``).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import sys
 import tempfile
 import threading
 from typing import NamedTuple
@@ -28,6 +30,7 @@ from pyroce.link.faults import FaultConfig
 from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu
 from pyroce.nic.device import NicDevice
 from pyroce.nic.progress import MODES
+from pyroce.nic.stats_file import summary_line
 
 DEVICE_NAMES = ("pyroce0",)
 LOOPBACK_BASE = int(ipaddress.IPv4Address("127.64.0.0"))
@@ -35,6 +38,7 @@ LOOPBACK_SIZE = 1 << 22  # 127.64.0.0/10: room for every pid Linux can hand out
 
 _lock = threading.Lock()
 _open: dict[str, tuple[NicDevice, int]] = {}
+_print_stats: set[str] = set()  # devices opened with PYROCE_PRINT_STATS=1
 
 
 def configured_address() -> str | None:
@@ -76,6 +80,7 @@ class DeviceSettings(NamedTuple):
     batching: bool  # PYROCE_GSO: UDP GSO and GRO when the kernel has them
     progress: str  # PYROCE_PROGRESS: one of ``nic.progress.MODES``
     verify_icrc: bool  # PYROCE_VERIFY_ICRC
+    print_stats: bool  # PYROCE_PRINT_STATS: the counters on stderr when the device closes
 
 
 def device_settings() -> DeviceSettings:
@@ -84,13 +89,20 @@ def device_settings() -> DeviceSettings:
         faults = FaultConfig.parse(os.environ.get("PYROCE_FAULTS", ""))
     except ValueError as exc:
         raise LinkError(errno.EINVAL, f"PYROCE_FAULTS: {exc}") from None
-    batching = os.environ.get("PYROCE_GSO", "1")
-    if batching not in ("0", "1"):
-        raise LinkError(errno.EINVAL, f"PYROCE_GSO={batching!r} is not 0 or 1")
+    batching = _flag("PYROCE_GSO", "1")
+    print_stats = _flag("PYROCE_PRINT_STATS", "0")
     progress = os.environ.get("PYROCE_PROGRESS") or "inline"
     if progress not in MODES:
         raise LinkError(errno.EINVAL, f"PYROCE_PROGRESS={progress!r} is not one of {', '.join(MODES)}")
-    return DeviceSettings(faults, batching == "1", progress, os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0")
+    verify_icrc = os.environ.get("PYROCE_VERIFY_ICRC", "1") != "0"
+    return DeviceSettings(faults, batching, progress, verify_icrc, print_stats)
+
+
+def _flag(name: str, default: str) -> bool:
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        raise LinkError(errno.EINVAL, f"{name}={value!r} is not 0 or 1")
+    return value == "1"
 
 
 def _create(name: str, progress: str | None) -> NicDevice:
@@ -101,6 +113,11 @@ def _create(name: str, progress: str | None) -> NicDevice:
     def make(address: str) -> NicDevice:
         return NicDevice(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
                          progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
+
+    if settings.print_stats:
+        _print_stats.add(name)
+    else:
+        _print_stats.discard(name)
 
     address = configured_address()
     if address is not None:
@@ -143,6 +160,8 @@ def release_device(device: NicDevice) -> None:
             return
         if users > 1:
             _open[device.name] = (device, users - 1)
-        else:
-            del _open[device.name]
-            device.close()
+            return
+        del _open[device.name]
+        device.close()
+        if device.name in _print_stats:
+            print(summary_line(device.name, device.stats()), file=sys.stderr, flush=True)

@@ -8,6 +8,13 @@ import json
 import os
 
 PUBLISH_EVERY_S = 1.0  # how often the engine thread writes its counters
+SUMMARY_COUNTERS = ("sent_pkts", "rcvd_pkts", "icrc_errors", "retransmitted_pkts", "drop_wrong_source")
+
+
+def summary_line(device: str, counters: dict[str, int]) -> str:
+    """``pyroce0 counters: sent_pkts N, ...``: the counters an interop run checks, zeros included
+    (a pingpong tool's ``--stats`` and ``PYROCE_PRINT_STATS`` print it)."""
+    return f"{device} counters: " + ", ".join(f"{name} {counters.get(name, 0)}" for name in SUMMARY_COUNTERS)
 
 
 def device_path(directory: str, pid: int, device: str, suffix: str) -> str:
