@@ -1,7 +1,7 @@
 #!/bin/bash
 # rxe_interop.sh - interop between pyroce and Linux rxe (soft-RoCE in a VM): rdma-core's pingpong tools and perftest.
 #
-# Boots the rxevm guest (../shared/rxevm, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44 + perftest 4.5,
+# Boots the rxevm guest (the VM kit named by RXEVM, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44 + perftest 4.5,
 # reached over a tap inside network namespace 'rxevm'), then runs each tool in the guest against pyroce on the host
 # side (10.77.0.1), both ways:
 #   1. guest server  `ibv_TOOL -d rxe0 -g 1 ...`     <- pyroce client (host side)
@@ -36,7 +36,7 @@
 #   --c (the host side runs the C programs through `pyroce run`)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
-# Environment: RXEVM (path of the rxevm kit, default <repo>/../shared/rxevm), PYTHON (python3),
+# Environment: RXEVM (path of the rxevm kit; default: shared/rxevm beside the checkout), PYTHON (python3),
 #   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. The host side runs this checkout's pyroce (PYTHONPATH=<repo>/src)
 #   and needs its dependencies for PYTHON; --c needs ibverbs-utils, perftest, libibverbs-dev and a C compiler on
 #   the host (the C driver is built once, before the runs).

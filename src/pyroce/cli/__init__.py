@@ -47,6 +47,7 @@ environment:
   PYROCE_GSO=0|1           UDP GSO and GRO (default 1); 0 sends one datagram per packet, for captures
   PYROCE_FAULTS=SPEC       injected faults, e.g. loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7
   PYROCE_STATS_DIR=DIR     where devices publish counters for `pyroce stats` (default /tmp/pyroce-UID)
+  PYROCE_PRINT_STATS=0|1   a device prints its packet counters on stderr when it closes (C programs)
 
 docs/cli.md describes every command, its exit codes and JSON output."""
 
