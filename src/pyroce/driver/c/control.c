@@ -10,31 +10,6 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-/* Run one call returning nothing; 0 or the errno. */
-static int command(const char *verb, const char *function, const char *format, PyObject *obj)
-{
-	PyGILState_STATE state;
-	PyObject *result;
-
-	if (pr_enter(&state))
-		return errno;
-	result = pr_call(verb, function, format, obj);
-	Py_XDECREF(result);
-	pr_leave(state);
-	return result ? 0 : errno;
-}
-
-/* Drop the C side's reference to a Python object. */
-static void release(PyObject *obj)
-{
-	PyGILState_STATE state;
-
-	if (!pr_enter(&state)) {
-		Py_XDECREF(obj);
-		pr_leave(state);
-	}
-}
-
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn)
 {
 	struct pr_cq *cq;
@@ -85,12 +60,10 @@ PR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 PR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct pr_pd *self = (struct pr_pd *)pd;
-	int ret = command("ibv_dealloc_pd", "dealloc_pd", "(O)", self->obj);
+	int ret = pr_destroy("ibv_dealloc_pd", "dealloc_pd", self->obj);
 
-	if (!ret) {
-		release(self->obj);
+	if (!ret)
 		free(self);
-	}
 	return ret;
 }
 
@@ -170,12 +143,10 @@ PR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 PR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct pr_mr *self = (struct pr_mr *)mr;
-	int ret = command("ibv_dereg_mr", "dereg_mr", "(O)", self->obj);
+	int ret = pr_destroy("ibv_dereg_mr", "dereg_mr", self->obj);
 
-	if (!ret) {
-		release(self->obj);
+	if (!ret)
 		free(self);
-	}
 	return ret;
 }
 
@@ -215,11 +186,9 @@ PR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	ret = channel->refcnt ? EBUSY : 0;
 	pthread_mutex_unlock(&channel->context->mutex);
 	if (!ret)
-		ret = command("ibv_destroy_comp_channel", "destroy_comp_channel", "(O)", self->obj);
-	if (!ret) {
-		release(self->obj);
+		ret = pr_destroy("ibv_destroy_comp_channel", "destroy_comp_channel", self->obj);
+	if (!ret)
 		free(self);
-	}
 	return ret;
 }
 
@@ -365,7 +334,7 @@ PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	struct pr_cq *self = (struct pr_cq *)cq;
 	struct pr_context *ctx = pr_ctx(cq->context);
-	int ret = command("ibv_destroy_cq", "destroy_cq", "(O)", self->obj);
+	int ret = pr_destroy("ibv_destroy_cq", "destroy_cq", self->obj);
 
 	if (ret)
 		return ret;
@@ -381,7 +350,6 @@ PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 		cq->channel->refcnt--;
 		pthread_mutex_unlock(&cq->context->mutex);
 	}
-	release(self->obj);
 	pthread_spin_destroy(&self->lock);
 	free(self->current);
 	free(self);
@@ -611,7 +579,7 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct pr_qp *self = (struct pr_qp *)qp;
 	struct pr_context *ctx = self->ctx;
-	int ret = command("ibv_destroy_qp", "destroy_qp", "(O)", self->obj);
+	int ret = pr_destroy("ibv_destroy_qp", "destroy_qp", self->obj);
 
 	if (ret)
 		return ret;
@@ -626,7 +594,6 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	if (self->rcq->last == self)
 		self->rcq->last = NULL;
 	pthread_mutex_unlock(&ctx->lock);
-	release(self->obj);
 	pthread_spin_destroy(&self->sq_lock);
 	pthread_spin_destroy(&self->rq_lock);
 	free(self->sq_entries);

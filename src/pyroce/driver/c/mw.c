@@ -84,18 +84,9 @@ int pr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind
 int pr_dealloc_mw(struct ibv_mw *mw)
 {
 	struct pr_mw *self = (struct pr_mw *)mw;
-	PyGILState_STATE state;
-	PyObject *result;
+	int ret = pr_destroy("ibv_dealloc_mw", "dealloc_mw", self->obj);
 
-	if (pr_enter(&state))
-		return errno;
-	result = pr_call("ibv_dealloc_mw", "dealloc_mw", "(O)", self->obj);
-	if (result)
-		Py_DECREF(self->obj);
-	Py_XDECREF(result);
-	pr_leave(state);
-	if (!result)
-		return errno;
-	free(self);
-	return 0;
+	if (!ret)
+		free(self);
+	return ret;
 }

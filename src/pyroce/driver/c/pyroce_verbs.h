@@ -126,6 +126,9 @@ struct pr_qp {
 
 /* python_bridge.c */
 PyObject *pr_call(const char *verb, const char *function, const char *format, ...);
+/* Destroy a verbs object: ``function(obj)`` under the GIL; on success the C side's reference to
+ * ``obj`` is dropped. 0 or the errno (the object stays whole on an error, e.g. EBUSY). */
+int pr_destroy(const char *verb, const char *function, PyObject *obj);
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
 int pr_nap_without_gil(void);

@@ -214,3 +214,19 @@ long long pr_long(PyObject *obj, const char *name)
 	PyErr_Clear();
 	return result;
 }
+
+int pr_destroy(const char *verb, const char *function, PyObject *obj)
+{
+	PyGILState_STATE state;
+	PyObject *result;
+
+	if (pr_enter(&state))
+		return errno;
+	result = pr_call(verb, function, "(O)", obj);
+	if (result) {
+		Py_DECREF(result);
+		Py_DECREF(obj);
+	}
+	pr_leave(state);
+	return result ? 0 : errno;
+}

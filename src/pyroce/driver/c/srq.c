@@ -130,18 +130,10 @@ PR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 {
 	struct pr_srq *srq = (struct pr_srq *)ibsrq;
 	struct pr_context *ctx = pr_ctx(ibsrq->context);
-	PyGILState_STATE state;
-	PyObject *result;
+	int ret = pr_destroy("ibv_destroy_srq", "destroy_srq", srq->obj);
 
-	if (pr_enter(&state))
-		return errno;
-	result = pr_call("ibv_destroy_srq", "destroy_srq", "(O)", srq->obj);
-	if (result)
-		Py_DECREF(srq->obj);
-	Py_XDECREF(result);
-	pr_leave(state);
-	if (!result)
-		return errno; /* EBUSY while a QP takes its receives from it */
+	if (ret)
+		return ret; /* EBUSY while a QP takes its receives from it */
 	pthread_mutex_lock(&ctx->lock);
 	for (struct pr_srq **link = &ctx->srqs; *link; link = &(*link)->next)
 		if (*link == srq) {

@@ -81,20 +81,11 @@ PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 PR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 {
 	struct pr_ah *self = (struct pr_ah *)ah;
-	PyGILState_STATE state;
-	PyObject *result;
+	int ret = pr_destroy("ibv_destroy_ah", "destroy_ah", self->obj);
 
-	if (pr_enter(&state))
-		return errno;
-	result = pr_call("ibv_destroy_ah", "destroy_ah", "(O)", self->obj);
-	if (result)
-		Py_DECREF(self->obj);
-	Py_XDECREF(result);
-	pr_leave(state);
-	if (!result)
-		return errno;
-	free(self);
-	return 0;
+	if (!ret)
+		free(self);
+	return ret;
 }
 
 PR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
