@@ -8,20 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "report.h"
+
 static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 static struct ibv_mr *mr;
 static char buf[8192];
-
-static void report(const char *what, int error)
-{
-	printf("%s %d\n", what, error);
-}
-
-static int null_errno(const void *object)
-{
-	return object ? 0 : errno;
-}
 
 static int connect_to_itself(union ibv_gid *gid)
 {

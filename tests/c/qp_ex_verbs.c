@@ -10,22 +10,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "report.h"
+
 #define QKEY 0x11223344
 
 static struct ibv_cq_ex *cqx;
 static struct ibv_mr *mr;
 static uint64_t buf[1024]; /* 8 KiB, 8-byte aligned for the atomics */
 #define AT(offset) ((uintptr_t)buf + (offset))
-
-static void report(const char *what, int error)
-{
-	printf("%s %d\n", what, error);
-}
-
-static int null_errno(const void *object)
-{
-	return object ? 0 : errno;
-}
 
 /* `n` completions through start_poll / next_poll / end_poll, each printed. */
 static void poll_n(int n, uint32_t peer_qpn)

@@ -8,18 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "report.h"
+
 #define QKEY 0x11223344
 #define GRH_ROOM 40
-
-static void report(const char *what, int error)
-{
-	printf("%s %d\n", what, error);
-}
-
-static int null_errno(const void *object)
-{
-	return object ? 0 : errno;
-}
 
 static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 {

@@ -8,15 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void report(const char *what, int error)
-{
-	printf("%s %d\n", what, error);
-}
-
-static int null_errno(const void *object)
-{
-	return object ? 0 : errno;
-}
+#include "report.h"
 
 static int modify(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
