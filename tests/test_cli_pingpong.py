@@ -165,3 +165,8 @@ def test_ud_pingpong_exchange_is_the_c_tools_bytes():
 ])  # fmt: skip
 def test_ud_pingpong_bad_options_are_one_line(option, words):
     assert_one_line_error(pyroce("ud_pingpong", *option, "127.0.0.1", timeout=30), *words)
+
+
+def test_ud_pingpong_sends_1024_bytes_by_default_as_rdma_core_44s_tool():
+    _, _, client_out, _, _ = run_pair("ud_pingpong", free_port(25), "-n", "10")
+    assert int(BYTES.search(client_out)[1]) == 2 * 10 * 1024, client_out

@@ -68,7 +68,8 @@ def ratio(num: float, den: float) -> float:
 class PingpongTool:
     """One of the C examples: its QP type, whether its QPs (``-q``, default 16) share an SRQ,
     how many addresses its exchange carries each way, its buffer's fill and smallest ``-s``.
-    ``datagram``: ud_pingpong.c, whose default size is 2048, which has no ``-m`` (a UD message
+    ``datagram``: ud_pingpong.c, whose default size is 1024 (rdma-core 44's code; its help text
+    still says 2048), which has no ``-m`` (a UD message
     is at most the port's MTU) and no ``-c``, and whose local address line has ``: GID``."""
 
     name: str
@@ -89,7 +90,7 @@ class PingpongTool:
         parser.add_argument("-p", "--port", type=port, default=18515, help="listen on/connect to port (default 18515)")
         parser.add_argument("-d", "--ib-dev", default=None, help="use IB device (default first device found)")
         parser.add_argument("-i", "--ib-port", type=between(1), default=1, help="use port of IB device (default 1)")
-        size = 2048 if self.datagram else 4096
+        size = 1024 if self.datagram else 4096
         parser.add_argument("-s", "--size", type=between(self.min_size), default=size,
                             help=f"size of message to exchange (default {size})")  # fmt: skip
         if not self.datagram:
