@@ -8,31 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "report.h"
+#include "common.h"
 
 static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 static struct ibv_mr *mr;
 static char buf[8192];
-
-static int connect_to_itself(union ibv_gid *gid)
-{
-	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				   .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return 1;
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
-				    .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-				    .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = *gid, .hop_limit = 1}}};
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 1;
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
-				    .max_rd_atomic = 1};
-	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
 
 /* `n` completions, spinning (a hang fails the test by its timeout); each printed. */
 static void poll_n(int n)
@@ -90,7 +71,8 @@ int main(void)
 					.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
 						.max_recv_sge = 1}};
 	qp = ibv_create_qp(pd, &init);
-	if (!pd || !cq || !mr || !qp || connect_to_itself(&gid)) {
+	if (!pd || !cq || !mr || !qp || 
+	    connect_to_itself(qp, &gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 0)) {
 		perror("setup");
 		return 1;
 	}

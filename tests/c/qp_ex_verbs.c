@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "report.h"
+#include "common.h"
 
 #define QKEY 0x11223344
 
@@ -49,26 +49,6 @@ static struct ibv_qp *create(struct ibv_context *ctx, struct ibv_pd *pd, enum ib
 					   .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
 						   .max_recv_sge = 1, .max_inline_data = 64}};
 	return ibv_create_qp_ex(ctx, &attr);
-}
-
-static int connect_rc(struct ibv_qp *qp, union ibv_gid *gid)
-{
-	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				   .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-						      IBV_ACCESS_REMOTE_ATOMIC};
-
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return 1;
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
-				    .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-				    .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = *gid, .hop_limit = 1}}};
-	if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 1;
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
-				    .max_rd_atomic = 1};
-	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 static int connect_ud(struct ibv_qp *qp)
@@ -125,7 +105,8 @@ int main(void)
 	struct ibv_qp *qp = create(ctx, pd, IBV_QPT_RC, ops & ~IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP);
 	struct ibv_qp_ex *qpx = qp ? ibv_qp_to_qp_ex(qp) : NULL;
 	report("create_qp_ex", null_errno(qpx));
-	if (!pd || !mr || !cqx || !qpx || connect_rc(qp, &gid)) {
+	if (!pd || !mr || !cqx || !qpx || 
+	    connect_to_itself(qp, &gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC, 0)) {
 		perror("setup");
 		return 1;
 	}

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "report.h"
+#include "common.h"
 
 #define QKEY 0x11223344
 #define GRH_ROOM 40

@@ -79,16 +79,11 @@ PR_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length
 	result = pr_call("ibv_reg_mr", "reg_mr", "(OKni)", ((struct pr_pd *)pd)->obj,
 			 (unsigned long long)(uintptr_t)addr, (Py_ssize_t)length, access);
 	if (result && PyArg_ParseTuple(result, "OII", &obj, &lkey, &rkey)) {
-		mr = calloc(1, sizeof(*mr));
+		mr = pr_alloc_for(sizeof(*mr), "ibv_reg_mr", "dereg_mr", obj);
 		if (mr) {
-			Py_INCREF(obj);
 			mr->obj = obj;
 			mr->mr = (struct ibv_mr){.context = pd->context, .pd = pd, .addr = addr, .length = length,
 						 .handle = lkey, .lkey = lkey, .rkey = rkey};
-		} else {
-			PyObject *gone = pr_call("ibv_reg_mr", "dereg_mr", "(O)", obj);
-			Py_XDECREF(gone);
-			errno = ENOMEM;
 		}
 	}
 	Py_XDECREF(result);
@@ -246,15 +241,9 @@ PR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 	result = pr_call("ibv_create_cq", "create_cq", "(OiOi)", ctx->obj, cqe,
 			 channel ? ((struct pr_channel *)channel)->obj : Py_None, comp_vector);
 	if (result && PyArg_ParseTuple(result, "OIKIKi", &obj, &cqn, &ring, &count, &consumer, &size)) {
-		cq = calloc(1, sizeof(*cq));
-		if (cq) {
-			Py_INCREF(obj);
+		cq = pr_alloc_for(sizeof(*cq), "ibv_create_cq", "destroy_cq", obj);
+		if (cq)
 			cq->obj = obj;
-		} else {
-			PyObject *gone = pr_call("ibv_create_cq", "destroy_cq", "(O)", obj);
-			Py_XDECREF(gone);
-			errno = ENOMEM;
-		}
 	}
 	Py_XDECREF(result);
 	pr_leave(state);

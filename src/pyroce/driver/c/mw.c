@@ -47,16 +47,11 @@ struct ibv_mw *pr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 		return NULL;
 	result = pr_call("ibv_alloc_mw", "alloc_mw", "(Oi)", ((struct pr_pd *)pd)->obj, type);
 	if (result && PyArg_ParseTuple(result, "OI", &obj, &rkey)) {
-		mw = calloc(1, sizeof(*mw));
+		mw = pr_alloc_for(sizeof(*mw), "ibv_alloc_mw", "dealloc_mw", obj);
 		if (mw) {
-			Py_INCREF(obj);
 			mw->obj = obj;
 			mw->mw = (struct ibv_mw){.context = pd->context, .pd = pd, .rkey = rkey, .handle = rkey >> 8,
 						 .type = type};
-		} else {
-			PyObject *gone = pr_call("ibv_alloc_mw", "dealloc_mw", "(O)", obj);
-			Py_XDECREF(gone);
-			errno = ENOMEM;
 		}
 	}
 	Py_XDECREF(result);

@@ -129,6 +129,9 @@ PyObject *pr_call(const char *verb, const char *function, const char *format, ..
 /* Destroy a verbs object: ``function(obj)`` under the GIL; on success the C side's reference to
  * ``obj`` is dropped. 0 or the errno (the object stays whole on an error, e.g. EBUSY). */
 int pr_destroy(const char *verb, const char *function, PyObject *obj);
+/* The C side of an object Python just made (under the GIL): ``size`` zeroed bytes and a new
+ * reference to ``obj`` for it to keep, or NULL with ENOMEM after ``undo(obj)`` destroyed it. */
+void *pr_alloc_for(size_t size, const char *verb, const char *undo, PyObject *obj);
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
 int pr_nap_without_gil(void);

@@ -230,3 +230,18 @@ int pr_destroy(const char *verb, const char *function, PyObject *obj)
 	pr_leave(state);
 	return result ? 0 : errno;
 }
+
+void *pr_alloc_for(size_t size, const char *verb, const char *undo, PyObject *obj)
+{
+	void *self = calloc(1, size);
+	PyObject *gone;
+
+	if (self) {
+		Py_INCREF(obj);
+		return self;
+	}
+	gone = pr_call(verb, undo, "(O)", obj);
+	Py_XDECREF(gone);
+	errno = ENOMEM;
+	return NULL;
+}
