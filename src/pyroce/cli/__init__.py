@@ -23,6 +23,7 @@ from pyroce.cli import (
     devinfo,
     doctor,
     events,
+    nicd,
     pingpong,
     python,
     pyverbs_path,
@@ -35,7 +36,7 @@ from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
 _TOOLS = (demo, decode, capture, stats, doctor, events, pingpong.RC_PINGPONG, pingpong.UC_PINGPONG, pingpong.SRQ_PINGPONG,
-          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run, rdma_core_tests)  # fmt: skip
+          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run, nicd, rdma_core_tests)  # fmt: skip
 
 ENVIRONMENT = """\
 environment:

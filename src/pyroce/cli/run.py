@@ -7,6 +7,7 @@ import argparse
 import os
 import shlex
 import shutil
+import signal
 from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
@@ -20,7 +21,7 @@ pyroce program). The library is compiled on first use with the system's cc, libi
 <infiniband/verbs.h> and this Python, and cached (PYROCE_CACHE_DIR, default ~/.cache/pyroce).
 --print-env prints the environment instead, as shell lines, for a harness that starts the
 program itself. A program linked statically, or setuid, ignores LD_LIBRARY_PATH."""
-VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH")
+VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,4 +46,5 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         print("\n".join(f"export {name}={shlex.quote(env[name])}" for name in VARIABLES), file=out)
         return 0
     out.flush()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it; the program must not inherit that
     os.execvpe(program[0], program, env)

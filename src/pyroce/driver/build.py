@@ -77,6 +77,16 @@ def python_parts() -> tuple[Path, Path]:
                      "Python, which must be built with --enable-shared")  # fmt: skip
 
 
+def sources_digest() -> str:
+    """A digest of the driver's own sources: compiled into the library, and compared by the
+    pyroce it calls at start (``program.handshake``), so a library left from another pyroce
+    refuses to run instead of calling functions that changed."""
+    digest = hashlib.sha256()
+    for path in sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT, Path(__file__).with_name("program.py")]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def library_dir(include: str | None = None) -> Path:
     """The folder holding ``libibverbs.so.1``, built first if this combination has none."""
     include = include or os.environ.get("PYROCE_VERBS_INCLUDE") or DEFAULT_INCLUDE
@@ -88,6 +98,7 @@ def library_dir(include: str | None = None) -> Path:
     digest = hashlib.sha256()
     for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
         digest.update(part.encode() + b"\0")
+    digest.update(sources_digest().encode())
     for path in (*sources, *stubs, header):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     target = cache_root() / f"driver-{digest.hexdigest()[:16]}"
@@ -95,7 +106,8 @@ def library_dir(include: str | None = None) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
-    commands = [[cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"', f"-I{include}", f"-I{py_include}",
+    commands = [[cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"',
+                 f'-DPYROCE_SOURCES_DIGEST="{sources_digest()}"', f"-I{include}", f"-I{py_include}",
                  *(str(path) for path in sources if path.suffix == ".c"),
                  f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
                  f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]]  # fmt: skip

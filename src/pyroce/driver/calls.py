@@ -1,8 +1,10 @@
-"""The control verbs of the C library, in Python: each function is one verb, called by the C
-code with the GIL held, on pyroce's verbs objects (so a C program gets the checks and errnos
-a Python program gets). They return what the C data path needs: the addresses and sizes of
-the rings and doorbell records the verbs objects allocated, which C then writes and reads
-with no GIL (docs/architecture.md, "Unmodified programs: the C driver").
+"""The control verbs of the C library, in Python: each function is one verb on pyroce's verbs
+objects (so a C program gets the checks and errnos a Python program gets). They return what the
+C data path needs: where the rings and doorbell records the verbs objects allocated are, which
+C then writes and reads with no GIL (docs/architecture.md, "Unmodified programs: the C
+driver"). They run in the program's process (the embedded NIC: addresses and descriptors are
+the process's own) or in the shared NIC for a connection (``pyroce.nicd``: offsets in the
+connection's shared memory, descriptors sent across); the Context's ``driver_memory`` says which.
 
 A failure raises ``PyverbsRDMAError`` with libibverbs' errno, which the C side returns or
 puts in ``errno``. Objects are the verbs objects themselves; C holds a reference to each.
@@ -20,7 +22,8 @@ from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cq import CQ, CompChannel
 from pyroce.verbs.cq_ex import check_extended
 from pyroce.verbs.device import Context, DeviceAttr, DeviceAttrEx, PortAttr
-from pyroce.verbs.mr import MR, address_of
+from pyroce.verbs.driver_memory import LOCAL, DriverMemory
+from pyroce.verbs.mr import MR
 from pyroce.verbs.mw import MW
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
@@ -41,13 +44,14 @@ def _busy(obj: PyverbsObject, verb: str, what: str) -> None:
 # --- devices -------------------------------------------------------------------------
 
 
-def open_context(name: str) -> tuple[Context, int, int]:
+def open_context(name: str, driver_memory: DriverMemory = LOCAL) -> tuple[Context, int, int]:
     """``ibv_open_device``: the Context, its doorbell fd (``nic.handoff``) and ``async_fd``."""
-    ctx = Context(name=name, progress=PROGRESS)
+    ctx = Context(name=name, progress=PROGRESS, driver_memory=driver_memory)
     if ctx.device.progress_mode == "host":
         ctx.close()
         raise PyverbsRDMAError("Failed to open device: PYROCE_PROGRESS=host needs a host calling step()", errno.EINVAL)
-    return ctx, ctx.device.doorbell_fd, ctx.async_fd
+    export = ctx.driver_memory.export_fd
+    return ctx, export(ctx.device.doorbell_fd), export(ctx.async_fd)
 
 
 def close_context(ctx: Context) -> None:
@@ -116,13 +120,14 @@ def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
     """``ibv_reg_mr`` of process memory at ``addr``: the NIC reaches it through a memoryview."""
     if addr == 0 and length:
         raise PyverbsRDMAError("Failed to register a MR: no memory at address 0", errno.EFAULT)
-    mr = MR(pd, length, access, address=addr)
+    mr = MR(pd, length, access, address=pd.ctx.driver_memory.program_memory(addr, length))
     return mr, mr.lkey, mr.rkey
 
 
 def rereg_mr(mr: MR, flags: int, pd: PD | None, addr: int, length: int, access: int) -> tuple[int, int]:
     """``ibv_rereg_mr``: a new translation is process memory at ``addr``, as ``reg_mr`` takes it."""
-    mr.rereg(flags, pd, addr, length, access)
+    memory = mr.pd.ctx.driver_memory.program_memory(addr, length) if addr else addr
+    mr.rereg(flags, pd, memory, length, access)
     return mr.lkey, mr.rkey
 
 
@@ -145,7 +150,7 @@ def dealloc_mw(mw: MW) -> None:
 
 def create_comp_channel(ctx: Context) -> tuple[CompChannel, int]:
     channel = CompChannel(ctx)
-    return channel, channel.fd
+    return channel, ctx.driver_memory.export_fd(channel.fd)
 
 
 def destroy_comp_channel(channel: CompChannel) -> None:
@@ -163,7 +168,8 @@ def get_cq_event(channel: CompChannel) -> int:
 
 def _cq_ring(cq: CQ) -> tuple[int, int, int]:
     """The CQ ring's address, its entries and the consumer record's address."""
-    return address_of(memoryview(cq._buf)), cq.ring.cqe_count, address_of(memoryview(cq._consumer_record))
+    address = cq.ctx.driver_memory.address
+    return address(memoryview(cq._buf)), cq.ring.cqe_count, address(memoryview(cq._consumer_record))
 
 
 def create_cq(ctx: Context, cqe: int, channel: CompChannel | None, comp_vector: int) -> tuple[Any, ...]:
@@ -232,8 +238,9 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
     cap = QPCap(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
     qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
     ring = qp.rq.ring
-    return (qp, qp.qp_num, address_of(memoryview(qp._sq_buf)), qp.sq_wqebbs, address_of(ring.buf), ring.count,
-            ring.stride, address_of(memoryview(qp._doorbell_buf)))  # fmt: skip
+    address = pd.ctx.driver_memory.address
+    return (qp, qp.qp_num, address(memoryview(qp._sq_buf)), qp.sq_wqebbs, address(ring.buf), ring.count,
+            ring.stride, address(memoryview(qp._doorbell_buf)))  # fmt: skip
 
 
 def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
@@ -274,13 +281,13 @@ def destroy_qp(qp: QP) -> None:
 
 def _srq_ring(srq: SRQ) -> tuple[int, int, int]:
     ring = srq.rq.ring
-    return address_of(ring.buf), ring.count, ring.stride
+    return srq.pd.ctx.driver_memory.address(ring.buf), ring.count, ring.stride
 
 
 def create_srq(pd: PD, max_wr: int, max_sge: int) -> tuple[Any, ...]:
     """``ibv_create_srq``: (SRQ, SRQN, ring address, WQEs, stride, doorbell record address)."""
     srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr, max_sge)))
-    return (srq, srq.hw.srqn, *_srq_ring(srq), address_of(memoryview(srq._doorbell_buf)))
+    return (srq, srq.hw.srqn, *_srq_ring(srq), pd.ctx.driver_memory.address(memoryview(srq._doorbell_buf)))
 
 
 def modify_srq(srq: SRQ, max_wr: int, srq_limit: int, mask: int) -> tuple[int, int, int]:

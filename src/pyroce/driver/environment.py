@@ -1,8 +1,9 @@
 """The environment a program needs to run on the C driver, with or without ``pyroce run``.
 
-``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's, and
+``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's,
 ``PYROCE_PYTHONPATH`` tells the library's interpreter where pyroce and its dependencies are
-(this Python's ``sys.path``: a venv's site-packages is not where a bare interpreter looks).
+(this Python's ``sys.path``: a venv's site-packages is not where a bare interpreter looks), and
+``PYROCE_PYTHON`` which Python starts the shared NIC when none runs.
 """
 
 from __future__ import annotations
@@ -33,4 +34,5 @@ def driver_environment(library_dir: Path, env: Mapping[str, str]) -> dict[str, s
     """``env`` with what the C driver needs: its folder first on ``LD_LIBRARY_PATH``, and
     ``PYROCE_PYTHONPATH``."""
     library_path = os.pathsep.join(filter(None, (str(library_dir), env.get("LD_LIBRARY_PATH"))))
-    return {**env, "LD_LIBRARY_PATH": library_path, "PYROCE_PYTHONPATH": os.pathsep.join(search_path())}
+    return {**env, "LD_LIBRARY_PATH": library_path, "PYROCE_PYTHONPATH": os.pathsep.join(search_path()),
+            "PYROCE_PYTHON": sys.executable}  # fmt: skip

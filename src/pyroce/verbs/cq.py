@@ -138,8 +138,8 @@ class CQ(PyverbsObject):
         self.cq_context = cq_context
         self.channel = channel
         self.num_events = 0  # events taken by get_cq_event and not acknowledged
-        self._buf = bytearray(count * CQE_SIZE)
-        self._consumer_record = bytearray(4)
+        self._buf = creator.driver_memory.alloc(count * CQE_SIZE)
+        self._consumer_record = creator.driver_memory.alloc(4)
         self.ring = CqRing(memoryview(self._buf), count)
         self.hw = creator.device.create_cq(memoryview(self._buf), count, memoryview(self._consumer_record),
                                            channel.events if channel is not None else None,
@@ -244,7 +244,7 @@ class CQ(PyverbsObject):
         # then), so its completions count against the new size: EINVAL if they would not fit.
         self.ctx.device.kick()
         count = _ring_size(cqe)
-        buf = bytearray(count * CQE_SIZE)
+        buf = self.ctx.driver_memory.alloc(count * CQE_SIZE)
         try:
             self.ctx.device.resize_cq(self.hw, memoryview(buf), count, self.consumer)
         except ValueError as exc:

@@ -13,6 +13,7 @@ from pyroce.nic.device import NicDevice
 from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.verbs.addr import GID, gid_of_address
 from pyroce.verbs.base import PyverbsObject
+from pyroce.verbs.driver_memory import LOCAL, DriverMemory
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
     ibv_event_type,
@@ -177,10 +178,14 @@ class Context(PyverbsObject):
 
     CLOSE_ORDER = 3
 
-    def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None, **kwargs: object) -> None:
+    def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None,
+                 driver_memory: DriverMemory = LOCAL, **kwargs: object) -> None:  # fmt: skip
         """``progress`` (pyroce's): the mode the device starts in when ``PYROCE_PROGRESS``
-        names none (the C driver, whose program lends no thread, asks for ``thread``)."""
+        names none (the C driver, whose program lends no thread, asks for ``thread``);
+        ``driver_memory`` (pyroce's): where the rings of this context's objects live
+        (``verbs.driver_memory``: the shared NIC's connections give theirs)."""
         super().__init__()
+        self.driver_memory = driver_memory
         device_name = name.decode() if isinstance(name, bytes) else name
         if device_name not in DEVICE_NAMES:
             raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)

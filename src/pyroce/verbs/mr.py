@@ -16,6 +16,7 @@ from typing import Any
 from pyroce.ib.enums import Access
 from pyroce.nic.memory import BusyError, MemoryRegion
 from pyroce.verbs.base import PyverbsObject, check_injected
+from pyroce.verbs.driver_memory import address_of
 from pyroce.verbs.enums import ibv_access_flags, ibv_rereg_mr_flags
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -24,15 +25,6 @@ SUPPORTED_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.I
                     | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
                     | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
 NEEDS_LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
-
-
-def address_of(view: memoryview) -> int:
-    """The integer address of a writable buffer's first byte."""
-    holder = (ctypes.c_char * len(view)).from_buffer(view)
-    try:
-        return ctypes.addressof(holder)
-    finally:
-        del holder
 
 
 def check_access(access: int, what: str) -> None:

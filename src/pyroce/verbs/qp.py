@@ -217,8 +217,8 @@ class QP(PyverbsObject):
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
         self.sq_wqebbs = pow2_at_least(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
-        self._sq_buf = bytearray(self.sq_wqebbs * WQEBB)
-        self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
+        self._sq_buf = ctx.driver_memory.alloc(self.sq_wqebbs * WQEBB)
+        self._doorbell_buf = ctx.driver_memory.alloc(DoorbellRecord.SIZE)
         self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
         self.doorbell = DoorbellRecord(memoryview(self._doorbell_buf))
         self.sq_producer = 0  # basic blocks posted
@@ -227,7 +227,8 @@ class QP(PyverbsObject):
         self.srq = srq
         # with an SRQ the QP has no receive queue of its own: its receive WQEs (and their
         # wr_ids) are the SRQ's, and the NIC is given an empty ring it never reads
-        self.rq = srq.rq if srq is not None else RecvQueue(cap.max_recv_wr, cap.max_recv_sge, self.doorbell)
+        self.rq = srq.rq if srq is not None else RecvQueue(cap.max_recv_wr, cap.max_recv_sge, self.doorbell,
+                                                                      ctx.driver_memory.alloc)  # fmt: skip
         rq_ring = NO_RECV_RING if srq is not None else self.rq.ring
         self.peer_address = ""  # IPv4 address of the connected peer, once the AV is set
         self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset

@@ -11,6 +11,7 @@ Errnos are rxe's ``post_one_recv``: ENOMEM when full, EINVAL for too many SGEs.
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
 from pyroce.nic.wqe import SEG, Sge
@@ -26,8 +27,10 @@ def pow2_at_least(n: int) -> int:
 class RecvQueue:
     """``max_wr`` WQEs of up to ``max_sge`` scatter entries, in a ring of its own."""
 
-    def __init__(self, max_wr: int, max_sge: int, doorbell: DoorbellRecord) -> None:
+    def __init__(self, max_wr: int, max_sge: int, doorbell: DoorbellRecord, alloc: Callable[[int], memoryview]) -> None:
+        """``alloc``: where rings go (the Context's ``driver_memory``)."""
         self.max_wr = max_wr
+        self.alloc = alloc
         self.max_sge = max_sge
         self.doorbell = doorbell
         self.ring = self.new_ring(max_wr)
@@ -38,7 +41,7 @@ class RecvQueue:
         """A ring with room for ``max_wr`` WQEs of ``max_sge`` entries (stride a power of two)."""
         stride = pow2_at_least(max(1, self.max_sge) * SEG)
         count = pow2_at_least(max(1, max_wr))
-        return RecvRing(memoryview(bytearray(count * stride)), count, stride)
+        return RecvRing(self.alloc(count * stride), count, stride)
 
     @property
     def outstanding(self) -> int:

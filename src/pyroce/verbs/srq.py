@@ -75,8 +75,9 @@ class SRQ(PyverbsObject):
         self.pd = creator
         self.device = device
         self.srq_context = attr.srq_context
-        self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
-        self.rq = RecvQueue(attr.max_wr, max(1, attr.max_sge), DoorbellRecord(memoryview(self._doorbell_buf)))
+        self._doorbell_buf = creator.ctx.driver_memory.alloc(DoorbellRecord.SIZE)
+        self.rq = RecvQueue(attr.max_wr, max(1, attr.max_sge), DoorbellRecord(memoryview(self._doorbell_buf)),
+                            creator.ctx.driver_memory.alloc)  # fmt: skip
         ring = self.rq.ring
         self.hw = device.create_srq(ring.buf, ring.count, ring.stride, memoryview(self._doorbell_buf),
                                     creator.ctx.async_queue)  # fmt: skip

@@ -1,10 +1,13 @@
 /* The way into Python: the interpreter started on first use (or the host's own, when the
- * program is Python), pyroce.driver.calls imported, and each control verb one call under the
- * GIL, its exception turned into libibverbs' errno.
+ * program is Python), pyroce.driver.program imported (the shared NIC's commands, or with
+ * PYROCE_NIC=embedded the NIC in this process), and each control verb one call under the GIL,
+ * its exception turned into libibverbs' errno.
  *
- * A C program's interpreter is started with no signal handlers (the program keeps its own),
- * then the GIL is released so the engine thread runs while the program does; every call
- * takes it back with PyGILState_Ensure, from whichever thread the program calls in.
+ * A C program's interpreter is started with no signal handlers and without touching the
+ * locale (the program keeps its own), then the GIL is released so any engine thread runs while
+ * the program does; every call takes it back with PyGILState_Ensure, from whichever thread the
+ * program calls in. With the shared NIC the interpreter has no thread of its own, so fork()
+ * keeps it usable in the child (PyOS_BeforeFork/AfterFork around the program's fork).
  */
 #include "pyroce_verbs.h"
 
@@ -17,10 +20,38 @@
 #include <unistd.h>
 
 static pthread_once_t started = PTHREAD_ONCE_INIT;
-static PyObject *calls;     /* pyroce.driver.calls */
+static PyObject *calls;     /* pyroce.driver.program */
 static int start_error;     /* errno for every verb when Python or pyroce could not start */
 static pid_t started_in;    /* the process whose interpreter and engine threads these are */
 static int hosted;          /* the program is Python itself (pyverbs): its interpreter is ours */
+static int fork_safe;       /* the NIC is not in this process: a forked child may use the verbs */
+static PyGILState_STATE fork_gil;
+
+/* Around a fork() of a C program: Python's own state made consistent for both processes, as
+ * os.fork() does (the program's interpreter does this itself when the program is Python). */
+static void before_fork(void)
+{
+	fork_gil = PyGILState_Ensure();
+	PyOS_BeforeFork();
+}
+
+static void after_fork_in_parent(void)
+{
+	PyOS_AfterFork_Parent();
+	PyGILState_Release(fork_gil);
+}
+
+static void after_fork_in_child(void)
+{
+	PyOS_AfterFork_Child(); /* runs os.register_at_fork's hooks: the child connects anew */
+	PyGILState_Release(fork_gil);
+	started_in = getpid();
+}
+
+static void child_of_hosted_fork(void)
+{
+	started_in = getpid();
+}
 
 /* PYROCE_PYTHONPATH (set by `pyroce run`): the folders of the pyroce package and its
  * dependencies (a venv's site-packages, say). The interpreter the library started searches them
@@ -61,14 +92,47 @@ static int same_python(void)
 	return 0;
 }
 
+/* This library and the pyroce it calls must be of the same sources: a library kept from an
+ * older pyroce (an exported LD_LIBRARY_PATH) would call functions that changed. */
+static int handshake(void)
+{
+	PyObject *result = PyObject_CallMethod(calls, "handshake", "s", PYROCE_SOURCES_DIGEST);
+
+	if (result) {
+		Py_DECREF(result);
+		return 1;
+	}
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	PyObject *text = value ? PyObject_Str(value) : NULL;
+	fprintf(stderr, "pyroce: %s\n", text ? PyUnicode_AsUTF8(text) : "the C driver and pyroce do not match");
+	Py_XDECREF(text);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(traceback);
+	PyErr_Clear();
+	return 0;
+}
+
 static void start(void)
 {
 	int owned = 0;
 
 	if (!Py_IsInitialized()) {
+		PyPreConfig preconfig;
 		PyConfig config;
 		PyStatus status;
 
+		PyPreConfig_InitPythonConfig(&preconfig);
+		preconfig.configure_locale = 0; /* the program's locale stays the program's */
+		preconfig.coerce_c_locale = 0;
+		preconfig.utf8_mode = 1;
+		status = Py_PreInitialize(&preconfig);
+		if (PyStatus_Exception(status)) {
+			fprintf(stderr, "pyroce: cannot start Python: %s\n", status.err_msg ? status.err_msg : "?");
+			start_error = ENOSYS;
+			return;
+		}
 		PyConfig_InitPythonConfig(&config);
 		config.install_signal_handlers = 0;
 		config.parse_argv = 0;
@@ -92,11 +156,22 @@ static void start(void)
 	}
 	PyGILState_STATE state = PyGILState_Ensure();
 	add_search_path(owned);
-	calls = PyImport_ImportModule("pyroce.driver.calls");
+	calls = PyImport_ImportModule("pyroce.driver.program");
 	if (!calls) {
-		fprintf(stderr, "pyroce: cannot import pyroce.driver.calls (is PYROCE_PYTHONPATH set? `pyroce run` sets it):\n");
+		fprintf(stderr, "pyroce: cannot start pyroce's driver (is PYROCE_PYTHONPATH set? `pyroce run` sets it):\n");
 		PyErr_Print();
 		start_error = ENOSYS;
+	} else if (!handshake()) {
+		start_error = ENOSYS;
+	} else {
+		PyObject *safe = PyObject_GetAttrString(calls, "FORK_SAFE");
+		fork_safe = safe && PyObject_IsTrue(safe) == 1;
+		Py_XDECREF(safe);
+		PyErr_Clear();
+		if (fork_safe && owned)
+			pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+		else if (fork_safe)
+			pthread_atfork(NULL, NULL, child_of_hosted_fork);
 	}
 	PyGILState_Release(state);
 	if (owned)
@@ -111,11 +186,12 @@ int pr_enter(PyGILState_STATE *state)
 		return -1;
 	}
 	if (getpid() != started_in) {
-		/* A child of fork(): the engine threads stayed in the parent, and the GIL may be
-		 * held by one of them for ever here. Refuse rather than hang. */
+		/* A child of fork() with the NIC embedded in the parent: the engine threads stayed
+		 * there, and the GIL may be held by one of them for ever here. Refuse rather than hang. */
 		static int told;
 		if (!told++)
-			fprintf(stderr, "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program\n");
+			fprintf(stderr, "pyroce: a child of fork() cannot use the NIC embedded in its parent "
+				"(PYROCE_NIC=embedded): exec a new program, or use the shared NIC\n");
 		errno = EIO;
 		return -1;
 	}

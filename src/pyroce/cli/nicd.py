@@ -1,0 +1,125 @@
+"""``pyroce nicd``: the shared NIC, one per user, device and address (``pyroce.nicd``).
+
+In the foreground it serves with its log on stderr until Ctrl-C, SIGTERM, ``--stop`` or idle;
+``--background`` is how a program that finds no NIC starts one (it prints one line: ``ready
+PID``, ``busy`` when another NIC serves the place, or ``failed WHY``); ``--stop`` and
+``--status`` speak to a running one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any, TextIO
+
+from pyroce.cli.errors import CliError
+from pyroce.nic.registry import LinkError
+from pyroce.nicd.launch import BUSY, FAILED, READY
+from pyroce.nicd.place import DEFAULT_DEVICE, NicPlace, nic_place
+from pyroce.nicd.protocol import receive, send
+from pyroce.nicd.server import DEFAULT_IDLE_S, NicBusy, NicServer, open_server
+
+DESCRIPTION = """The shared NIC: one pyroce0 per user and address (PYROCE_ADDR, default 127.0.0.1) that every
+program run with `pyroce run` uses, as programs share the kernel's rxe. The first such program starts it when
+none runs; it stops by itself once no program has used it for --idle seconds. Run in the foreground, it
+prints its log."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("nicd", help="run, stop or query the shared NIC", description=DESCRIPTION)
+    parser.add_argument("--device", default=DEFAULT_DEVICE, help="the device (default pyroce0)")
+    parser.add_argument("--idle", type=float, default=float(os.environ.get("PYROCE_NICD_IDLE", DEFAULT_IDLE_S)),
+                        help="stop after this many seconds without a program, 0: never (default "
+                             f"PYROCE_NICD_IDLE or {DEFAULT_IDLE_S:.0f})")  # fmt: skip
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help="stop the running NIC (its programs' QPs go with it)")
+    action.add_argument("--status", action="store_true", help="print the running NIC's pid, address and programs")
+    action.add_argument("--background", action="store_true", help="start in the background; print one line")
+    parser.add_argument("--json", action="store_true", help="--status as JSON")
+    parser.set_defaults(run=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    place = nic_place(args.device)
+    if args.stop or args.status:
+        return _ask(place, "stop" if args.stop else "status", args.json, out)
+    if args.background:
+        return _background(place, args.idle, out)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="pyroce nicd: %(message)s")
+    server = _open(place, args.idle)
+    _stop_on_signals(server)
+    server.serve()
+    return 0
+
+
+def _open(place: NicPlace, idle_s: float) -> NicServer:
+    try:
+        return open_server(place, idle_s)
+    except NicBusy as exc:
+        raise CliError(str(exc)) from None
+    except LinkError as exc:
+        raise CliError(f"cannot serve {place.describe()}: {exc.strerror or exc}") from None
+
+
+def _stop_on_signals(server: NicServer) -> None:
+    """SIGTERM (and SIGINT) end the service at its next turn, never in the middle of a command."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: server.stop())
+    signal.signal(signal.SIGINT, lambda _signum, _frame: server.stop())
+
+
+def _background(place: NicPlace, idle_s: float, out: TextIO) -> int:
+    """Fork the service into a session of its own; it writes the one line when it serves (the
+    caller reads stdout to its end, which comes once the service has left it for its log)."""
+    out.flush()
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    log = os.open(place.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(log, 2)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s pyroce nicd: %(message)s")
+    try:
+        server = open_server(place, idle_s)
+    except NicBusy:
+        print(BUSY, file=out, flush=True)
+        os._exit(0)
+    except (LinkError, OSError) as exc:
+        logging.getLogger("pyroce.nicd").error("cannot serve %s: %s", place.describe(), exc)
+        print(f"{FAILED} cannot serve {place.describe()}: {getattr(exc, 'strerror', None) or exc}", file=out, flush=True)
+        os._exit(1)
+    print(f"{READY} {os.getpid()}", file=out, flush=True)
+    os.dup2(log, 1)
+    os.close(log)
+    _stop_on_signals(server)
+    try:
+        server.serve()
+    finally:
+        os._exit(0)
+
+
+def _ask(place: NicPlace, request: str, as_json: bool, out: TextIO) -> int:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(place.socket_name)
+    except (ConnectionRefusedError, FileNotFoundError):
+        raise CliError(f"no shared NIC serves {place.describe()}") from None
+    with sock:
+        send(sock, (request, ()))
+        message = receive(sock)
+    if message is None or message.value[0] != "ok":
+        raise CliError(f"the shared NIC {place.describe()} did not answer")
+    answer = message.value[1]
+    if request == "stop":
+        print(f"pyroce nicd: stopped {place.describe()} (pid {answer})", file=out)
+    elif as_json:
+        print(json.dumps(answer), file=out)
+    else:
+        programs = " ".join(map(str, answer["programs"])) or "none"
+        print(f"{place.describe()}: pid {answer['pid']}, {answer['qps']} QPs, programs (pids): {programs}", file=out)
+    return 0

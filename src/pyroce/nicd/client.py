@@ -1,0 +1,156 @@
+"""A driver's side of the shared NIC: its connection, started NIC and commands.
+
+The first command a process sends connects it (``hello``, then the connection's shared memory
+is mapped here) and, when no NIC serves its place, starts one (``nicd.launch``), saying so in
+one line. The objects the NIC names (``RemoteObject``) belong to the connection that made them:
+a ``fork()``ed child gets a connection of its own on its first command, and its parent's
+objects are refused there (EIO), as a child's use of its parent's verbs would be meaningless.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from pyroce import __version__
+from pyroce.nicd.launch import launch
+from pyroce.nicd.place import NicPlace, nic_place
+from pyroce.nicd.protocol import PROTOCOL, Handle, receive, send
+from pyroce.verbs.driver_memory import address_of
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+class NicError(OSError):
+    """A command the NIC refused (its errno), or a NIC that cannot be reached."""
+
+
+class RemoteObject(Handle):
+    """An object of the NIC, valid on the connection that made it."""
+
+    connection: Connection
+
+
+class Connection:
+    """One process's connection: the socket, the shared memory mapped, one request at a time."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.arena: mmap.mmap | None = None
+        self.base = 0
+        self.fds: dict[int, int] = {}  # handle of a channel or context -> its event fd here
+        greeting = self.call("hello", {"protocol": PROTOCOL, "version": __version__})
+        self.arena = mmap.mmap(greeting["arena"], greeting["arena_size"], mmap.MAP_SHARED,
+                               mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip
+        os.close(greeting["arena"])
+        self.base = address_of(memoryview(self.arena)[:1])
+
+    def call(self, command: str, *args: Any) -> Any:
+        for value in _walk(args):
+            if isinstance(value, RemoteObject) and value.connection is not self:
+                raise NicError(errno.EIO, "the object belongs to another connection to the NIC (a parent "
+                                          "process's, after fork()): open the device again")  # fmt: skip
+        with self.lock:
+            try:
+                send(self.sock, (command, args))
+                message = receive(self.sock, self._address)
+            except (BrokenPipeError, ConnectionResetError):
+                message = None
+        if message is None:
+            raise NicError(errno.EIO, "the shared NIC closed the connection (stopped, or crashed: see its log)")
+        answer = message.value
+        if answer[0] == "err":
+            raise NicError(answer[1], answer[2])
+        return self._own(answer[1])
+
+    def _address(self, offset: int) -> int:
+        return self.base + offset
+
+    def _own(self, value: Any) -> Any:
+        if isinstance(value, Handle):
+            obj = RemoteObject(value)
+            obj.connection = self
+            return obj
+        if isinstance(value, tuple):
+            return tuple(self._own(item) for item in value)
+        return value
+
+    def wait(self, fd: int) -> None:
+        """Wait until ``fd`` (an event fd) is readable, unless it was made non-blocking."""
+        if os.get_blocking(fd):
+            select.select([fd], [], [])
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _walk(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _walk(item)
+    else:
+        yield value
+
+
+def connect(place: NicPlace, start: bool = True) -> Connection:
+    """A connection to the NIC at ``place``, started first if none serves it and ``start``."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    started = False
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            sock.connect(place.socket_name)
+            return Connection(sock)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            sock.close()
+            if not start:
+                raise NicError(errno.ENODEV, f"no shared NIC serves {place.describe()}") from exc
+            if not started:
+                try:
+                    launch(place)
+                except OSError as failure:
+                    raise NicError(failure.errno, failure.strerror) from None
+                started = True
+            elif time.monotonic() > deadline:
+                raise NicError(errno.ETIMEDOUT, f"the shared NIC for {place.describe()} did not start: see "
+                                                f"{place.log_path}") from None  # fmt: skip
+            time.sleep(0.02)
+        except BaseException:
+            sock.close()
+            raise
+
+
+_lock = threading.Lock()
+_connection: Connection | None = None
+
+
+def connection() -> Connection:
+    """This process's connection, made on first use."""
+    global _connection
+    with _lock:
+        if _connection is None:
+            _connection = connect(nic_place())
+        return _connection
+
+
+def _after_fork_in_child() -> None:
+    global _connection, _lock
+    _lock = threading.Lock()
+    if _connection is not None:
+        try:
+            _connection.sock.close()  # the child's copy: the parent's connection goes on
+            if _connection.arena is not None:
+                _connection.arena.close()
+        except (OSError, BufferError):
+            pass
+        _connection = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,60 @@
+"""A shared NIC of a test's own: ``pyroce nicd`` in the foreground of a child process, on an
+address and a stats folder nobody else uses, stopped (by pid) at the end."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyroce.nicd.client import NicError, connect
+from pyroce.nicd.place import NicPlace
+
+_numbers = itertools.count(1)
+
+
+def private_address() -> str:
+    """A loopback address of this test process's own (127.200.0.0/16 is nobody else's here)."""
+    number = (os.getpid() * 64 + next(_numbers)) % 0xFFFE + 1
+    return f"127.200.{number >> 8}.{number & 0xFF}"
+
+
+def nic_environment(folder: Path, address: str) -> dict[str, str]:
+    env = dict(os.environ, PYROCE_STATS_DIR=str(folder), PYROCE_ADDR=address)
+    env.pop("PYROCE_NIC", None)
+    return env
+
+
+@contextmanager
+def shared_nic(folder: Path, idle_s: float = 0) -> Iterator[tuple[NicPlace, dict[str, str], subprocess.Popen[str]]]:
+    """A running shared NIC: its place, the environment that reaches it, its process."""
+    folder.mkdir(parents=True, exist_ok=True)
+    place = NicPlace("pyroce0", private_address(), str(folder))
+    env = nic_environment(folder, place.address)
+    process = subprocess.Popen([sys.executable, "-m", "pyroce", "nicd", "--idle", str(idle_s)], env=env,
+                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_serving(place, process)
+        yield place, env, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(10)
+        process.stderr.close()  # type: ignore[union-attr]
+
+
+def wait_serving(place: NicPlace, process: subprocess.Popen[str], timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            connect(place, start=False).sock.close()
+            return
+        except NicError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"pyroce nicd did not serve: {process.stderr.read() if process.stderr else ''}")
+            time.sleep(0.05)

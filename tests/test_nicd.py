@@ -1,0 +1,230 @@
+"""The shared NIC as a service (``pyroce nicd``): drivers connect, their commands get the verbs'
+checks and errnos, objects are theirs alone, and what a dead program leaves is destroyed."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pyroce.nicd.client import NicError, connect
+from pyroce.nicd.place import NicPlace
+from pyroce.nicd.protocol import Handle, receive, send
+from tests.shared_nic import nic_environment, private_address, shared_nic
+from tests.waiting import spin_until
+
+RC, UD = 2, 4
+
+
+@pytest.fixture
+def nic(tmp_path):
+    with shared_nic(tmp_path / "stats") as running:
+        yield running
+
+
+def status(env: dict[str, str]) -> dict:
+    done = subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--status", "--json"], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def make_qp(conn, qp_type=RC):
+    ctx, doorbell_fd, async_fd = conn.call("open_context", "pyroce0")
+    pd = conn.call("alloc_pd", ctx)
+    cq = conn.call("create_cq", ctx, 16, None, 0)[0]
+    created = conn.call("create_qp", pd, cq, cq, None, qp_type, 0, 16, 16, 1, 1, 0)
+    return ctx, pd, cq, created
+
+
+def test_commands_answer_as_the_verbs_do(nic):
+    place, _, _ = nic
+    conn = connect(place, start=False)
+    ctx, pd, cq, (qp, qpn, sq, sq_wqebbs, rq, rq_count, rq_stride, doorbell) = make_qp(conn)
+    assert 0 < qpn < 1 << 24 and sq_wqebbs >= 16 and rq_count >= 16
+    for address in (sq, rq, doorbell):  # rings in the connection's shared memory, as mapped here
+        assert conn.base <= address < conn.base + len(conn.arena)
+    assert conn.call("query_port", ctx, 1).state == 4  # IBV_PORT_ACTIVE
+    with pytest.raises(NicError) as refused:
+        conn.call("create_cq", ctx, 0, None, 0)
+    assert refused.value.errno == errno.EINVAL
+    with pytest.raises(NicError) as busy:
+        conn.call("dealloc_pd", pd)
+    assert busy.value.errno == errno.EBUSY
+    with pytest.raises(NicError) as unknown:
+        conn.call("no_such_verb")
+    assert unknown.value.errno == errno.EOPNOTSUPP
+    conn.call("destroy_qp", qp)
+    with pytest.raises(NicError) as gone:
+        conn.call("query_qp", qp)
+    assert gone.value.errno == errno.EBADF
+    conn.call("destroy_cq", cq)
+    conn.call("dealloc_pd", pd)
+    conn.call("close_context", ctx)
+    conn.sock.close()
+
+
+def test_the_rings_are_shared_memory(nic):
+    """What the driver writes at a ring's address is what the NIC's verbs object holds."""
+    place, _, _ = nic
+    conn = connect(place, start=False)
+    _, _, _, created = make_qp(conn)
+    doorbell = created[7]
+    offset = doorbell - conn.base
+    conn.arena[offset : offset + 8] = bytes(range(1, 9))
+    assert conn.call("query_qp", created[0]).qp_state == 0  # the NIC still answers
+    conn.sock.close()
+
+
+def test_objects_belong_to_their_connection_and_qpns_are_unique(nic):
+    place, _, _ = nic
+    first, second = connect(place, start=False), connect(place, start=False)
+    qpns = {make_qp(conn)[3][1] for conn in (first, second) for _ in range(3)}
+    assert len(qpns) == 6
+    _, _, _, (qp, *_) = make_qp(first)
+    with pytest.raises(NicError) as other:
+        second.call("query_qp", qp)  # a handle of the first connection, sent on the second
+    assert other.value.errno == errno.EIO
+    with pytest.raises(NicError) as stranger:
+        second.call("query_qp", Handle(int(qp)))  # its number alone names nothing there
+    assert stranger.value.errno in (errno.EBADF, errno.EINVAL)
+    first.sock.close()
+    second.sock.close()
+
+
+def test_a_killed_program_is_cleaned_up_and_others_go_on(nic, tmp_path):
+    place, env, _ = nic
+    survivor = connect(place, start=False)
+    _, _, _, (kept, *_) = make_qp(survivor)
+    program = tmp_path / "holder.py"
+    program.write_text(
+        "import sys, time\n"
+        "from pyroce.nicd.client import connection\n"
+        "from tests.test_nicd import make_qp\n"
+        "conn = connection()\n"
+        "for _ in range(4): make_qp(conn)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, str(program)], env={**env, "PYTHONPATH": os.getcwd()},
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert holder.pid in status(env)["programs"] and status(env)["qps"] == 5
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    finally:
+        holder.stdout.close()
+    spin_until(lambda: holder.pid not in status(env)["programs"], "the killed program's objects destroyed")
+    assert status(env)["qps"] == 1
+    assert survivor.call("query_qp", kept).qp_state == 0
+    survivor.sock.close()
+
+
+def test_a_forked_child_connects_anew_and_cannot_use_its_parents_objects(nic, tmp_path):
+    place, env, _ = nic
+    program = tmp_path / "forker.py"
+    program.write_text(
+        "import errno, os, sys\n"
+        "from pyroce.nicd import client\n"
+        "from tests.test_nicd import make_qp\n"
+        "parent_qp = make_qp(client.connection())[3][0]\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        client.connection().call('query_qp', parent_qp)\n"
+        "        os._exit(3)\n"
+        "    except client.NicError as exc:\n"
+        "        if exc.errno != errno.EIO: os._exit(4)\n"
+        "    qpn = make_qp(client.connection())[3][1]\n"
+        "    os._exit(0 if qpn else 5)\n"
+        "_, code = os.waitpid(pid, 0)\n"
+        "assert client.connection().call('query_qp', parent_qp).qp_state == 0\n"
+        "sys.exit(os.waitstatus_to_exitcode(code))\n"
+    )
+    done = subprocess.run([sys.executable, str(program)], env={**env, "PYTHONPATH": os.getcwd()}, timeout=60,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_driver_of_another_protocol_is_refused(nic):
+    place, _, _ = nic
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.connect(place.socket_name)
+        send(sock, ("hello", ({"protocol": 999},)))
+        answer = receive(sock).value
+    assert answer[0] == "err" and answer[1] == errno.EPROTO and "protocol 1" in answer[2]
+
+
+def test_commands_before_hello_are_refused(nic):
+    place, _, _ = nic
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.connect(place.socket_name)
+        send(sock, ("open_context", ("pyroce0",)))
+        answer = receive(sock).value
+    assert answer[:2] == ("err", errno.EPROTO)
+
+
+def test_a_second_nic_on_the_same_place_says_so(nic):
+    _, env, _ = nic
+    done = subprocess.run([sys.executable, "-m", "pyroce", "nicd"], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [f"pyroce nicd: error: a shared NIC already serves pyroce0 on "
+                                                f"{env['PYROCE_ADDR']}"]  # fmt: skip
+
+
+def test_stop_ends_the_connections(nic):
+    place, env, process = nic
+    conn = connect(place, start=False)
+    ctx = conn.call("open_context", "pyroce0")[0]
+    done = subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=env, capture_output=True,
+                          text=True, timeout=30, check=True)  # fmt: skip
+    assert done.stdout.startswith(f"pyroce nicd: stopped pyroce0 on {place.address} (pid {process.pid})")
+    process.wait(10)
+    with pytest.raises(NicError) as closed:
+        conn.call("query_port", ctx, 1)
+    assert closed.value.errno == errno.EIO and "closed the connection" in str(closed.value)
+
+
+def test_a_program_starts_the_nic_which_stops_when_idle(tmp_path):
+    address = private_address()
+    env = {**nic_environment(tmp_path, address), "PYROCE_NICD_IDLE": "1", "PYTHONPATH": os.getcwd()}
+    program = "from pyroce.nicd.client import connection; print(connection().call('query_port', " \
+              "connection().call('open_context', 'pyroce0')[0], 1).state)"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+    assert done.stderr.startswith(f"pyroce: started the shared NIC pyroce0 on {address} (pid ")
+    place = NicPlace("pyroce0", address, str(tmp_path))
+    assert listening(place)  # still serving right after
+    deadline = time.monotonic() + 15
+    while listening(place):  # a bare connection, which is no program: it leaves the idle clock alone
+        assert time.monotonic() < deadline, "the NIC did not stop when idle"
+        time.sleep(0.2)
+    assert "no program for 1 s: stopping" in (tmp_path / f"nicd-pyroce0@{address}.log").read_text()
+
+
+def listening(place: NicPlace) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        try:
+            sock.connect(place.socket_name)
+        except ConnectionRefusedError:
+            return False
+    return True
+
+
+def test_a_nic_that_cannot_bind_says_why(tmp_path):
+    env = {**nic_environment(tmp_path, "192.0.2.1"), "PYTHONPATH": os.getcwd()}  # TEST-NET: no interface has it
+    program = "from pyroce.nicd.client import connection; connection()"
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert "the shared NIC pyroce0 on 192.0.2.1 cannot start: cannot serve pyroce0 on 192.0.2.1" in done.stderr
