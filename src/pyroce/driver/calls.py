@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
+from pyroce.nic.stats_file import summary_line
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.ah import AH
 from pyroce.verbs.ah import route_from_header as ah_route_from_header
@@ -56,6 +57,11 @@ def open_context(name: str, driver_memory: DriverMemory = LOCAL) -> tuple[Contex
 
 def close_context(ctx: Context) -> None:
     ctx.close()
+
+
+def summary(ctx: Context) -> str:
+    """``PYROCE_PRINT_STATS``' line: the device's counters as ``pyroce stats`` would sum them."""
+    return summary_line(ctx.name, ctx.device.stats())
 
 
 def node_guid(name: str) -> int:

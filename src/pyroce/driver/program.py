@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,8 @@ else:
         return ctx, doorbell_fd, async_fd
 
     def close_context(ctx: RemoteObject) -> None:
+        if os.environ.get("PYROCE_PRINT_STATS") == "1":  # the shared device outlives the program
+            print(connection().call("summary", ctx), file=sys.stderr, flush=True)
         connection().call("close_context", ctx)
         _close_own(ctx)
 

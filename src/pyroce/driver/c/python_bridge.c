@@ -12,6 +12,7 @@
 #include "pyroce_verbs.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,7 +117,13 @@ static int handshake(void)
 
 static void start(void)
 {
+	static struct sigaction program_actions[NSIG];
 	int owned = 0;
+
+	/* Python's signal module installs its SIGINT handler when imported, whatever
+	 * install_signal_handlers says: the program's own dispositions are put back after. */
+	for (int signum = 1; signum < NSIG; signum++)
+		sigaction(signum, NULL, &program_actions[signum]);
 
 	if (!Py_IsInitialized()) {
 		PyPreConfig preconfig;
@@ -174,8 +181,12 @@ static void start(void)
 			pthread_atfork(NULL, NULL, child_of_hosted_fork);
 	}
 	PyGILState_Release(state);
-	if (owned)
+	if (owned) {
+		for (int signum = 1; signum < NSIG; signum++)
+			if (signum != SIGKILL && signum != SIGSTOP)
+				sigaction(signum, &program_actions[signum], NULL);
 		PyEval_SaveThread(); /* the engine thread needs the GIL while the program runs */
+	}
 }
 
 int pr_enter(PyGILState_STATE *state)
