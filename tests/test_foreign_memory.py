@@ -487,6 +487,46 @@ def test_a_window_over_a_foreign_mr(shared_pair: tuple[Endpoint, Endpoint], chil
     mr.close()
 
 
+def test_ud_datagrams_from_and_into_foreign_memory(child: Child) -> None:
+    from tests.test_ud_datapath import ah_to, ud_endpoint
+
+    a, b = ud_endpoint(), ud_endpoint()
+    try:
+        source, target = foreign_mr(a, child, 0, 4096), foreign_mr(b, child, 65536, 8192)
+        source.write(b"a datagram", 10)
+        b.qp.post_recv(RecvWR(wr_id=6, sg=[SGE(target.buf + 100, 1000, target.lkey)]))
+        wr = SendWR(wr_id=7, opcode=WR.IBV_WR_SEND, sg=[SGE(source.buf, 10, source.lkey)])
+        wr.set_wr_ud(ah_to(a, b.info().gid), b.qp.qp_num, 0x11111111)
+        a.qp.post_send(wr)
+        assert [wc.status for wc in a.poll()] == [S.IBV_WC_SUCCESS]
+        (recv,) = b.poll()
+        assert recv.status == S.IBV_WC_SUCCESS and recv.byte_len == 40 + 10
+        assert child.read(65536 + 100 + 40, 12) == b"a datagram" + bytes([FILL]) * 2
+        assert child.read(65536 + 96, 4) == bytes([FILL]) * 4
+        assert not dirty(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rereg_moves_an_mr_into_and_out_of_foreign_memory(shared_pair: tuple[Endpoint, Endpoint],
+                                                          child: Child) -> None:  # fmt: skip
+    a, b = shared_pair
+    mr = MR(b.pd, 4096, ALL_ACCESS)
+    rkey = mr.rkey
+    memory = ForeignMemory(child.pid, child.address + 8192, 4096)
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=memory, length=4096)
+    assert (mr.rkey, mr.buf) == (rkey, child.address + 8192)
+    a.mr.write(b"rereg'd", 7)
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 7, a.mr.lkey)], rkey, mr.buf + 1) == S.IBV_WC_SUCCESS
+    assert child.read(8192, 9) == bytes([FILL]) + b"rereg'd" + bytes([FILL])
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+    assert memory.mirror.closed
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 7, a.mr.lkey)], rkey, mr.buf) == S.IBV_WC_SUCCESS
+    assert mr.read(7, 0) == b"rereg'd"
+    mr.close()
+
+
 def test_the_engine_pushes_what_is_held_before_a_cqe_and_after_a_pass(shared_pair: tuple[Endpoint, Endpoint],
                                                                      child: Child) -> None:  # fmt: skip
     """A range the NIC holds (as a multi-packet message holds its target): pushed before any CQE
