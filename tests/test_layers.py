@@ -2,8 +2,8 @@
 
 Each package lists what it must not reach: ``ib`` and ``wire`` nothing above them, the sans-IO
 transport nothing but the wire and the shared vocabulary, the verbs only the NIC (never the
-transport or the link), the NIC never the verbs, the link none of the layers above it, and the C
-driver's Python side the verbs and the NIC only.
+transport or the link), the NIC never the verbs nor the shared NIC built on it (``nicd``), the
+link none of the layers above it, and the C driver's Python side the verbs and the NIC only.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ PACKAGES = (
     "testing",
     "pyverbs_path",
     "driver",
+    "nicd",
 )
 
 # The pyroce packages each layer may import besides itself (None: any not in FORBIDDEN)
@@ -38,8 +39,8 @@ ALLOWED: dict[str, frozenset[str] | None] = {
 }
 FORBIDDEN = {
     "verbs": frozenset({"transport", "link"}),
-    "nic": frozenset({"verbs", "apps", "cli"}),
-    "link": frozenset({"nic", "verbs", "transport", "apps", "cli"}),
+    "nic": frozenset({"verbs", "apps", "cli", "nicd"}),  # the shared NIC is built on the NIC, not in it
+    "link": frozenset({"nic", "verbs", "transport", "apps", "cli", "nicd"}),
     "testbench": frozenset({"nic", "verbs", "apps", "cli"}),  # benches for the sans-IO layers
     "testing": frozenset({"cli"}),  # the pytest plugin: a user of the verbs, not of the tools
     "driver": frozenset({"transport", "link", "apps", "cli", "testing", "testbench"}),  # the C library's verbs side

@@ -28,7 +28,7 @@ from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.capture_request import CaptureRequests
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
 from pyroce.nic.handoff import Handoff
-from pyroce.nic.memory import MemoryRegion, MemoryWindow, MrTable
+from pyroce.nic.memory import MemoryRegion, MemoryWindow, MirroredMemory, MrTable
 from pyroce.nic.notify import AsyncEvent, EventQueue
 from pyroce.nic.port import Clock, Link
 from pyroce.nic.progress import Progress
@@ -107,9 +107,12 @@ class NicDevice:
             pdn, self._next_pdn = self._next_pdn, self._next_pdn + 1
             return pdn
 
-    def reg_mr(self, pdn: int, view: memoryview, addr: int, access: Access) -> MemoryRegion:
+    def reg_mr(self, pdn: int, view: memoryview, addr: int, access: Access,
+               mirrored: MirroredMemory | None = None) -> MemoryRegion:  # fmt: skip
+        """Register ``view`` at ``addr``; with ``mirrored`` (another process's memory), ``view``
+        is its mirror (``nic.memory``)."""
         with self._lock:
-            return self.engine.mrs.register(pdn, view, addr, access)
+            return self.engine.mrs.register(pdn, view, addr, access, mirrored)
 
     def dereg_mr(self, region: MemoryRegion | MemoryWindow) -> None:
         with self._lock:
@@ -120,10 +123,11 @@ class NicDevice:
         with self._lock:
             region.pdn, region.access = pdn, access
 
-    def retranslate_mr(self, region: MemoryRegion, view: memoryview, addr: int) -> None:
+    def retranslate_mr(self, region: MemoryRegion, view: memoryview, addr: int,
+                       mirrored: MirroredMemory | None = None) -> None:  # fmt: skip
         """Point an MR at other memory, its key kept (``BusyError`` while a window is bound to it)."""
         with self._lock:
-            self.engine.mrs.retranslate(region, view, addr)
+            self.engine.mrs.retranslate(region, view, addr, mirrored)
 
     def alloc_mw(self, pdn: int, mw_type: int) -> MemoryWindow:
         with self._lock:

@@ -55,8 +55,11 @@ class Engine:
 
     def __init__(self, link: Link, *, verify_icrc: bool = True, faults: FaultInjector | None = None,
                  clock: Clock) -> None:  # fmt: skip
-        self.mrs = MrTable()
         self.counters: Counter[str] = Counter()
+        self.mrs = MrTable(self.counters)
+        # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
+        # the end of a pass; an empty dict, one test, when no MR is another process's.
+        self._dirty = self.mrs.dirty
         self.qps: dict[int, HwQp] = {}
         self.cqs: dict[int, HwCq] = {}
         self.verify_icrc = verify_icrc
@@ -172,6 +175,8 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "output")
         self._tx_batch.flush()  # one GSO send for what the QPs had for the same peer
+        if self._dirty:
+            self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
         return moved
 
     def _receive(self, now: float, socket: bool) -> bool:
@@ -284,7 +289,10 @@ class Engine:
                 self.rung.add(qp)  # a BIND_MW or LOCAL_INV waited for the queue to drain
 
     def _complete(self, qp: HwQp) -> None:
-        """Write the QP's completions into its CQs (a full CQ loses the CQE: counted)."""
+        """Write the QP's completions into its CQs (a full CQ loses the CQE: counted), after the
+        data of another process's memory is there (``MrTable.flush``)."""
+        if self._dirty:
+            self.mrs.flush()
         for completion in qp.rc.completions:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq
             if not cq.push(cqe_from_completion(qp.qpn, completion)):

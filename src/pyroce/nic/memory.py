@@ -4,11 +4,26 @@ Keys are ``index << 8 | key byte`` as rxe makes them: the index finds the entry 
 lookup, the key byte (random per registration) makes a stale or guessed key fail. ``lookup``
 is the only way the engine reaches memory, and it checks key, PD, access and bounds before it
 returns a view of exactly the bytes asked for (transport.memory's contract).
+
+A region may be another process's memory (``MirroredMemory``: the shared NIC's clients), which
+the NIC cannot address: the transport still gets real memoryviews, of a local mirror. A lookup
+first pulls the range from the memory into the mirror (a fault is ``MemFault.UNMAPPED``); a
+range looked up for an access that may write it is dirty while its view lives, and is pushed
+back when the view goes (``weakref.finalize`` on the ctypes array the view is made from) and by
+``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push that
+fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
+lookup; the engine, one dict test per pass and per CQE batch (``dirty``).
 """
 
 from __future__ import annotations
 
+import abc
+import ctypes
+import itertools
+import mmap
 import secrets
+import weakref
+from collections import Counter
 from dataclasses import dataclass
 
 from pyroce.ib.enums import Access
@@ -16,8 +31,62 @@ from pyroce.transport.memory import MemFault
 
 MAX_MR_INDEX = 1 << 24
 _REMOTE = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+_WRITES = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
 _EMPTY = memoryview(bytearray(0))
 _WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
+
+
+class MirroredMemory(abc.ABC):
+    """Memory the NIC cannot address itself: another process's (the shared NIC's clients,
+    ``pyroce.nicd.process_memory.ForeignMemory``). The NIC works on ``mirror``, a local buffer
+    of ``length`` bytes standing for the memory at ``address`` (what SGEs and RETHs name):
+    ``pull`` copies a range of the memory into the mirror, ``push`` the mirror's range back;
+    ``read`` and ``write`` reach the memory directly (the verbs' control path: inline data, a
+    GRH, ``MR.read``). Each raises ``OSError`` when the memory cannot be reached (EFAULT: not
+    mapped, or not writable; ESRCH: the process is gone). Offsets are from ``address``."""
+
+    address: int
+    length: int
+    mirror: mmap.mmap
+
+    @abc.abstractmethod
+    def probe(self, offset: int, length: int, writable: bool) -> None:
+        """Raise ``OSError`` (EFAULT) unless every page of the range can be read (and written)."""
+
+    @abc.abstractmethod
+    def pull(self, offset: int, length: int) -> None:
+        """Copy ``length`` bytes at ``offset`` of the memory into the mirror."""
+
+    @abc.abstractmethod
+    def push(self, offset: int, length: int) -> None:
+        """Copy ``length`` bytes at ``offset`` of the mirror back into the memory."""
+
+    @abc.abstractmethod
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of the memory itself (not the mirror)."""
+
+    @abc.abstractmethod
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``offset`` of the memory itself (not the mirror)."""
+
+    def close(self) -> None:
+        """Drop the mirror; while the transport still holds views of it, it goes with the last."""
+        try:
+            self.mirror.close()
+        except BufferError:
+            pass
+
+
+def _holder(mirror: mmap.mmap, start: int, length: int) -> tuple[ctypes.Array[ctypes.c_char], int]:
+    """A ctypes array over the mirror that covers ``length`` bytes at ``start``, and where they
+    begin in it. Its length is a power of two (or the whole mirror), so the array types made
+    stay few: ctypes keeps every array type it makes for the life of the process."""
+    total = len(mirror)
+    size = 1 << (length - 1).bit_length()
+    if size >= total:
+        return (ctypes.c_char * total).from_buffer(mirror), start
+    at = min(start, total - size)
+    return (ctypes.c_char * size).from_buffer(mirror, at), start - at
 
 
 @dataclass(eq=False)
@@ -30,6 +99,21 @@ class MemoryRegion:
     length: int
     access: Access
     view: memoryview
+    mirrored: MirroredMemory | None = None  # another process's memory: ``view`` is its mirror
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (the caller checks the bounds), from the memory itself
+        for a mirrored region (``OSError`` if it cannot be reached)."""
+        if self.mirrored is not None:
+            return self.mirrored.read(offset, length)
+        return bytes(self.view[offset : offset + length])
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``offset`` (the caller checks the bounds)."""
+        if self.mirrored is not None:
+            self.mirrored.write(offset, data)
+        else:
+            self.view[offset : offset + len(data)] = data
 
 
 @dataclass(eq=False)
@@ -55,9 +139,14 @@ class BusyError(ValueError):
 
 
 class MrTable:
-    def __init__(self) -> None:
+    def __init__(self, counters: Counter[str] | None = None) -> None:
         self._by_index: dict[int, MemoryRegion | MemoryWindow] = {}
         self._next_index = secrets.randbelow(MAX_MR_INDEX >> 1) + 1
+        self.counters: Counter[str] = Counter() if counters is None else counters
+        # Ranges of mirrored regions looked up for an access that may write, while their view
+        # lives: (memory, offset, length) by a number of their own. Empty when nothing is mirrored.
+        self.dirty: dict[int, tuple[MirroredMemory, int, int]] = {}
+        self._view_numbers = itertools.count()
 
     def __len__(self) -> int:
         return len(self._by_index)
@@ -69,23 +158,37 @@ class MrTable:
         self._next_index = index % (MAX_MR_INDEX - 1) + 1
         return (index << 8) | secrets.randbits(8)
 
-    def register(self, pdn: int, view: memoryview, addr: int, access: Access) -> MemoryRegion:
-        """Register ``view`` (a writable byte view) at address ``addr`` for ``pdn``."""
-        region = MemoryRegion(self._new_key(), pdn, addr, len(view), access, view)
+    def register(self, pdn: int, view: memoryview, addr: int, access: Access,
+                 mirrored: MirroredMemory | None = None) -> MemoryRegion:  # fmt: skip
+        """Register ``view`` (a writable byte view) at address ``addr`` for ``pdn``; with
+        ``mirrored``, ``view`` is its mirror (one region per ``MirroredMemory``)."""
+        region = MemoryRegion(self._new_key(), pdn, addr, len(view), access, view, mirrored)
         self._by_index[region.key >> 8] = region
         return region
 
     def deregister(self, entry: MemoryRegion | MemoryWindow) -> None:
-        """Remove an MR or a window; a window bound to a removed MR grants nothing after."""
+        """Remove an MR or a window; a window bound to a removed MR grants nothing after. A
+        mirrored MR's memory is no longer reached: what the transport still holds of its mirror
+        is not pushed (what completed was pushed before its CQE), and the mirror is dropped."""
         if self._by_index.get(entry.key >> 8) is entry:
             del self._by_index[entry.key >> 8]
+            if isinstance(entry, MemoryRegion) and entry.mirrored is not None:
+                self._forget(entry.mirrored)
 
-    def retranslate(self, region: MemoryRegion, view: memoryview, addr: int) -> None:
+    def retranslate(self, region: MemoryRegion, view: memoryview, addr: int,
+                    mirrored: MirroredMemory | None = None) -> None:  # fmt: skip
         """``region`` reaches ``view`` at ``addr`` from now on, under the same key; the ranges
         of windows bound to it would name the old memory, so it must have none."""
         if any(isinstance(entry, MemoryWindow) and entry.region is region for entry in self._by_index.values()):
             raise BusyError("a memory window is bound to the MR")
-        region.view, region.addr, region.length = view, addr, len(view)
+        if region.mirrored is not None and region.mirrored is not mirrored:
+            self._forget(region.mirrored)
+        region.view, region.addr, region.length, region.mirrored = view, addr, len(view), mirrored
+
+    def _forget(self, memory: MirroredMemory) -> None:
+        for number in [number for number, entry in self.dirty.items() if entry[0] is memory]:
+            del self.dirty[number]
+        memory.close()
 
     def alloc_window(self, pdn: int, mw_type: int) -> MemoryWindow:
         window = MemoryWindow(self._new_key(), pdn, mw_type)
@@ -151,6 +254,8 @@ class MrTable:
         start = addr - region.addr
         if start < 0 or length < 0 or start + length > region.length:
             return MemFault.BOUNDS
+        if region.mirrored is not None:
+            return self._mirrored(region.mirrored, start, length, access)
         return region.view[start : start + length]
 
     def _through_window(self, window: MemoryWindow, addr: int, length: int, access: Access,
@@ -168,4 +273,53 @@ class MrTable:
         if start < 0 or length < 0 or start + length > window.length:
             return MemFault.BOUNDS
         offset = addr - region.addr
+        if region.mirrored is not None:
+            return self._mirrored(region.mirrored, offset, length, access)
         return region.view[offset : offset + length]
+
+    # --- mirrored regions (another process's memory) ---------------------------------------
+
+    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access) -> memoryview | MemFault:
+        """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
+        while the view lives if the access may write (the whole range is pushed back: it was
+        pulled, so the bytes the operation does not write keep their values)."""
+        if self.dirty:
+            self._push_overlapping(memory, start, length)  # the NIC's bytes first, then the pull
+        try:
+            memory.pull(start, length)
+        except OSError:
+            self.counters["dma_errors"] += 1
+            return MemFault.UNMAPPED
+        if not int(access) & _WRITES:
+            return memoryview(memory.mirror)[start : start + length]
+        holder, at = _holder(memory.mirror, start, length)
+        number = next(self._view_numbers)
+        self.dirty[number] = (memory, start, length)
+        weakref.finalize(holder, self._dropped, number).atexit = False
+        return memoryview(holder).cast("B")[at : at + length]
+
+    def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> None:
+        end = start + length
+        for entry in list(self.dirty.values()):
+            if entry[0] is memory and entry[1] < end and start < entry[1] + entry[2]:
+                self._push(entry)
+
+    def _dropped(self, number: int) -> None:
+        """The last view of a dirty range went: its bytes go back to the memory."""
+        entry = self.dirty.pop(number, None)
+        if entry is not None:
+            self._push(entry)
+
+    def _push(self, entry: tuple[MirroredMemory, int, int]) -> None:
+        memory, start, length = entry
+        try:
+            memory.push(start, length)
+        except OSError:
+            self.counters["dma_errors"] += 1
+
+    def flush(self) -> None:
+        """Push every dirty range whose view is still held: the engine calls it before it
+        writes a CQE (a completion is never seen before its data) and at the end of each pass
+        (an RDMA WRITE completes nothing on this side)."""
+        for entry in list(self.dirty.values()):
+            self._push(entry)

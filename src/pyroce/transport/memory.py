@@ -21,6 +21,7 @@ class MemFault(enum.Enum):
     BAD_PD = "the MR belongs to another protection domain"
     ACCESS = "the MR does not grant this access"
     BOUNDS = "the range lies outside the MR"
+    UNMAPPED = "the MR's memory is no longer mapped"  # another process's memory (the shared NIC's client)
 
 
 class MemoryTable(Protocol):

@@ -172,6 +172,7 @@ class Responder:
             state = self._check_request(pkt)
         if state is RespState.EXECUTE:
             self._execute(pkt)
+            self.checked = None  # the view is held only as long as its operation needs it
         elif state is RespState.DUPLICATE:
             self._duplicate(pkt)
         elif state is not RespState.DROP:

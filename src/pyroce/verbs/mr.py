@@ -1,7 +1,8 @@
 """Memory regions (pyverbs ``mr.pyx``): ``MR(pd, length, access, address=None)``.
 
 An MR either allocates its own page-aligned memory or wraps memory the caller owns: any object
-with a writable buffer (bytearray, mmap, numpy array) or, as in pyverbs, an integer address.
+with a writable buffer (bytearray, mmap, numpy array), as in pyverbs an integer address, or
+another process's memory (a ``pyroce.nic.memory.MirroredMemory``: the shared NIC's clients).
 ``buf`` is the integer address that SGEs and RETHs name; the NIC reaches the bytes only through
 the view registered here, so every access is bounds-checked.
 """
@@ -14,7 +15,7 @@ import mmap
 from typing import Any
 
 from pyroce.ib.enums import Access
-from pyroce.nic.memory import BusyError, MemoryRegion
+from pyroce.nic.memory import BusyError, MemoryRegion, MirroredMemory
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.driver_memory import address_of
 from pyroce.verbs.enums import ibv_access_flags, ibv_rereg_mr_flags
@@ -41,10 +42,21 @@ def nic_access(access: int) -> Access:
     return Access(access & 0x1F)
 
 
-def memory_at(address: Any, length: int, what: str) -> tuple[mmap.mmap | None, memoryview, int]:
+def memory_at(address: Any, length: int, what: str,
+              writable: bool = False) -> tuple[mmap.mmap | MirroredMemory | None, memoryview, int]:  # fmt: skip
     """The bytes an MR registers: its own page-aligned memory (``address`` None), ``length``
-    bytes at an integer address, or a caller's writable buffer; with the memory it owns, the
-    view and the address SGEs name."""
+    bytes at an integer address, a caller's writable buffer, or another process's memory (its
+    first ``length`` bytes, every page probed: EFAULT if one cannot be read, or, ``writable``,
+    written); with the memory it owns, the view and the address SGEs name."""
+    if isinstance(address, MirroredMemory):
+        if length > address.length:
+            raise PyverbsRDMAError(f"Failed to {what}: {address!r} has {address.length} bytes, not {length}",
+                                   errno.EFAULT)  # fmt: skip
+        try:
+            address.probe(0, length, writable)
+        except OSError as exc:
+            raise PyverbsRDMAError(f"Failed to {what}: {exc.strerror or exc}", exc.errno or errno.EFAULT) from None
+        return address, memoryview(address.mirror)[:length], address.address
     if address is None:
         memory = mmap.mmap(-1, max(length, 1))
         view = memoryview(memory)[:length]
@@ -74,10 +86,13 @@ class MR(PyverbsObject):
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
         check_access(access, "register a MR")
         self.pd = creator
-        self._memory, self._view, self.buf = memory_at(address, length, "register a MR")
+        writable = bool(access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
+        self._memory, self._view, self.buf = memory_at(address, length, "register a MR", writable)
         self.length = length
         self.access = access
-        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, self._view, self.buf, nic_access(access))
+        mirrored = self._memory if isinstance(self._memory, MirroredMemory) else None
+        self.region: MemoryRegion = creator.ctx.device.reg_mr(creator.pdn, self._view, self.buf, nic_access(access),
+                                                              mirrored)  # fmt: skip
         creator.add_ref(self)
 
     @property
@@ -111,7 +126,7 @@ class MR(PyverbsObject):
             check_access(access, "rereg MR")
             new_access = access
         if translate:
-            self._retranslate(addr, length)
+            self._retranslate(addr, length, bool(new_access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE))
         self.pd.ctx.device.rereg_mr(self.region, new_pd.pdn, nic_access(new_access))
         if new_pd is not self.pd:
             self.pd._children.discard(self)  # type: ignore[union-attr]
@@ -119,10 +134,11 @@ class MR(PyverbsObject):
             self.pd = new_pd
         self.access = new_access
 
-    def _retranslate(self, addr: Any, length: int) -> None:
-        memory, view, buf = memory_at(addr, length, "rereg MR")
+    def _retranslate(self, addr: Any, length: int, writable: bool) -> None:
+        memory, view, buf = memory_at(addr, length, "rereg MR", writable)
+        mirrored = memory if isinstance(memory, MirroredMemory) else None
         try:
-            self.pd.ctx.device.retranslate_mr(self.region, view, buf)
+            self.pd.ctx.device.retranslate_mr(self.region, view, buf, mirrored)
         except BusyError as exc:
             raise PyverbsRDMAError(f"Failed to rereg MR: {exc}", errno.EINVAL) from None
         self._release_memory()
@@ -134,13 +150,25 @@ class MR(PyverbsObject):
         raw = data.encode() if isinstance(data, str) else data
         if offset < 0 or length < 0 or offset + length > self.length or length > len(raw):
             raise PyverbsUserError(f"cannot write {length} bytes at offset {offset} of a {self.length}-byte MR")
-        self._view[offset : offset + length] = memoryview(raw)[:length]
+        if self.region.mirrored is None:
+            self._view[offset : offset + length] = memoryview(raw)[:length]
+            return
+        try:
+            self.region.write(offset, memoryview(raw)[:length])
+        except OSError as exc:
+            raise PyverbsRDMAError(f"Failed to write the MR: {exc.strerror or exc}",
+                                   exc.errno or errno.EFAULT) from None  # fmt: skip
 
     def read(self, length: int, offset: int) -> bytes:
         self._check_open()
         if offset < 0 or length < 0 or offset + length > self.length:
             raise PyverbsUserError(f"cannot read {length} bytes at offset {offset} of a {self.length}-byte MR")
-        return bytes(self._view[offset : offset + length])
+        if self.region.mirrored is None:
+            return bytes(self._view[offset : offset + length])
+        try:
+            return self.region.read(offset, length)
+        except OSError as exc:
+            raise PyverbsRDMAError(f"Failed to read the MR: {exc.strerror or exc}", exc.errno or errno.EFAULT) from None
 
     def _release(self) -> None:
         self.pd.ctx.device.dereg_mr(self.region)

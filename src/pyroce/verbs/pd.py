@@ -27,7 +27,10 @@ class PD(PyverbsObject):
         for child in list(self._children or ()):
             region = getattr(child, "region", None)
             if region is not None and region.addr <= addr and addr + length <= region.addr + region.length:
-                start = addr - region.addr
-                return bytes(region.view[start : start + length])
+                try:
+                    return region.read(addr - region.addr, length)  # another process's memory: read there
+                except OSError as exc:
+                    raise PyverbsRDMAError(f"Failed to {action}: {length} bytes at 0x{addr:x}: {exc.strerror or exc}",
+                                           exc.errno or errno.EFAULT) from None  # fmt: skip
         raise PyverbsRDMAError(f"Failed to {action}: {length} bytes at 0x{addr:x} are not in a registered MR",
                                errno.EINVAL)  # fmt: skip

@@ -1,0 +1,215 @@
+"""Reaching a client's memory from the shared NIC: ``process_vm_readv``/``process_vm_writev``.
+
+A program's MRs are its own memory (``malloc``, a stack, a mapped file); the shared NIC runs in
+another process and copies between that memory and a local mirror (``ForeignMemory``, which
+``pyroce.nic.memory.MrTable`` pulls from and pushes to around each operation). The kernel checks
+every access against the client's page tables: an address the client cannot access is EFAULT,
+never a signal, so a client that unmaps or dies under an operation fails that operation only.
+
+Permission: the caller needs ptrace read access to the client (same user and the client
+dumpable, or CAP_SYS_PTRACE). Under Yama's ``kernel.yama.ptrace_scope`` 1 (Ubuntu's default)
+only an ancestor may, unless the client names the NIC's process with ``allow_tracer`` (what the
+driver does once it knows the daemon's pid); scope 2 needs CAP_SYS_PTRACE, scope 3 forbids it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from collections.abc import Callable, Sequence
+
+from pyroce.nic.memory import MirroredMemory
+
+IOV_MAX = 1024  # iovecs the kernel takes in one call (UIO_MAXIOV)
+PAGE_SIZE = mmap.PAGESIZE
+PR_SET_PTRACER = 0x59616D61  # "Yama"
+PR_SET_PTRACER_ANY = 0xFFFFFFFFFFFFFFFF  # (unsigned long)-1
+
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_CALL_ARGS = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+              ctypes.c_ulong]  # fmt: skip
+_process_vm_readv = _libc.process_vm_readv
+_process_vm_readv.argtypes = _CALL_ARGS
+_process_vm_readv.restype = ctypes.c_ssize_t
+_process_vm_writev = _libc.process_vm_writev
+_process_vm_writev.argtypes = _CALL_ARGS
+_process_vm_writev.restype = ctypes.c_ssize_t
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
+
+
+def _iovecs(ranges: Sequence[tuple[int, int]]) -> ctypes.Array[Iovec]:
+    array = (Iovec * len(ranges))()
+    for slot, (address, length) in zip(array, ranges):
+        slot.iov_base, slot.iov_len = address, length
+    return array
+
+
+def _call(function: Callable[..., int], name: str, pid: int, local: Sequence[tuple[int, int]],
+          remote: Sequence[tuple[int, int]]) -> int:  # fmt: skip
+    local_iov, remote_iov = _iovecs(local), _iovecs(remote)
+    while True:
+        moved = function(pid, ctypes.byref(local_iov), len(local), ctypes.byref(remote_iov), len(remote), 0)
+        if moved >= 0:
+            return int(moved)
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            raise OSError(code, f"{name}(pid {pid}): {os.strerror(code)}")
+
+
+def process_vm_readv(pid: int, local: Sequence[tuple[int, int]], remote: Sequence[tuple[int, int]]) -> int:
+    """One ``process_vm_readv``: (address, length) ranges of this process filled from those of
+    ``pid``. The bytes moved, which may be fewer than asked (a partial transfer stops at the
+    first remote range that faults); ``OSError`` with the errno when nothing could be."""
+    return _call(_process_vm_readv, "process_vm_readv", pid, local, remote)
+
+
+def process_vm_writev(pid: int, local: Sequence[tuple[int, int]], remote: Sequence[tuple[int, int]]) -> int:
+    """One ``process_vm_writev``: this process's ranges into those of ``pid`` (as ``process_vm_readv``)."""
+    return _call(_process_vm_writev, "process_vm_writev", pid, local, remote)
+
+
+def _copy(call: Callable[..., int], name: str, pid: int, local: int, remote: int, length: int) -> None:
+    """One range each side (the NIC's case: two iovecs, no lists), resumed after a partial transfer."""
+    done = 0
+    while done < length:
+        local_iov, remote_iov = Iovec(local + done, length - done), Iovec(remote + done, length - done)
+        moved = call(pid, ctypes.byref(local_iov), 1, ctypes.byref(remote_iov), 1, 0)
+        if moved < 0:
+            code = ctypes.get_errno()
+            if code == errno.EINTR:
+                continue
+            raise OSError(code, f"{name}(pid {pid}, 0x{remote + done:x}): {os.strerror(code)}")
+        if moved == 0:  # nothing moved and no error: never expected, but never loop on it
+            raise OSError(errno.EFAULT, f"{name}(pid {pid}): no progress at 0x{remote + done:x}")
+        done += moved  # a partial transfer: the rest again, which faults if the next page does
+
+
+def read_memory(pid: int, remote: int, local: int, length: int) -> None:
+    """Copy ``length`` bytes at ``remote`` in ``pid`` to ``local`` here, all or ``OSError``
+    (EFAULT: a page not mapped or not readable; ESRCH: no such process; EPERM: no permission)."""
+    _copy(_process_vm_readv, "process_vm_readv", pid, local, remote, length)
+
+
+def write_memory(pid: int, remote: int, local: int, length: int) -> None:
+    """Copy ``length`` bytes at ``local`` here to ``remote`` in ``pid``, all or ``OSError``
+    (EFAULT also for a read-only page). Bytes before a fault have been written."""
+    _copy(_process_vm_writev, "process_vm_writev", pid, local, remote, length)
+
+
+def page_starts(address: int, length: int) -> list[int]:
+    """The first byte of ``address``..``address + length`` in each page it touches."""
+    if length <= 0:
+        return []
+    first = address - address % PAGE_SIZE
+    return [address] + list(range(first + PAGE_SIZE, address + length, PAGE_SIZE))
+
+
+def probe(pid: int, address: int, length: int) -> None:
+    """Raise ``OSError`` (EFAULT) unless one byte of every page of the range can be read: one
+    ``process_vm_readv`` of one byte per page (``IOV_MAX`` pages a call)."""
+    pages = page_starts(address, length)
+    sink = ctypes.create_string_buffer(min(len(pages), IOV_MAX) or 1)
+    base = ctypes.addressof(sink)
+    for at in range(0, len(pages), IOV_MAX):
+        chunk = pages[at : at + IOV_MAX]
+        moved = process_vm_readv(pid, [(base, len(chunk))], [(page, 1) for page in chunk])
+        if moved != len(chunk):
+            bad = chunk[moved]
+            raise OSError(errno.EFAULT, f"process {pid} cannot read 0x{bad:x} ({os.strerror(errno.EFAULT)})")
+
+
+def writable_ranges(pid: int) -> list[tuple[int, int]]:
+    """The [start, end) address ranges ``pid`` maps writable (``/proc/<pid>/maps``)."""
+    ranges = []
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            span, perms = line.split(None, 2)[:2]
+            if "w" in perms:
+                start, end = span.split("-")
+                ranges.append((int(start, 16), int(end, 16)))
+    return ranges
+
+
+def probe_writable(pid: int, address: int, length: int) -> None:
+    """Raise ``OSError`` (EFAULT) unless the whole range is mapped writable in ``pid`` (as the
+    kernel pins an MR with write access: a read-only mapping is EFAULT at registration, not a
+    write lost later). Read from ``/proc/<pid>/maps``: nothing of the client's memory is touched."""
+    at, end = address, address + length
+    for start, stop in sorted(writable_ranges(pid)):
+        if start <= at < stop:
+            at = stop
+        if at >= end:
+            return
+    if at < end:
+        raise OSError(errno.EFAULT, f"process {pid} does not map 0x{at:x} writable ({os.strerror(errno.EFAULT)})")
+
+
+def allow_tracer(pid: int) -> bool:
+    """For a client: let process ``pid`` (the shared NIC) read and write this process's memory
+    under Yama's ptrace_scope 1 (``prctl(PR_SET_PTRACER, pid)``; rdma needs no more). False
+    where the kernel has no Yama (nothing to allow: plain ptrace rules apply); ``OSError``
+    otherwise."""
+    if _prctl(PR_SET_PTRACER, pid, 0, 0, 0) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.EINVAL:
+        return False
+    raise OSError(code, f"prctl(PR_SET_PTRACER, {pid}): {os.strerror(code)}")
+
+
+class ForeignMemory(MirroredMemory):
+    """``length`` bytes at ``address`` in process ``pid``, as an MR of the shared NIC sees
+    them: ``MR(pd, length, access, address=ForeignMemory(pid, address, length))`` probes the
+    range and registers the mirror (an anonymous mapping of the same length, whose pages are
+    only touched as operations use them), which ``MrTable`` pulls into and pushes from. The MR
+    owns it from then on: deregistration drops the mirror."""
+
+    def __init__(self, pid: int, address: int, length: int) -> None:
+        if length < 0 or address < 0:
+            raise ValueError(f"no memory of {length} bytes at {address:#x}")
+        self.pid = pid
+        self.address = address
+        self.length = length
+        self.mirror = mmap.mmap(-1, max(length, 1))
+        holder = ctypes.c_char.from_buffer(self.mirror)
+        self._base = ctypes.addressof(holder)  # a mapping does not move
+        del holder
+
+    def __repr__(self) -> str:
+        return f"ForeignMemory(pid={self.pid}, address={self.address:#x}, length={self.length})"
+
+    def probe(self, offset: int, length: int, writable: bool) -> None:
+        probe(self.pid, self.address + offset, length)
+        if writable and length:
+            probe_writable(self.pid, self.address + offset, length)
+
+    def _local(self, offset: int) -> int:
+        """The address of the mirror's byte ``offset`` (never once the mirror is unmapped: its
+        addresses may be another mapping's by then)."""
+        if self.mirror.closed:
+            raise OSError(errno.EBADF, "the mirror of a deregistered MR")
+        return self._base + offset
+
+    def pull(self, offset: int, length: int) -> None:
+        read_memory(self.pid, self.address + offset, self._local(offset), length)
+
+    def push(self, offset: int, length: int) -> None:
+        write_memory(self.pid, self.address + offset, self._local(offset), length)
+
+    def read(self, offset: int, length: int) -> bytes:
+        buffer = ctypes.create_string_buffer(length)
+        read_memory(self.pid, self.address + offset, ctypes.addressof(buffer), length)
+        return buffer.raw
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        buffer = ctypes.create_string_buffer(bytes(data), len(data))
+        write_memory(self.pid, self.address + offset, ctypes.addressof(buffer), len(data))

@@ -1,0 +1,650 @@
+"""MRs of another process's memory (the shared NIC's clients): a real child process maps memory,
+this process registers it as foreign MRs on pyroce0 (``ForeignMemory``) and moves data into
+and out of it with every operation, and the failures: memory that is not mapped at
+registration (EFAULT), unmapped afterwards or the process killed (the operation fails with
+REM_ACCESS_ERR or LOC_PROT_ERR; nothing crashes; counted as ``dma_errors``)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import pyroce.verbs.enums as e
+from pyroce.ib.enums import Access
+from pyroce.nic.memory import MirroredMemory, MrTable
+from pyroce.nicd.process_memory import (
+    ForeignMemory,
+    allow_tracer,
+    page_starts,
+    probe,
+    process_vm_readv,
+    read_memory,
+    write_memory,
+)
+from pyroce.transport.memory import MemFault
+from pyroce.verbs.mr import MR
+from pyroce.verbs.mw import MW, MWBind, MWBindInfo
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
+from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
+from tests.waiting import spin_until
+
+S = e.ibv_wc_status
+WR = e.ibv_wr_opcode
+A = e.ibv_access_flags
+CHILD = Path(__file__).with_name("foreign_child.py")
+SIZE = 2 << 20  # the child's mapping
+FILL = 0x5A  # what the child fills it with
+
+
+class Child:
+    """A client process: ``SIZE`` bytes mapped at ``address``, driven through stdin."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.process = subprocess.Popen([sys.executable, str(CHILD), str(size)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.pid, self.address = map(int, self.process.stdout.readline().split())  # type: ignore[union-attr]
+        self.size = size
+
+    def ask(self, command: str) -> str:
+        self.process.stdin.write(command + "\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        return self.process.stdout.readline().strip()  # type: ignore[union-attr]
+
+    def read(self, offset: int, length: int) -> bytes:
+        return bytes.fromhex(self.ask(f"read {offset} {length}"))
+
+    def fill(self, offset: int, length: int, byte: int) -> None:
+        assert self.ask(f"fill {offset} {length} {byte}") == "ok"
+
+    def unmap(self) -> None:
+        assert self.ask("unmap") == "ok"
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()  # type: ignore[union-attr]
+            self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def child() -> Iterator[Child]:
+    process = Child()
+    yield process
+    process.close()
+
+
+@pytest.fixture(scope="module")
+def shared_pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def foreign_mr(ep: Endpoint, child: Child, offset: int = 0, length: int = SIZE, access: int = ALL_ACCESS) -> MR:
+    return MR(ep.pd, length, access, address=ForeignMemory(child.pid, child.address + offset, length))
+
+
+def dirty(ep: Endpoint) -> dict:
+    return ep.ctx.device.engine.mrs.dirty  # type: ignore[no-any-return]
+
+
+def dma_errors(ep: Endpoint) -> int:
+    return ep.ctx.device.stats().get("dma_errors", 0)  # type: ignore[no-any-return]
+
+
+def post(ep: Endpoint, opcode: int, sg: list[SGE], rkey: int = 0, raddr: int = 0, **fields: int) -> int:
+    """Post one signaled WR and return its completion's status."""
+    wr = SendWR(wr_id=9, opcode=opcode, sg=sg, **fields)
+    if rkey:
+        wr.set_wr_rdma(rkey, raddr)
+    ep.qp.post_send(wr)
+    (done,) = ep.poll()
+    return int(done.status)
+
+
+def atomic(ep: Endpoint, opcode: int, sg: SGE, rkey: int, raddr: int, compare_add: int, swap: int = 0) -> int:
+    wr = SendWR(wr_id=10, opcode=opcode, sg=[sg])
+    wr.set_wr_atomic(rkey, raddr, compare_add, swap)
+    ep.qp.post_send(wr)
+    (done,) = ep.poll()
+    return int(done.status)
+
+
+# --- the system calls ---------------------------------------------------------------------------
+
+
+def test_process_vm_read_and_write_move_bytes_and_keep_the_errno() -> None:
+    source = ctypes.create_string_buffer(b"0123456789abcdef", 16)
+    target = ctypes.create_string_buffer(16)
+    read_memory(os.getpid(), ctypes.addressof(source), ctypes.addressof(target), 16)
+    assert target.raw == b"0123456789abcdef"
+    write_memory(os.getpid(), ctypes.addressof(source) + 4, ctypes.addressof(target), 4)
+    assert source.raw[:8] == b"01230123"
+    with pytest.raises(OSError) as failed:
+        read_memory(os.getpid(), 8, ctypes.addressof(target), 4)  # page 0 is never mapped
+    assert failed.value.errno == errno.EFAULT
+
+
+def test_a_partial_transfer_is_resumed_and_its_fault_raised() -> None:
+    """A range whose second page is not mapped: the first page arrives, then EFAULT."""
+    area = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+    area[:] = b"\x11" * mmap.PAGESIZE + b"\x22" * mmap.PAGESIZE
+    holder = (ctypes.c_char * (2 * mmap.PAGESIZE)).from_buffer(area)
+    base = ctypes.addressof(holder)
+    libc = ctypes.CDLL(None)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    target = ctypes.create_string_buffer(mmap.PAGESIZE + 8)
+    try:
+        assert libc.munmap(base + mmap.PAGESIZE, mmap.PAGESIZE) == 0
+        moved = process_vm_readv(os.getpid(), [(ctypes.addressof(target), mmap.PAGESIZE + 8)],
+                                 [(base + mmap.PAGESIZE - 8, mmap.PAGESIZE + 8)])  # fmt: skip
+        assert moved == 8  # the kernel's partial transfer: up to the fault
+        with pytest.raises(OSError) as failed:
+            read_memory(os.getpid(), base + mmap.PAGESIZE - 8, ctypes.addressof(target), mmap.PAGESIZE + 8)
+        assert failed.value.errno == errno.EFAULT
+        assert target.raw[:8] == b"\x11" * 8
+        with pytest.raises(OSError):
+            probe(os.getpid(), base, 2 * mmap.PAGESIZE)
+        probe(os.getpid(), base + 5, mmap.PAGESIZE - 5)
+    finally:
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]  # fmt: skip
+        # the hole back (MAP_FIXED), so the mmap object unmaps what it mapped
+        libc.mmap(base + mmap.PAGESIZE, mmap.PAGESIZE, 3, 0x32, -1, 0)
+        del holder
+        area.close()
+
+
+def test_page_starts() -> None:
+    page = mmap.PAGESIZE
+    assert page_starts(page * 10 + 5, 1) == [page * 10 + 5]
+    assert page_starts(page * 10 + 5, page) == [page * 10 + 5, page * 11]
+    assert page_starts(page * 10, 3 * page) == [page * 10, page * 11, page * 12]
+    assert page_starts(page, 0) == []
+
+
+def test_allow_tracer_answers() -> None:
+    """prctl(PR_SET_PTRACER): True with Yama, False without; either way no error."""
+    assert allow_tracer(os.getpid()) in (True, False)
+
+
+# --- the memory table, with memory that is a bytearray standing for another process's ----------
+
+
+class FakeMemory(MirroredMemory):
+    """"Another process's" memory: ``remote``; ``gone`` makes every access fail as an unmapped one."""
+
+    def __init__(self, length: int) -> None:
+        self.address, self.length = 0x10000, length
+        self.remote = bytearray(b"r" * length)
+        self.mirror = mmap.mmap(-1, length)
+        self.gone = False
+        self.pushes: list[tuple[int, int]] = []
+
+    def _check(self) -> None:
+        if self.gone:
+            raise OSError(errno.EFAULT, "gone")
+
+    def probe(self, offset: int, length: int, writable: bool) -> None:
+        self._check()
+
+    def pull(self, offset: int, length: int) -> None:
+        self._check()
+        self.mirror[offset : offset + length] = self.remote[offset : offset + length]
+
+    def push(self, offset: int, length: int) -> None:
+        self._check()
+        self.pushes.append((offset, length))
+        self.remote[offset : offset + length] = self.mirror[offset : offset + length]
+
+    def read(self, offset: int, length: int) -> bytes:
+        self._check()
+        return bytes(self.remote[offset : offset + length])
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        self._check()
+        self.remote[offset : offset + len(data)] = data
+
+
+def table_with(memory: FakeMemory) -> tuple[MrTable, int]:
+    table = MrTable()
+    region = table.register(1, memoryview(memory.mirror)[: memory.length], memory.address, Access(15), memory)
+    return table, region.key
+
+
+def test_a_read_pulls_and_leaves_nothing_dirty() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    memory.remote[100:104] = b"abcd"
+    view = table.lookup(key, memory.address + 100, 4, Access.REMOTE_READ, 1)
+    assert bytes(view) == b"abcd" and not table.dirty  # type: ignore[arg-type]
+    del view
+    assert memory.pushes == []
+
+
+def test_a_write_is_pushed_whole_when_its_last_view_goes() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address + 4000, 300, Access.REMOTE_WRITE, 1)
+    assert isinstance(view, memoryview) and len(view) == 300 and len(table.dirty) == 1
+    part = view[10:20]
+    part[:] = b"x" * 10
+    del view
+    assert memory.pushes == [] and memory.remote[4010:4020] == b"r" * 10  # a slice still holds it
+    del part
+    assert memory.pushes == [(4000, 300)] and not table.dirty
+    assert memory.remote[4000:4300] == b"r" * 10 + b"x" * 10 + b"r" * 280
+
+
+def test_flush_pushes_what_is_still_held_and_an_overlapping_pull_sees_it() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.LOCAL_WRITE, 1)
+    view[:4] = b"NEW!"  # type: ignore[index]
+    table.flush()
+    assert memory.remote[:4] == b"NEW!" and len(table.dirty) == 1
+    view[4:8] = b"more"  # type: ignore[index]
+    # A second lookup over the same bytes pulls them: the NIC's bytes go out first, not lost
+    again = table.lookup(key, memory.address + 2, 8, Access.REMOTE_READ, 1)
+    assert bytes(again) == b"W!more" + b"rr"  # type: ignore[arg-type]
+
+
+def test_a_failed_pull_is_unmapped_and_a_failed_push_is_counted() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.REMOTE_ATOMIC, 1)
+    memory.gone = True
+    del view  # the push fails: counted, not raised
+    assert table.counters["dma_errors"] == 1
+    assert table.lookup(key, memory.address, 8, Access.REMOTE_READ, 1) is MemFault.UNMAPPED
+    assert table.counters["dma_errors"] == 2
+    assert table.lookup(key, memory.address, 0, Access.REMOTE_READ, 1) is not MemFault.UNMAPPED  # touches nothing
+
+
+def test_deregistering_drops_dirty_ranges_and_the_mirror() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.REMOTE_WRITE, 1)
+    region = table.region(key)
+    assert region is not None
+    region.view.release()
+    table.deregister(region)
+    assert not table.dirty and not memory.mirror.closed  # the transport still holds a view of it
+    del view
+    assert memory.pushes == []  # the mirror goes with its last reference
+    view = table.lookup(key, memory.address, 64, Access.REMOTE_WRITE, 1)
+    assert view is MemFault.BAD_KEY
+
+
+def test_deregistering_closes_a_mirror_nothing_holds() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    region = table.region(key)
+    assert region is not None
+    region.view.release()
+    table.deregister(region)
+    assert memory.mirror.closed
+
+
+def test_ordinary_regions_never_touch_the_dirty_table() -> None:
+    table = MrTable()
+    region = table.register(1, memoryview(bytearray(64)), 0x1000, Access(15))
+    view = table.lookup(region.key, 0x1000, 64, Access.REMOTE_WRITE, 1)
+    assert type(view) is memoryview and view.obj is not None and not table.dirty  # type: ignore[union-attr]
+
+
+# --- registration ---------------------------------------------------------------------------------
+
+
+def test_registration_reads_nothing_but_probes_every_page(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    _, b = shared_pair
+    mr = foreign_mr(b, child, 4096, 8192)
+    assert mr.buf == child.address + 4096 and mr.length == 8192
+    assert mr.read(4, 0) == bytes([FILL]) * 4
+    mr.write(b"from the NIC", 12, 100)
+    assert child.read(4096 + 98, 16) == bytes([FILL]) * 2 + b"from the NIC" + bytes([FILL]) * 2
+    mr.close()
+
+
+def test_registering_unmapped_memory_is_efault(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    _, b = shared_pair
+    with pytest.raises(PyverbsRDMAError) as failed:
+        MR(b.pd, 4096, ALL_ACCESS, address=ForeignMemory(child.pid, 4096, 4096))
+    assert failed.value.error_code == errno.EFAULT
+    # past the end of the child's mapping: the last page is not mapped
+    with pytest.raises(PyverbsRDMAError) as failed:
+        MR(b.pd, 8192, ALL_ACCESS, address=ForeignMemory(child.pid, child.address + SIZE - 4096, 8192))
+    assert failed.value.error_code == errno.EFAULT
+    child.unmap()
+    with pytest.raises(PyverbsRDMAError) as failed:
+        foreign_mr(b, child, 0, 64)
+    assert failed.value.error_code == errno.EFAULT
+
+
+def test_read_only_memory_registers_only_without_local_write(shared_pair: tuple[Endpoint, Endpoint],
+                                                           child: Child) -> None:  # fmt: skip
+    _, b = shared_pair
+    assert child.ask("protect") == "ok"
+    with pytest.raises(PyverbsRDMAError) as failed:
+        foreign_mr(b, child, 0, 4096)
+    assert failed.value.error_code == errno.EFAULT
+    mr = foreign_mr(b, child, 0, 4096, A.IBV_ACCESS_REMOTE_READ)
+    mr.close()
+
+
+def test_a_gone_process_is_not_registered(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    _, b = shared_pair
+    pid, address = child.pid, child.address
+    child.kill()
+    with pytest.raises(PyverbsRDMAError) as failed:
+        MR(b.pd, 64, ALL_ACCESS, address=ForeignMemory(pid, address, 64))
+    assert failed.value.error_code == errno.ESRCH
+
+
+# --- the operations -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 1000, 4096, 64 << 10, 1 << 20])
+def test_rdma_write_into_a_foreign_mr(shared_pair: tuple[Endpoint, Endpoint], child: Child, size: int) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    data = os.urandom(size)
+    a.mr.write(data, size)
+    at = 4096 + 3
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, size, a.mr.lkey)], mr.rkey, mr.buf + at) == S.IBV_WC_SUCCESS
+    assert child.read(at, size) == data
+    assert child.read(at - 3, 3) == child.read(at + size, 3) == bytes([FILL]) * 3
+    assert not dirty(b)  # the views went with their operation, and their bytes with them
+    mr.close()
+
+
+def test_rdma_write_with_immediate_is_in_memory_before_its_completion(shared_pair: tuple[Endpoint, Endpoint],
+                                                                      child: Child) -> None:  # fmt: skip
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    data = os.urandom(20000)
+    a.mr.write(data, len(data))
+    b.qp.post_recv(RecvWR(wr_id=1, sg=[]))
+    status = post(a, WR.IBV_WR_RDMA_WRITE_WITH_IMM, [SGE(a.mr.buf, len(data), a.mr.lkey)], mr.rkey, mr.buf,
+                  imm_data=7)  # fmt: skip
+    assert status == S.IBV_WC_SUCCESS
+    (recv,) = b.poll()
+    assert recv.status == S.IBV_WC_SUCCESS and child.read(0, len(data)) == data
+    mr.close()
+
+
+@pytest.mark.parametrize("size", [8, 5000, 1 << 20])
+def test_rdma_read_out_of_a_foreign_mr(shared_pair: tuple[Endpoint, Endpoint], child: Child, size: int) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    data = os.urandom(size)
+    child.fill(0, size, 0)
+    mr.write(data, size, 64)
+    assert post(a, WR.IBV_WR_RDMA_READ, [SGE(a.mr.buf, size, a.mr.lkey)], mr.rkey, mr.buf + 64) == S.IBV_WC_SUCCESS
+    assert a.mr.read(size, 0) == data
+    mr.close()
+
+
+def test_a_foreign_mr_on_the_requester_side(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    """The client's memory as the local buffers of a WRITE (read), a READ (written) and an atomic's result."""
+    a, b = shared_pair
+    mr = foreign_mr(a, child)
+    out = os.urandom(30000)
+    mr.write(out, len(out))
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(mr.buf, len(out), mr.lkey)], b.mr.rkey, b.mr.buf) == S.IBV_WC_SUCCESS
+    assert b.mr.read(len(out), 0) == out
+    back = os.urandom(30000)
+    b.mr.write(back, len(back))
+    sg = [SGE(mr.buf + 100000, 10000, mr.lkey), SGE(mr.buf + 200000, 20000, mr.lkey)]
+    assert post(a, WR.IBV_WR_RDMA_READ, sg, b.mr.rkey, b.mr.buf) == S.IBV_WC_SUCCESS
+    assert child.read(100000, 10000) == back[:10000] and child.read(200000, 20000) == back[10000:]
+    assert child.read(100000 + 10000, 4) == bytes([FILL]) * 4
+    b.mr.write(struct.pack("=Q", 41), 8, 8)
+    status = atomic(a, WR.IBV_WR_ATOMIC_FETCH_AND_ADD, SGE(mr.buf + 512, 8, mr.lkey), b.mr.rkey, b.mr.buf + 8, 1)
+    assert status == S.IBV_WC_SUCCESS
+    assert struct.unpack("=Q", child.read(512, 8)) == (41,) and struct.unpack("=Q", b.mr.read(8, 8)) == (42,)
+    assert not dirty(a)
+    mr.close()
+
+
+def test_send_into_a_foreign_receive_buffer(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    data = os.urandom(3000)
+    a.mr.write(data, len(data))
+    b.qp.post_recv(RecvWR(wr_id=2, sg=[SGE(mr.buf + 10, 1000, mr.lkey), SGE(mr.buf + 5000, 4000, mr.lkey)]))
+    assert post(a, WR.IBV_WR_SEND, [SGE(a.mr.buf, len(data), a.mr.lkey)]) == S.IBV_WC_SUCCESS
+    (recv,) = b.poll()
+    assert recv.status == S.IBV_WC_SUCCESS and recv.byte_len == 3000
+    assert child.read(10, 1000) == data[:1000] and child.read(5000, 2000) == data[1000:]
+    # the rest of the receive buffer, and what is around it, keep their bytes
+    assert child.read(5000 + 2000, 2000) == bytes([FILL]) * 2000
+    assert child.read(0, 10) == child.read(1010, 10) == bytes([FILL]) * 10
+    assert not dirty(b)
+    mr.close()
+
+
+def test_inline_data_and_a_send_from_foreign_memory(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(a, child)
+    mr.write(b"inline bytes from the client", 28, 300)
+    b.qp.post_recv(RecvWR(wr_id=3, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    status = post(a, WR.IBV_WR_SEND, [SGE(mr.buf + 300, 28, mr.lkey)],
+                  send_flags=e.ibv_send_flags.IBV_SEND_SIGNALED | e.ibv_send_flags.IBV_SEND_INLINE)  # fmt: skip
+    assert status == S.IBV_WC_SUCCESS
+    (recv,) = b.poll()
+    assert recv.byte_len == 28 and b.mr.read(28, 0) == b"inline bytes from the client"
+    b.qp.post_recv(RecvWR(wr_id=4, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    assert post(a, WR.IBV_WR_SEND, [SGE(mr.buf + 300, 28, mr.lkey)]) == S.IBV_WC_SUCCESS
+    (recv,) = b.poll()
+    assert recv.byte_len == 28 and b.mr.read(28, 0) == b"inline bytes from the client"
+    mr.close()
+
+
+def test_atomics_on_a_foreign_mr(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    mr.write(struct.pack("=Q", 1000), 8, 64)
+    result = SGE(a.mr.buf, 8, a.mr.lkey)
+    assert atomic(a, WR.IBV_WR_ATOMIC_FETCH_AND_ADD, result, mr.rkey, mr.buf + 64, 5) == S.IBV_WC_SUCCESS
+    assert struct.unpack("=Q", a.mr.read(8, 0)) == (1000,) and struct.unpack("=Q", child.read(64, 8)) == (1005,)
+    assert atomic(a, WR.IBV_WR_ATOMIC_CMP_AND_SWP, result, mr.rkey, mr.buf + 64, 1005, 77) == S.IBV_WC_SUCCESS
+    assert struct.unpack("=Q", child.read(64, 8)) == (77,)
+    assert atomic(a, WR.IBV_WR_ATOMIC_CMP_AND_SWP, result, mr.rkey, mr.buf + 64, 1005, 99) == S.IBV_WC_SUCCESS
+    assert struct.unpack("=Q", a.mr.read(8, 0)) == (77,) and struct.unpack("=Q", child.read(64, 8)) == (77,)
+    assert child.read(56, 8) == child.read(72, 8) == bytes([FILL]) * 8
+    assert not dirty(b)
+    mr.close()
+
+
+def test_a_window_over_a_foreign_mr(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    a, b = shared_pair
+    mr = foreign_mr(b, child, 0, 65536, ALL_ACCESS | A.IBV_ACCESS_MW_BIND)
+    mw = MW(b.pd, e.ibv_mw_type.IBV_MW_TYPE_1)
+    b.qp.bind_mw(mw, MWBind(MWBindInfo(mr, mr.buf + 4096, 4096, A.IBV_ACCESS_REMOTE_WRITE),
+                            e.ibv_send_flags.IBV_SEND_SIGNALED))  # fmt: skip
+    a.mr.write(b"through a window", 16)
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 16, a.mr.lkey)], mw.rkey, mr.buf + 4100) == S.IBV_WC_SUCCESS
+    assert child.read(4100, 16) == b"through a window"
+    mw.close()
+    mr.close()
+
+
+def test_ud_datagrams_from_and_into_foreign_memory(child: Child) -> None:
+    from tests.test_ud_datapath import ah_to, ud_endpoint
+
+    a, b = ud_endpoint(), ud_endpoint()
+    try:
+        source, target = foreign_mr(a, child, 0, 4096), foreign_mr(b, child, 65536, 8192)
+        source.write(b"a datagram", 10)
+        b.qp.post_recv(RecvWR(wr_id=6, sg=[SGE(target.buf + 100, 1000, target.lkey)]))
+        wr = SendWR(wr_id=7, opcode=WR.IBV_WR_SEND, sg=[SGE(source.buf, 10, source.lkey)])
+        wr.set_wr_ud(ah_to(a, b.info().gid), b.qp.qp_num, 0x11111111)
+        a.qp.post_send(wr)
+        assert [wc.status for wc in a.poll()] == [S.IBV_WC_SUCCESS]
+        (recv,) = b.poll()
+        assert recv.status == S.IBV_WC_SUCCESS and recv.byte_len == 40 + 10
+        assert child.read(65536 + 100 + 40, 12) == b"a datagram" + bytes([FILL]) * 2
+        assert child.read(65536 + 96, 4) == bytes([FILL]) * 4
+        assert not dirty(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rereg_moves_an_mr_into_and_out_of_foreign_memory(shared_pair: tuple[Endpoint, Endpoint],
+                                                          child: Child) -> None:  # fmt: skip
+    a, b = shared_pair
+    mr = MR(b.pd, 4096, ALL_ACCESS)
+    rkey = mr.rkey
+    memory = ForeignMemory(child.pid, child.address + 8192, 4096)
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=memory, length=4096)
+    assert (mr.rkey, mr.buf) == (rkey, child.address + 8192)
+    a.mr.write(b"rereg'd", 7)
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 7, a.mr.lkey)], rkey, mr.buf + 1) == S.IBV_WC_SUCCESS
+    assert child.read(8192, 9) == bytes([FILL]) + b"rereg'd" + bytes([FILL])
+    mr.rereg(e.ibv_rereg_mr_flags.IBV_REREG_MR_CHANGE_TRANSLATION, addr=bytearray(64), length=64)
+    assert memory.mirror.closed
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 7, a.mr.lkey)], rkey, mr.buf) == S.IBV_WC_SUCCESS
+    assert mr.read(7, 0) == b"rereg'd"
+    mr.close()
+
+
+def test_the_engine_pushes_what_is_held_before_a_cqe_and_after_a_pass(shared_pair: tuple[Endpoint, Endpoint],
+                                                                     child: Child) -> None:  # fmt: skip
+    """A range the NIC holds (as a multi-packet message holds its target): pushed before any CQE
+    of the device is written, and at the end of a pass that writes none."""
+    a, b = shared_pair
+    mr = foreign_mr(b, child, 0, 65536)
+    device = b.ctx.device
+    with device._lock:
+        view = device.engine.mrs.lookup(mr.lkey, mr.buf + 8, 8, Access.LOCAL_WRITE, b.pd.pdn)
+        assert isinstance(view, memoryview)
+        view[:] = b"before Q"
+    a.mr.write(b"x", 1)
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 1, a.mr.lkey)], b.mr.rkey, b.mr.buf) == S.IBV_WC_SUCCESS
+    assert child.read(8, 8) == b"before Q"
+    with device._lock:
+        view[:] = b"a pass.."
+    wr = SendWR(wr_id=11, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, 1, a.mr.lkey)], send_flags=0)
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)  # unsignaled: no CQE anywhere, only passes
+    spin_until(lambda: child.read(8, 8) == b"a pass..", "the end of a pass to push the held range",
+               lambda: a.cq.poll(1))  # fmt: skip
+    with device._lock:
+        view[:] = b"dropped!"
+        del view  # the last view: pushed now
+        assert not device.engine.mrs.dirty
+    assert child.read(8, 8) == b"dropped!"
+    mr.close()
+
+
+def test_deregistration_drops_the_mirror(shared_pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    a, b = shared_pair
+    memory = ForeignMemory(child.pid, child.address, 65536)
+    mr = MR(b.pd, 65536, ALL_ACCESS, address=memory)
+    a.mr.write(b"x" * 64, 64)
+    assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 64, a.mr.lkey)], mr.rkey, mr.buf) == S.IBV_WC_SUCCESS
+    mr.close()
+    assert memory.mirror.closed
+
+
+# --- a client that unmaps, or dies ---------------------------------------------------------------
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
+    a, b = connected_pair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def still_works(pair: tuple[Endpoint, Endpoint]) -> None:
+    """The device goes on: a fresh pair on it moves a WRITE."""
+    a, b = connected_pair()
+    try:
+        a.mr.write(b"alive", 5)
+        assert post(a, WR.IBV_WR_RDMA_WRITE, [SGE(a.mr.buf, 5, a.mr.lkey)], b.mr.rkey, b.mr.buf) == S.IBV_WC_SUCCESS
+        assert b.mr.read(5, 0) == b"alive"
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("how", ["unmap", "kill"])
+@pytest.mark.parametrize("operation", ["write", "read", "atomic"])
+def test_a_peer_reaching_memory_that_went_gets_rem_access_err(pair: tuple[Endpoint, Endpoint], child: Child,
+                                                              how: str, operation: str) -> None:  # fmt: skip
+    a, b = pair
+    mr = foreign_mr(b, child, 0, 65536)
+    errors = dma_errors(b)
+    child.unmap() if how == "unmap" else child.kill()
+    sg = SGE(a.mr.buf, 8 if operation == "atomic" else 4096, a.mr.lkey)
+    if operation == "atomic":
+        status = atomic(a, WR.IBV_WR_ATOMIC_FETCH_AND_ADD, sg, mr.rkey, mr.buf, 1)
+    else:
+        opcode = WR.IBV_WR_RDMA_WRITE if operation == "write" else WR.IBV_WR_RDMA_READ
+        status = post(a, opcode, [sg], mr.rkey, mr.buf)
+    assert status == S.IBV_WC_REM_ACCESS_ERR
+    assert dma_errors(b) == errors + 1
+    mr.close()
+    still_works(pair)
+
+
+@pytest.mark.parametrize("how", ["unmap", "kill"])
+def test_local_sges_in_memory_that_went_are_loc_prot_err(pair: tuple[Endpoint, Endpoint], child: Child,
+                                                         how: str) -> None:  # fmt: skip
+    a, b = pair
+    mr = foreign_mr(a, child, 0, 65536)
+    child.unmap() if how == "unmap" else child.kill()
+    status = post(a, WR.IBV_WR_RDMA_WRITE, [SGE(mr.buf, 100, mr.lkey)], b.mr.rkey, b.mr.buf)
+    assert status == S.IBV_WC_LOC_PROT_ERR
+    assert dma_errors(a) >= 1
+    mr.close()
+    still_works(pair)
+
+
+def test_a_receive_buffer_that_went_fails_the_receive(pair: tuple[Endpoint, Endpoint], child: Child) -> None:
+    """IBA's receive protection error: LOC_PROT_ERR here, REM_OP_ERR at the sender."""
+    a, b = pair
+    mr = foreign_mr(b, child, 0, 65536)
+    b.qp.post_recv(RecvWR(wr_id=5, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+    child.unmap()
+    assert post(a, WR.IBV_WR_SEND, [SGE(a.mr.buf, 100, a.mr.lkey)]) == S.IBV_WC_REM_OP_ERR
+    (recv,) = b.poll()
+    assert recv.status == S.IBV_WC_LOC_PROT_ERR
+    mr.close()
+    still_works(pair)
+
+
+def test_a_push_into_memory_unmapped_meanwhile_is_counted(child: Child) -> None:
+    """The client unmaps between the pull and the push: the push fails, counted, not raised."""
+    table = MrTable()
+    memory = ForeignMemory(child.pid, child.address, 8192)
+    region = table.register(1, memoryview(memory.mirror)[:8192], child.address, Access(15), memory)
+    view = table.lookup(region.key, child.address, 100, Access.REMOTE_WRITE, 1)
+    assert isinstance(view, memoryview)
+    view[:5] = b"lost!"
+    child.unmap()
+    table.flush()
+    assert table.counters["dma_errors"] == 1
+    del view
+    assert table.counters["dma_errors"] == 2 and not table.dirty
