@@ -3,6 +3,7 @@ progress modes a device opened in a test runs in, and a connected RC pair."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,21 @@ from tests.rc_pair import Endpoint, connected_pair
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = sorted(DATA.glob("*.pcap"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_shared_nics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The shared NICs that programs of this run start (``pyroce run``) are this run's own: a stats
+    folder of its own names them apart from a user's, and they stop 5 s after their last program."""
+    saved = {name: os.environ.get(name) for name in ("PYROCE_STATS_DIR", "PYROCE_NICD_IDLE")}
+    os.environ["PYROCE_STATS_DIR"] = str(tmp_path_factory.mktemp("stats"))
+    os.environ["PYROCE_NICD_IDLE"] = "5"
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

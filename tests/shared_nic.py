@@ -36,8 +36,9 @@ def shared_nic(folder: Path, idle_s: float = 0) -> Iterator[tuple[NicPlace, dict
     folder.mkdir(parents=True, exist_ok=True)
     place = NicPlace("pyroce0", private_address(), str(folder))
     env = nic_environment(folder, place.address)
+    log = open(folder / "nicd.log", "w")  # noqa: SIM115 - the NIC's log, read when a test fails
     process = subprocess.Popen([sys.executable, "-m", "pyroce", "nicd", "--idle", str(idle_s)], env=env,
-                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               stdin=subprocess.DEVNULL, stderr=log, text=True)  # fmt: skip
     try:
         wait_serving(place, process)
         yield place, env, process
@@ -45,7 +46,7 @@ def shared_nic(folder: Path, idle_s: float = 0) -> Iterator[tuple[NicPlace, dict
         if process.poll() is None:
             process.terminate()
             process.wait(10)
-        process.stderr.close()  # type: ignore[union-attr]
+        log.close()
 
 
 def wait_serving(place: NicPlace, process: subprocess.Popen[str], timeout_s: float = 20) -> None:
@@ -56,5 +57,5 @@ def wait_serving(place: NicPlace, process: subprocess.Popen[str], timeout_s: flo
             return
         except NicError:
             if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"pyroce nicd did not serve: {process.stderr.read() if process.stderr else ''}")
+                raise AssertionError(f"pyroce nicd did not serve (exit status {process.poll()})")
             time.sleep(0.05)

@@ -18,16 +18,17 @@ static inline int null_errno(const void *object)
 	return object ? 0 : errno;
 }
 
-/* An RC QP to INIT (remote ``access``), RTR (its own QPN and GID, receive PSN ``psn``) and RTS
- * (send PSN ``psn``): 0, or the error of the first transition that failed. */
-static inline int connect_to_itself(struct ibv_qp *qp, const union ibv_gid *gid, unsigned int access, uint32_t psn)
+/* An RC QP to INIT (remote ``access``), RTR (the peer QPN ``dest_qpn`` at ``gid``, receive PSN
+ * ``psn``) and RTS (send PSN ``psn``): 0, or the error of the first transition that failed. */
+static inline int connect_qp(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *gid, unsigned int access,
+			     uint32_t psn)
 {
 	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access};
 	int failed = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 
 	if (failed)
 		return failed;
-	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = qp->qp_num,
+	attr = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest_qpn,
 				    .rq_psn = psn, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
 				    .ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = *gid, .hop_limit = 1}}};
 	failed = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -38,6 +39,12 @@ static inline int connect_to_itself(struct ibv_qp *qp, const union ibv_gid *gid,
 				    .sq_psn = psn, .max_rd_atomic = 1};
 	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 					       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* An RC QP connected to itself (its own QPN and GID). */
+static inline int connect_to_itself(struct ibv_qp *qp, const union ibv_gid *gid, unsigned int access, uint32_t psn)
+{
+	return connect_qp(qp, qp->qp_num, gid, access, psn);
 }
 
 #endif
