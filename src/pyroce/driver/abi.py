@@ -185,8 +185,9 @@ def _literal(name: str, value: int) -> str:
     return f"{value}u" if name.endswith(("_SIZE", "_DS", "_DATA")) else f"0x{value:x}u"  # sizes in decimal
 
 
-def _render_struct(layout: Layout) -> list[str]:
-    """A packed-free C struct with the format's fields, padded to ``layout``'s size."""
+def _render_struct(layout: Layout, size_name: str) -> list[str]:
+    """A C struct with the format's fields (natural alignment, no packing), padded to
+    ``layout``'s size, which the constant ``size_name`` states."""
     name = layout.c_type
     lines = [f"/* {layout.source} ({layout.get().format!r}), as C lays it out */", f"{name} {{"]
     offset = 0
@@ -203,7 +204,7 @@ def _render_struct(layout: Layout) -> list[str]:
     total = layout.expected_size() or offset
     if total > offset:
         lines.append(f"\tuint8_t reserved[{total - offset}];")
-    lines += ["};", f'_Static_assert(sizeof({name}) == {total}, "{layout.source}: {total} bytes");']
+    lines += ["};", f'_Static_assert(sizeof({name}) == {size_name}, "{layout.source}: {total} bytes");']
     return lines
 
 
@@ -222,7 +223,7 @@ def render() -> str:
         "",
         *(f"#define {c.name:<{width}} {_literal(c.name, c.value)} /* {c.source} */" for c in OWN),
         "",
-        *_render_struct(BIND_SEG),
+        *_render_struct(BIND_SEG, "PYROCE_BIND_SEG_SIZE"),
         "",
         "#endif",
         "",
