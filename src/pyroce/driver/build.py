@@ -1,13 +1,17 @@
 """Compiling the C driver on first use: ``libibverbs.so.1`` from ``c/``, with the system's C
-compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI) and this
-Python's headers and ``libpython`` (the interpreter the library starts is this one); beside it
+compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI) and
+``<infiniband/mlx5dv.h>`` (the ring layouts: mlx5's WQE segments, CQE and opcodes), the
+``pyroce_abi.h`` that ``driver.abi`` renders from the Python definitions (pyroce's own values:
+the doorbell records, the bind segment, limits), and this Python's headers and ``libpython``
+(the interpreter the library starts is this one); beside it
 the stub provider libraries of ``c/stubs/`` (``libmlx5.so.1``, ``libefa.so.1``: the direct verbs
 perftest links against, each answering "not this device"), since the real ones cannot load
 against a libibverbs without libibverbs' private provider interface.
 
 The result is cached under ``PYROCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pyroce`` or
 ``~/.cache/pyroce``) in a folder named by a hash of everything that goes into it: the sources,
-``verbs.h``, the compiler and this Python. A build goes to a temporary folder renamed into
+``verbs.h``, ``mlx5dv.h``, the text of ``pyroce_abi.h`` (kept in the folder: a changed Python
+constant builds a new library), the compiler and this Python. A build goes to a temporary folder renamed into
 place, so two programs starting at once never see half a library. What is missing to build is
 said in one line naming the package that provides it (``BuildError``).
 """
@@ -22,6 +26,8 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+from pyroce.driver import abi
 
 SOURCES = Path(__file__).resolve().parent / "c"
 LIBRARY = "libibverbs.so.1"
@@ -60,6 +66,14 @@ def verbs_header(include: str) -> Path:
     return header
 
 
+def mlx5dv_header(include: str) -> Path:
+    """``<infiniband/mlx5dv.h>`` under ``include``: the ring layouts the driver writes and reads."""
+    header = Path(include) / "infiniband" / "mlx5dv.h"
+    if not header.is_file():
+        raise BuildError("<infiniband/mlx5dv.h> not found: install libibverbs-dev (apt-get install libibverbs-dev)")
+    return header
+
+
 def python_parts() -> tuple[Path, Path]:
     """This Python's include folder (with ``Python.h``) and its shared ``libpython``."""
     include = Path(sysconfig.get_paths()["include"])
@@ -81,7 +95,7 @@ def sources_digest() -> str:
     """A digest of the driver's own sources: compiled into the library, and compared by the
     pyroce it calls at start (``program.handshake``), so a library left from another pyroce
     refuses to run instead of calling functions that changed."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(abi.render().encode())  # the ring values, rendered from the Python modules
     for path in sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT, Path(__file__).with_name("program.py")]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -91,6 +105,8 @@ def library_dir(include: str | None = None) -> Path:
     """The folder holding ``libibverbs.so.1``, built first if this combination has none."""
     include = include or os.environ.get("PYROCE_VERBS_INCLUDE") or DEFAULT_INCLUDE
     header = verbs_header(include)
+    mlx5dv = mlx5dv_header(include)
+    abi_text = abi.render()
     cc = compiler()
     py_include, libpython = python_parts()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
@@ -99,15 +115,17 @@ def library_dir(include: str | None = None) -> Path:
     for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
         digest.update(part.encode() + b"\0")
     digest.update(sources_digest().encode())
-    for path in (*sources, *stubs, header):
+    for path in (*sources, *stubs, header, mlx5dv):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(abi.HEADER.encode() + b"\0" + abi_text.encode())
     target = cache_root() / f"driver-{digest.hexdigest()[:16]}"
     if (target / LIBRARY).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
+    (work / abi.HEADER).write_text(abi_text)
     commands = [[cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"',
-                 f'-DPYROCE_SOURCES_DIGEST="{sources_digest()}"', f"-I{include}", f"-I{py_include}",
+                 f'-DPYROCE_SOURCES_DIGEST="{sources_digest()}"', f"-I{work}", f"-I{include}", f"-I{py_include}",
                  *(str(path) for path in sources if path.suffix == ".c"),
                  f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
                  f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]]  # fmt: skip

@@ -1,3 +1,4 @@
 """Device limits that more than one layer enforces (verbs checks a request, the transport a packet)."""
 
 MAX_MSG_SZ = 0x800000  # the port's largest message: 8 MiB, as rxe (RXE_PORT_MAX_MSG_SZ)
+MAX_INLINE_DATA = 400  # bytes an inline send may carry (rxe's RXE_MAX_INLINE_DATA)

@@ -3,7 +3,7 @@ transport ``Completion`` to the mlx5 CQE that reports it."""
 
 from __future__ import annotations
 
-from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
+from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, GRH_FLAG, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.work import SendWork, UdDest, WorkOp
@@ -61,7 +61,7 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
             opcode = CqeOpcode.RESP_SEND_INV
         else:
             opcode = CqeOpcode.RESP_SEND
-        grh = 1 << 28 if flags & _GRH else 0
+        grh = GRH_FLAG if flags & _GRH else 0
         return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
                         grh | completion.src_qp, 0, 0, 0, 0, completion.solicited))  # fmt: skip
     return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,

@@ -16,6 +16,10 @@ from typing import NamedTuple
 from pyroce.ib.enums import WcStatus
 
 CQE_SIZE = 64
+# A responder CQE's ``flags_rqpn`` bits 29:28 say the message came with a GRH: the NIC writes
+# GRH_FLAG, a reader takes any bit of GRH_MASK (libmlx5's ``(flags_rqpn >> 28) & 3``)
+GRH_FLAG = 1 << 28
+GRH_MASK = 3 << 28
 
 
 class CqeOpcode(enum.IntEnum):

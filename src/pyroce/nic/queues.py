@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
 from pyroce.nic.notify import AsyncEvent, EventQueue
-from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
 from pyroce.transport.ud import UdQp
@@ -33,7 +33,7 @@ class HwCq:
         """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
         An armed CQ then raises its event: the CQE is in the ring before the channel hears of it."""
         consumer = int.from_bytes(self.consumer_record, "big")
-        if (self.producer - consumer) & 0xFFFFFF >= self.ring.cqe_count or self.overruns_injected:
+        if (self.producer - consumer) & CQ_COUNTER_MASK >= self.ring.cqe_count or self.overruns_injected:
             self.overruns_injected -= bool(self.overruns_injected)
             return False
         self.producer = self.ring.produce(self.producer, cqe)

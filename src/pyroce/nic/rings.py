@@ -26,6 +26,7 @@ from pyroce.nic.wqe import (
 
 _BE32 = struct.Struct(">I")
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
+CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
 
 

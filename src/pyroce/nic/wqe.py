@@ -115,11 +115,11 @@ _ATOMIC = struct.Struct(">QQ")
 _DATA = struct.Struct(">IIQ")
 _INLINE_HDR = struct.Struct(">I")
 _BIND = struct.Struct(">QQII")
-_BIND_SEGS = -(-_BIND.size // SEG)
+BIND_SEGS = -(-_BIND.size // SEG)
 _AV = struct.Struct(">II I BBH 4x 6x BB I 16s")  # qkey, reserved, dqp_dct, stat_rate_sl, fl_mlid, rlid, ..., rgid
-_AV_SEGS = _AV.size // SEG
-_EXTENDED_AV = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
-_AV_GRH = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
+AV_SEGS = _AV.size // SEG
+EXTENDED_AV = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
+AV_GRH = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
 
 _HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
@@ -135,13 +135,13 @@ def _inline_segs(length: int) -> int:
 def _ds(wqe: SendWqe) -> int:
     ds = 1
     if wqe.av is not None:
-        ds += _AV_SEGS
+        ds += AV_SEGS
     if wqe.raddr is not None:
         ds += 1
     if wqe.swap_add is not None:
         ds += 1
     if wqe.bind is not None:
-        ds += _BIND_SEGS
+        ds += BIND_SEGS
     if wqe.inline is not None:
         return ds + _inline_segs(len(wqe.inline))
     return ds + len(wqe.sges)
@@ -158,9 +158,9 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
     offset = SEG
     if wqe.av is not None:
         av = wqe.av
-        _AV.pack_into(buf, offset, av.qkey, 0, _EXTENDED_AV | av.dqpn, (av.sl & 7) << 1, 0, av.sport, av.tclass,
-                      av.hop_limit, _AV_GRH | (av.sgid_index & 0xFF) << 20 | (av.flow_label & 0xFFFFF), av.rgid)  # fmt: skip
-        offset += _AV_SEGS * SEG
+        _AV.pack_into(buf, offset, av.qkey, 0, EXTENDED_AV | av.dqpn, (av.sl & 7) << 1, 0, av.sport, av.tclass,
+                      av.hop_limit, AV_GRH | (av.sgid_index & 0xFF) << 20 | (av.flow_label & 0xFFFFF), av.rgid)  # fmt: skip
+        offset += AV_SEGS * SEG
     if wqe.raddr is not None:
         _RADDR.pack_into(buf, offset, wqe.raddr, wqe.rkey or 0, 0)
         offset += SEG
@@ -169,7 +169,7 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
         offset += SEG
     if wqe.bind is not None:
         _BIND.pack_into(buf, offset, *wqe.bind)
-        offset += _BIND_SEGS * SEG
+        offset += BIND_SEGS * SEG
     if wqe.inline is not None:
         _INLINE_HDR.pack_into(buf, offset, len(wqe.inline) | INLINE_FLAG)
         buf[offset + 4 : offset + 4 + len(wqe.inline)] = wqe.inline
@@ -199,12 +199,12 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
     offset = SEG
     av = None
     if datagram:
-        if offset + _AV_SEGS * SEG > size:
+        if offset + AV_SEGS * SEG > size:
             raise WqeError("UD WQE has no datagram segment")
         qkey, _, dqp_dct, stat_rate_sl, _, sport, tclass, hop_limit, grh_gid_fl, rgid = _AV.unpack_from(data, offset)
         av = AddressVector(qkey, dqp_dct & 0xFFFFFF, rgid, grh_gid_fl >> 20 & 0xFF, grh_gid_fl & 0xFFFFF, tclass,
                            hop_limit, stat_rate_sl >> 1 & 7, sport)  # fmt: skip
-        offset += _AV_SEGS * SEG
+        offset += AV_SEGS * SEG
     raddr = rkey = swap_add = compare = None
     if opcode in _HAS_RADDR:
         if offset + SEG > size:
@@ -218,10 +218,10 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
         offset += SEG
     bind = None
     if opcode is WqeOpcode.BIND_MW:
-        if offset + _BIND_SEGS * SEG > size:
+        if offset + BIND_SEGS * SEG > size:
             raise WqeError("BIND_MW WQE has no bind segment")
         bind = MwBindSeg(*_BIND.unpack_from(data, offset))
-        offset += _BIND_SEGS * SEG
+        offset += BIND_SEGS * SEG
     sges: list[Sge] = []
     inline = None
     if offset < size and _INLINE_HDR.unpack_from(data, offset)[0] & INLINE_FLAG:

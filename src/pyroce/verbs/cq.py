@@ -18,9 +18,9 @@ import weakref
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
-from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, GRH_MASK, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.notify import EventQueue
-from pyroce.nic.rings import CqRing
+from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing
 from pyroce.nic.wqe import WqeOpcode
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.device import Context
@@ -201,7 +201,7 @@ class CQ(PyverbsObject):
 
     def _publish_consumer(self) -> None:
         """Tell the NIC how far the ring was read (the consumer record, libmlx5's ``update_cons_index``)."""
-        self._consumer_record[:] = (self.consumer & 0xFFFFFF).to_bytes(4, "big")
+        self._consumer_record[:] = (self.consumer & CQ_COUNTER_MASK).to_bytes(4, "big")
 
     def _wc(self, cqe: Cqe) -> WC | None:
         """The WC of ``cqe``; None for a CQE of a QP reset since it was written (libmlx5 cleans
@@ -228,7 +228,7 @@ class CQ(PyverbsObject):
                 wc.wc_flags = WcFlag.WITH_INV
                 wc.imm_data = cqe.imm_inval
             wc.src_qp = cqe.flags_rqpn & 0xFFFFFF
-            if cqe.flags_rqpn >> 28 & 3:
+            if cqe.flags_rqpn & GRH_MASK:
                 wc.wc_flags |= WcFlag.GRH
         else:
             wc.opcode = WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, WcOpcode.SEND)  # type: ignore[call-overload]

@@ -100,8 +100,6 @@ class DeviceAttrEx(_Attr):
     phys_port_cnt_ex: int = 1
 
 
-MAX_INLINE_DATA = 400  # bytes an inline send may carry (rxe's RXE_MAX_INLINE_DATA)
-
 
 @dataclass
 class PortAttr(_Attr):

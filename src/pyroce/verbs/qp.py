@@ -19,14 +19,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
+from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import DoorbellRecord, RecvRing, SendRing
-from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
+from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
-from pyroce.verbs.device import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
 from pyroce.verbs.mw import bind_segment
@@ -68,7 +68,6 @@ SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_sta
 TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC,
               ibv_qp_type.IBV_QPT_UD: Transport.UD}  # fmt: skip
 UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND (IBA 9.8.3)
-AV_SEGS = 3  # a UD WQE's datagram segment (mlx5_wqe_av, 48 bytes)
 # What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,

@@ -2,8 +2,9 @@
  * post_recv receive WQEs, each publishes its producer counter in the doorbell record and
  * rings the doorbell (a record in the device's pipe, nic/handoff.py); poll_cq reads CQEs whose
  * owner bit is valid and turns them into ibv_wc. The layouts are src/pyroce/nic/wqe.py and
- * cqe.py; the checks and errnos are pyroce.verbs.qp's and recv_queue's, so a C program and a
- * Python one are refused alike. */
+ * cqe.py, mlx5dv.h's structs and values (pyroce_abi.h's for pyroce's own); the checks and
+ * errnos are pyroce.verbs.qp's and recv_queue's, so a C program and a Python one are refused
+ * alike. */
 #include "pyroce_verbs.h"
 
 #include <endian.h>
@@ -14,70 +15,29 @@
 #include <string.h>
 #include <unistd.h>
 
-#define WQEBB 64
-#define SEG 16
-#define MAX_DS 0x3f
-#define MAX_MSG_SZ (8u << 20) /* rxe's max_msg_sz (pyroce.ib.limits) */
-#define INLINE_FLAG 0x80000000u
-#define INVALID_LKEY 0x100u
-#define CQE_SIZE 64
+#define SEG PYROCE_SEND_WQE_DS /* the unit of the control segment's ds */
 #define SPIN_POLLS 256
 
-enum { /* MLX5_OPCODE_* */
-	OP_SEND_INVAL = 0x01,
-	OP_RDMA_WRITE = 0x08,
-	OP_RDMA_WRITE_IMM = 0x09,
-	OP_SEND = 0x0a,
-	OP_SEND_IMM = 0x0b,
-	OP_RDMA_READ = 0x10,
-	OP_ATOMIC_CS = 0x11,
-	OP_ATOMIC_FA = 0x12,
-	OP_BIND_MW = 0x18,
-	OP_LOCAL_INVAL = 0x1b,
-};
+/* The largest WQE built on the stack fits it: ds counts at most PYROCE_MAX_DS segments, and the
+ * inline data is copied in before ds is checked */
+_Static_assert(sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg) +
+		       sizeof(struct mlx5_wqe_inl_data_seg) + PYROCE_MAX_INLINE_DATA <= PYROCE_MAX_DS * SEG,
+	       "an inline WQE of max_inline_data bytes overruns the WQE buffer");
+_Static_assert(sizeof(uint32_t) == PYROCE_DOORBELL_RECORD_SIZE, "a doorbell pipe record is a u32");
 
-enum { /* control segment fm_ce_se */
-	CE_SOLICITED = 0x02,
-	CE_CQ_UPDATE = 0x08,
-	CE_FENCE = 0x80,
-};
-
-enum { /* MLX5_CQE_*: op_own bits 7:4 */
-	CQE_REQ = 0,
-	CQE_RESP_WR_IMM = 1,
-	CQE_RESP_SEND = 2,
-	CQE_RESP_SEND_IMM = 3,
-	CQE_RESP_SEND_INV = 4,
-	CQE_REQ_ERR = 13,
-	CQE_RESP_ERR = 14,
-	CQE_INVALID = 15,
-};
-
-static void put32(uint8_t *at, uint32_t value)
+/* mlx5dv_set_data_seg, with the address a uint64_t as ibv_sge holds it (not a uintptr_t) */
+static void set_data_seg(struct mlx5_wqe_data_seg *seg, uint32_t length, uint32_t lkey, uint64_t addr)
 {
-	value = htobe32(value);
-	memcpy(at, &value, 4);
-}
-
-static void put64(uint8_t *at, uint64_t value)
-{
-	value = htobe64(value);
-	memcpy(at, &value, 8);
-}
-
-static uint32_t get32(const uint8_t *at)
-{
-	uint32_t value;
-
-	memcpy(&value, at, 4);
-	return be32toh(value);
+	seg->byte_count = htobe32(length);
+	seg->lkey = htobe32(lkey);
+	seg->addr = htobe64(addr);
 }
 
 /* Tell the engine: one 4-byte record, atomic in a pipe; a full pipe is readable, so the
  * engine empties it and the write is retried. */
 static void ring_doorbell(struct pr_qp *qp, uint32_t kind)
 {
-	uint32_t record = kind | qp->qp.qp_num;
+	uint32_t record = kind | qp->qp.qp_num; /* PYROCE_DOORBELL_RECORD_SIZE bytes */
 	int fd = qp->ctx->doorbell_fd;
 
 	while (write(fd, &record, sizeof(record)) != sizeof(record)) {
@@ -95,16 +55,16 @@ static void ring_doorbell(struct pr_qp *qp, uint32_t kind)
 static int wqe_opcode(unsigned int opcode)
 {
 	switch (opcode) {
-	case IBV_WR_RDMA_WRITE: return OP_RDMA_WRITE;
-	case IBV_WR_RDMA_WRITE_WITH_IMM: return OP_RDMA_WRITE_IMM;
-	case IBV_WR_SEND: return OP_SEND;
-	case IBV_WR_SEND_WITH_IMM: return OP_SEND_IMM;
-	case IBV_WR_RDMA_READ: return OP_RDMA_READ;
-	case IBV_WR_ATOMIC_CMP_AND_SWP: return OP_ATOMIC_CS;
-	case IBV_WR_ATOMIC_FETCH_AND_ADD: return OP_ATOMIC_FA;
-	case IBV_WR_LOCAL_INV: return OP_LOCAL_INVAL;
-	case IBV_WR_SEND_WITH_INV: return OP_SEND_INVAL;
-	case IBV_WR_BIND_MW: return OP_BIND_MW;
+	case IBV_WR_RDMA_WRITE: return MLX5_OPCODE_RDMA_WRITE;
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return MLX5_OPCODE_RDMA_WRITE_IMM;
+	case IBV_WR_SEND: return MLX5_OPCODE_SEND;
+	case IBV_WR_SEND_WITH_IMM: return MLX5_OPCODE_SEND_IMM;
+	case IBV_WR_RDMA_READ: return MLX5_OPCODE_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return MLX5_OPCODE_ATOMIC_CS;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return MLX5_OPCODE_ATOMIC_FA;
+	case IBV_WR_LOCAL_INV: return MLX5_OPCODE_LOCAL_INVAL;
+	case IBV_WR_SEND_WITH_INV: return MLX5_OPCODE_SEND_INVAL;
+	case IBV_WR_BIND_MW: return PYROCE_OPCODE_BIND_MW;
 	case IBV_WR_TSO:
 	case IBV_WR_DRIVER1:
 	case 14: /* IBV_WR_FLUSH, in newer headers */
@@ -116,14 +76,15 @@ static int wqe_opcode(unsigned int opcode)
 /* What a UC QP may post (IBA 9.8): no READ, atomics or SEND with invalidate. */
 static int uc_allows(int opcode)
 {
-	return opcode == OP_SEND || opcode == OP_SEND_IMM || opcode == OP_RDMA_WRITE || opcode == OP_RDMA_WRITE_IMM ||
-	       opcode == OP_BIND_MW || opcode == OP_LOCAL_INVAL;
+	return opcode == MLX5_OPCODE_SEND || opcode == MLX5_OPCODE_SEND_IMM || opcode == MLX5_OPCODE_RDMA_WRITE ||
+	       opcode == MLX5_OPCODE_RDMA_WRITE_IMM || opcode == PYROCE_OPCODE_BIND_MW ||
+	       opcode == MLX5_OPCODE_LOCAL_INVAL;
 }
 
 /* Write one WQE at the producer counter (the caller holds sq_lock): 0 or the errno. */
 int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 {
-	uint8_t wqe[MAX_DS * SEG];
+	uint8_t wqe[PYROCE_MAX_DS * SEG] __attribute__((aligned(SEG)));
 	enum ibv_qp_state state = qp->qp.state;
 	int opcode = wqe_opcode(wr->opcode);
 	uint64_t length = 0;
@@ -137,83 +98,88 @@ int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 	if (qp->qp.qp_type == IBV_QPT_UC && !uc_allows(opcode))
 		return EINVAL;
 	if (qp->qp.qp_type == IBV_QPT_UD) { /* a UD message is a SEND (IBA 9.8.3), to its WR's AH */
-		int bad = opcode != OP_SEND && opcode != OP_SEND_IMM ? EINVAL : pr_datagram_segment(wqe + off, wr);
+		int bad = opcode != MLX5_OPCODE_SEND && opcode != MLX5_OPCODE_SEND_IMM ? EINVAL
+										 : pr_datagram_segment(wqe + off, wr);
 		if (bad)
 			return bad;
-		off += PR_AV_SIZE;
+		off += sizeof(struct mlx5_wqe_datagram_seg);
 	}
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
 	for (int i = 0; i < wr->num_sge; i++)
 		length += wr->sg_list[i].length;
-	if (length > MAX_MSG_SZ)
+	if (length > PYROCE_MAX_MSG_SZ)
 		return EINVAL;
 	if (wr->send_flags & IBV_SEND_SIGNALED || qp->sq_sig_all)
-		flags |= CE_CQ_UPDATE;
+		flags |= MLX5_WQE_CTRL_CQ_UPDATE;
 	if (wr->send_flags & IBV_SEND_SOLICITED)
-		flags |= CE_SOLICITED;
+		flags |= MLX5_WQE_CTRL_SOLICITED;
 	if (wr->send_flags & IBV_SEND_FENCE)
-		flags |= CE_FENCE;
+		flags |= MLX5_WQE_CTRL_FENCE;
 
-	int atomic = opcode == OP_ATOMIC_CS || opcode == OP_ATOMIC_FA;
-	if (opcode == OP_RDMA_WRITE || opcode == OP_RDMA_WRITE_IMM || opcode == OP_RDMA_READ) {
-		put64(wqe + off, wr->wr.rdma.remote_addr);
-		put32(wqe + off + 8, wr->wr.rdma.rkey);
-		put32(wqe + off + 12, 0);
-		off += SEG;
+	int atomic = opcode == MLX5_OPCODE_ATOMIC_CS || opcode == MLX5_OPCODE_ATOMIC_FA;
+	if (opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM ||
+	    opcode == MLX5_OPCODE_RDMA_READ) {
+		struct mlx5_wqe_raddr_seg *raddr = (struct mlx5_wqe_raddr_seg *)(wqe + off);
+		raddr->raddr = htobe64(wr->wr.rdma.remote_addr);
+		raddr->rkey = htobe32(wr->wr.rdma.rkey);
+		raddr->reserved = 0;
+		off += sizeof(*raddr);
 	} else if (atomic) {
-		put64(wqe + off, wr->wr.atomic.remote_addr);
-		put32(wqe + off + 8, wr->wr.atomic.rkey);
-		put32(wqe + off + 12, 0);
-		put64(wqe + off + SEG, opcode == OP_ATOMIC_CS ? wr->wr.atomic.swap : wr->wr.atomic.compare_add);
-		put64(wqe + off + SEG + 8, opcode == OP_ATOMIC_CS ? wr->wr.atomic.compare_add : 0);
-		off += 2 * SEG;
+		struct mlx5_wqe_raddr_seg *raddr = (struct mlx5_wqe_raddr_seg *)(wqe + off);
+		struct mlx5_wqe_atomic_seg *operands = (struct mlx5_wqe_atomic_seg *)(raddr + 1);
+		raddr->raddr = htobe64(wr->wr.atomic.remote_addr);
+		raddr->rkey = htobe32(wr->wr.atomic.rkey);
+		raddr->reserved = 0;
+		operands->swap_add =
+			htobe64(opcode == MLX5_OPCODE_ATOMIC_CS ? wr->wr.atomic.swap : wr->wr.atomic.compare_add);
+		operands->compare = htobe64(opcode == MLX5_OPCODE_ATOMIC_CS ? wr->wr.atomic.compare_add : 0);
+		off += sizeof(*raddr) + sizeof(*operands);
 	}
-	if (opcode == OP_BIND_MW) {
+	if (opcode == PYROCE_OPCODE_BIND_MW) {
 		int bad = pr_bind_segment(wqe + off, wr);
 		if (bad)
 			return bad;
-		ds = (off + PR_BIND_SIZE) / SEG;
-	} else if (opcode == OP_LOCAL_INVAL) {
+		ds = (off + sizeof(struct pyroce_bind_seg)) / SEG;
+	} else if (opcode == MLX5_OPCODE_LOCAL_INVAL) {
 		ds = off / SEG;
-	} else if (wr->send_flags & IBV_SEND_INLINE && !atomic && opcode != OP_RDMA_READ) {
+	} else if (wr->send_flags & IBV_SEND_INLINE && !atomic && opcode != MLX5_OPCODE_RDMA_READ) {
 		if (length > qp->max_inline_data)
 			return EINVAL;
-		put32(wqe + off, (uint32_t)length | INLINE_FLAG);
-		uint8_t *data = wqe + off + 4;
+		struct mlx5_wqe_inl_data_seg *inl = (struct mlx5_wqe_inl_data_seg *)(wqe + off);
+		inl->byte_count = htobe32((uint32_t)length | MLX5_INLINE_SEG);
+		uint8_t *data = (uint8_t *)(inl + 1);
 		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(data, (const void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			data += wr->sg_list[i].length;
 		}
-		ds = off / SEG + (4 + length + SEG - 1) / SEG;
+		ds = off / SEG + (sizeof(*inl) + length + SEG - 1) / SEG;
 	} else {
-		for (int i = 0; i < wr->num_sge; i++, off += SEG) {
-			put32(wqe + off, wr->sg_list[i].length);
-			put32(wqe + off + 4, wr->sg_list[i].lkey);
-			put64(wqe + off + 8, wr->sg_list[i].addr);
-		}
+		for (int i = 0; i < wr->num_sge; i++, off += SEG)
+			set_data_seg((struct mlx5_wqe_data_seg *)(wqe + off), wr->sg_list[i].length,
+				     wr->sg_list[i].lkey, wr->sg_list[i].addr);
 		ds = off / SEG;
 	}
-	if (ds > MAX_DS)
+	if (ds > PYROCE_MAX_DS)
 		return EINVAL;
-	wqebbs = (ds * SEG + WQEBB - 1) / WQEBB;
+	wqebbs = (ds * SEG + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
 	if (qp->sq_count >= qp->max_send_wr || qp->sq_producer - qp->sq_retired + wqebbs > qp->sq_wqebbs)
 		return ENOMEM;
 
 	uint32_t imm = 0; /* the WQE's imm bytes: a __be32 as the program holds it, or the rkey */
-	if (opcode == OP_SEND_IMM || opcode == OP_RDMA_WRITE_IMM)
+	if (opcode == MLX5_OPCODE_SEND_IMM || opcode == MLX5_OPCODE_RDMA_WRITE_IMM)
 		imm = be32toh(wr->imm_data);
-	else if (opcode == OP_SEND_INVAL || opcode == OP_LOCAL_INVAL)
+	else if (opcode == MLX5_OPCODE_SEND_INVAL || opcode == MLX5_OPCODE_LOCAL_INVAL)
 		imm = wr->invalidate_rkey;
-	else if (opcode == OP_BIND_MW)
+	else if (opcode == PYROCE_OPCODE_BIND_MW)
 		imm = wr->bind_mw.rkey; /* the window's new key */
-	put32(wqe, ((qp->sq_producer & 0xffff) << 8) | opcode);
-	put32(wqe + 4, (qp->qp.qp_num << 8) | ds);
-	memset(wqe + 8, 0, 3); /* signature, stream id */
-	wqe[11] = flags;
-	put32(wqe + 12, imm);
+	struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)wqe;
+	memset(ctrl, 0, sizeof(*ctrl)); /* signature, stream id */
+	mlx5dv_set_ctrl_seg(ctrl, qp->sq_producer & PYROCE_COUNTER_MASK, opcode, 0, qp->qp.qp_num, flags, ds, 0,
+			    htobe32(imm));
 
-	uint32_t size = qp->sq_wqebbs * WQEBB, start = (qp->sq_producer % qp->sq_wqebbs) * WQEBB;
+	uint32_t size = qp->sq_wqebbs * MLX5_SEND_WQE_BB;
+	uint32_t start = (qp->sq_producer % qp->sq_wqebbs) * MLX5_SEND_WQE_BB;
 	uint32_t first = ds * SEG < size - start ? ds * SEG : size - start;
 	memcpy(qp->sq + start, wqe, first);
 	memcpy(qp->sq, wqe + first, ds * SEG - first); /* a WQE may wrap to the ring's start */
@@ -227,8 +193,9 @@ int pr_post_one(struct pr_qp *qp, const struct ibv_send_wr *wr)
 /* Publish the producer in the doorbell record and ring (the caller holds sq_lock). */
 void pr_send_doorbell(struct pr_qp *qp)
 {
-	__atomic_store_n(&qp->doorbell[1], htobe32(qp->sq_producer & 0xffff), __ATOMIC_RELEASE);
-	ring_doorbell(qp, PR_SEND_DOORBELL);
+	__atomic_store_n(&qp->doorbell[MLX5_SND_DBR], htobe32(qp->sq_producer & PYROCE_COUNTER_MASK),
+			 __ATOMIC_RELEASE);
+	ring_doorbell(qp, PYROCE_SEND_DOORBELL);
 }
 
 int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
@@ -254,16 +221,12 @@ int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 /* A receive WQE: the WR's data segments, then a terminator if room is left (nic/wqe.py). */
 void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr)
 {
-	for (int i = 0; i < wr->num_sge; i++, wqe += SEG) {
-		put32(wqe, wr->sg_list[i].length);
-		put32(wqe + 4, wr->sg_list[i].lkey);
-		put64(wqe + 8, wr->sg_list[i].addr);
-	}
-	if ((uint32_t)wr->num_sge * SEG < stride) {
-		put32(wqe, 0);
-		put32(wqe + 4, INVALID_LKEY);
-		put64(wqe + 8, 0);
-	}
+	struct mlx5_wqe_data_seg *seg = (struct mlx5_wqe_data_seg *)wqe;
+
+	for (int i = 0; i < wr->num_sge; i++, seg++)
+		set_data_seg(seg, wr->sg_list[i].length, wr->sg_list[i].lkey, wr->sg_list[i].addr);
+	if ((uint32_t)wr->num_sge * sizeof(*seg) < stride)
+		set_data_seg(seg, 0, MLX5_INVALID_LKEY, 0);
 }
 
 int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
@@ -293,8 +256,9 @@ int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 		qp->rq_outstanding++;
 	}
 	if (qp->rq_producer != first) {
-		__atomic_store_n(&qp->doorbell[0], htobe32(qp->rq_producer & 0xffff), __ATOMIC_RELEASE);
-		ring_doorbell(qp, PR_RECV_DOORBELL);
+		__atomic_store_n(&qp->doorbell[MLX5_RCV_DBR], htobe32(qp->rq_producer & PYROCE_COUNTER_MASK),
+				 __ATOMIC_RELEASE);
+		ring_doorbell(qp, PYROCE_RECV_DOORBELL);
 	}
 	pthread_spin_unlock(&qp->rq_lock);
 	return ret;
@@ -325,7 +289,7 @@ static uint64_t retire_send(struct pr_qp *qp, uint16_t counter)
 		qp->sq_count--;
 		qp->sq_retired = entry->start + entry->wqebbs;
 		wr_id = entry->wr_id;
-		if ((entry->start & 0xffff) == counter)
+		if ((entry->start & PYROCE_COUNTER_MASK) == counter)
 			break;
 	}
 	pthread_spin_unlock(&qp->sq_lock);
@@ -347,19 +311,19 @@ static uint64_t retire_recv(struct pr_qp *qp, uint16_t counter)
 static enum ibv_wc_status status_of(uint8_t syndrome)
 {
 	switch (syndrome) { /* mlx5's error CQE syndromes (pyroce.nic.cqe) */
-	case 0x01: return IBV_WC_LOC_LEN_ERR;
-	case 0x02: return IBV_WC_LOC_QP_OP_ERR;
-	case 0x04: return IBV_WC_LOC_PROT_ERR;
-	case 0x05: return IBV_WC_WR_FLUSH_ERR;
-	case 0x06: return IBV_WC_MW_BIND_ERR;
-	case 0x10: return IBV_WC_BAD_RESP_ERR;
-	case 0x11: return IBV_WC_LOC_ACCESS_ERR;
-	case 0x12: return IBV_WC_REM_INV_REQ_ERR;
-	case 0x13: return IBV_WC_REM_ACCESS_ERR;
-	case 0x14: return IBV_WC_REM_OP_ERR;
-	case 0x15: return IBV_WC_RETRY_EXC_ERR;
-	case 0x16: return IBV_WC_RNR_RETRY_EXC_ERR;
-	case 0x22: return IBV_WC_REM_ABORT_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR: return IBV_WC_LOC_LEN_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR: return IBV_WC_LOC_QP_OP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR: return IBV_WC_LOC_PROT_ERR;
+	case MLX5_CQE_SYNDROME_WR_FLUSH_ERR: return IBV_WC_WR_FLUSH_ERR;
+	case MLX5_CQE_SYNDROME_MW_BIND_ERR: return IBV_WC_MW_BIND_ERR;
+	case MLX5_CQE_SYNDROME_BAD_RESP_ERR: return IBV_WC_BAD_RESP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR: return IBV_WC_LOC_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR: return IBV_WC_REM_INV_REQ_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR: return IBV_WC_REM_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_OP_ERR: return IBV_WC_REM_OP_ERR;
+	case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR: return IBV_WC_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR: return IBV_WC_RNR_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR: return IBV_WC_REM_ABORT_ERR;
 	default: return IBV_WC_GENERAL_ERR;
 	}
 }
@@ -367,24 +331,26 @@ static enum ibv_wc_status status_of(uint8_t syndrome)
 static enum ibv_wc_opcode send_opcode(uint8_t wqe_opcode)
 {
 	switch (wqe_opcode) {
-	case OP_RDMA_WRITE: return IBV_WC_RDMA_WRITE;
-	case OP_RDMA_READ: return IBV_WC_RDMA_READ;
-	case OP_ATOMIC_CS: return IBV_WC_COMP_SWAP;
-	case OP_ATOMIC_FA: return IBV_WC_FETCH_ADD;
-	case 0x18: return IBV_WC_BIND_MW;
-	case OP_LOCAL_INVAL: return IBV_WC_LOCAL_INV;
+	case MLX5_OPCODE_RDMA_WRITE: return IBV_WC_RDMA_WRITE;
+	case MLX5_OPCODE_RDMA_READ: return IBV_WC_RDMA_READ;
+	case MLX5_OPCODE_ATOMIC_CS: return IBV_WC_COMP_SWAP;
+	case MLX5_OPCODE_ATOMIC_FA: return IBV_WC_FETCH_ADD;
+	case PYROCE_OPCODE_BIND_MW: return IBV_WC_BIND_MW;
+	case MLX5_OPCODE_LOCAL_INVAL: return IBV_WC_LOCAL_INV;
 	default: return IBV_WC_SEND;
 	}
 }
 
 /* The WC of the CQE at `cqe` (counter `index`); 0 for a CQE of a QP reset since it was
  * written, which libmlx5 would have cleaned out of the CQ (mlx5_cq_clean). */
-static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t op_own, struct ibv_wc *wc)
+static int to_wc(struct pr_cq *cq, const struct mlx5_cqe64 *cqe, uint32_t index, uint8_t op_own,
+		 struct ibv_wc *wc)
 {
-	uint32_t opcode = op_own >> 4, word = get32(cqe + 56), qpn = word & 0xffffff;
-	uint16_t counter = (uint16_t)(cqe[60] << 8 | cqe[61]);
-	int is_recv = opcode == CQE_RESP_WR_IMM || opcode == CQE_RESP_SEND || opcode == CQE_RESP_SEND_IMM ||
-		      opcode == CQE_RESP_SEND_INV || opcode == CQE_RESP_ERR;
+	uint32_t opcode = op_own >> 4, word = be32toh(cqe->sop_drop_qpn), qpn = word & PYROCE_QPN_MASK;
+	uint16_t counter = be16toh(cqe->wqe_counter);
+	int is_recv = opcode == MLX5_CQE_RESP_WR_IMM || opcode == MLX5_CQE_RESP_SEND ||
+		      opcode == MLX5_CQE_RESP_SEND_IMM || opcode == MLX5_CQE_RESP_SEND_INV ||
+		      opcode == MLX5_CQE_RESP_ERR;
 	struct pr_qp *qp = cq->last;
 
 	if (!qp || qp->qp.qp_num != qpn)
@@ -395,30 +361,31 @@ static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t o
 	wc->wr_id = !qp ? 0 : !is_recv ? retire_send(qp, counter) : qp->srq ? pr_retire_srq(qp->srq, counter)
 										: retire_recv(qp, counter);
 	wc->qp_num = qpn;
-	if (opcode == CQE_REQ_ERR || opcode == CQE_RESP_ERR) {
-		wc->status = status_of(cqe[55]);
-		wc->vendor_err = cqe[54];
+	if (opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR) {
+		const struct mlx5_err_cqe *err = (const struct mlx5_err_cqe *)cqe;
+		wc->status = status_of(err->syndrome);
+		wc->vendor_err = err->vendor_err_synd;
 		wc->opcode = is_recv ? IBV_WC_RECV : send_opcode(word >> 24);
 		return 1;
 	}
 	wc->status = IBV_WC_SUCCESS;
-	wc->byte_len = get32(cqe + 44);
+	wc->byte_len = be32toh(cqe->byte_cnt);
 	if (!is_recv) {
 		wc->opcode = send_opcode(word >> 24);
 		return 1;
 	}
-	wc->opcode = opcode == CQE_RESP_WR_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-	if (opcode == CQE_RESP_WR_IMM || opcode == CQE_RESP_SEND_IMM) {
+	wc->opcode = opcode == MLX5_CQE_RESP_WR_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+	if (opcode == MLX5_CQE_RESP_WR_IMM || opcode == MLX5_CQE_RESP_SEND_IMM) {
 		wc->wc_flags = IBV_WC_WITH_IMM;
-		memcpy(&wc->imm_data, cqe + 36, 4); /* network order, as the wire carried it */
-	} else if (opcode == CQE_RESP_SEND_INV) {
+		wc->imm_data = cqe->imm_inval_pkey; /* network order, as the wire carried it */
+	} else if (opcode == MLX5_CQE_RESP_SEND_INV) {
 		wc->wc_flags = IBV_WC_WITH_INV;
-		wc->invalidated_rkey = get32(cqe + 36);
+		wc->invalidated_rkey = be32toh(cqe->imm_inval_pkey);
 	}
-	uint32_t flags_rqpn = get32(cqe + 24);
-	wc->src_qp = flags_rqpn & 0xffffff;
+	uint32_t flags_rqpn = be32toh(cqe->flags_rqpn);
+	wc->src_qp = flags_rqpn & PYROCE_QPN_MASK;
 	wc->sl = flags_rqpn >> 24 & 0xf;
-	if (flags_rqpn >> 28 & 3)
+	if (flags_rqpn & PYROCE_CQE_GRH_MASK)
 		wc->wc_flags |= IBV_WC_GRH;
 	return 1;
 }
@@ -432,16 +399,16 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	uint32_t first = cq->consumer;
 	while (found < num_entries) {
 		uint32_t index = cq->consumer;
-		const uint8_t *cqe = cq->ring + (index & (cq->count - 1)) * CQE_SIZE;
+		const struct mlx5_cqe64 *cqe = (const struct mlx5_cqe64 *)cq->ring + (index & (cq->count - 1));
 		/* the owner byte first (acquire), then the body: the engine writes it last */
-		uint8_t op_own = __atomic_load_n(&cqe[CQE_SIZE - 1], __ATOMIC_ACQUIRE);
-		if (op_own >> 4 == CQE_INVALID || (op_own & 1) != ((index >> cq->shift) & 1))
+		uint8_t op_own = __atomic_load_n(&cqe->op_own, __ATOMIC_ACQUIRE);
+		if (op_own >> 4 == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != ((index >> cq->shift) & 1))
 			break;
 		cq->consumer++;
 		found += to_wc(cq, cqe, index, op_own, &wc[found]);
 	}
 	if (cq->consumer != first) /* the NIC may reuse the entries read */
-		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & 0xffffff), __ATOMIC_RELEASE);
+		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & PYROCE_CQ_COUNTER_MASK), __ATOMIC_RELEASE);
 	pthread_spin_unlock(&cq->lock);
 	if (cq->consumer != first) {
 		cq->empty_polls = 0;

@@ -1,7 +1,8 @@
 /* Memory windows from C: a window is a pyroce.verbs.mw.MW (the NIC's memory table holds it
  * beside the MRs); binding is send-queue work the NIC does itself (nic/local_ops.py), so
  * IBV_WR_BIND_MW writes a BIND_MW WQE with pyroce's bind segment (nic/wqe.py MwBindSeg: the
- * range, the MR's key, the access) and the window's new key in the control segment, and
+ * range, the MR's key, the access; struct pyroce_bind_seg of pyroce_abi.h) and the window's new
+ * key in the control segment, and
  * ibv_bind_mw (type 1) posts one, as libmlx5 does, and completes as IBV_WC_BIND_MW. */
 #include "pyroce_verbs.h"
 
@@ -9,10 +10,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* what a bind may ask (rxe's RXE_ACCESS_SUPPORTED_MW, zero-based aside; pyroce.verbs.mw.MW_ACCESS) */
-#define MW_ACCESS                                                                                                      \
-	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
 struct pr_mw {
 	struct ibv_mw mw;
@@ -22,17 +19,16 @@ struct pr_mw {
 int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr)
 {
 	const struct ibv_mw_bind_info *info = &wr->bind_mw.bind_info;
-	uint64_t addr = htobe64(info->addr), length = htobe64(info->length);
-	uint32_t key, access = htobe32(info->mw_access_flags);
+	struct pyroce_bind_seg *bind = (struct pyroce_bind_seg *)seg;
 
-	if (!wr->bind_mw.mw || info->mw_access_flags & ~MW_ACCESS || (info->length && !info->mr))
+	/* what a bind may ask: pyroce.verbs.mw.MW_ACCESS (rxe's RXE_ACCESS_SUPPORTED_MW, zero-based aside) */
+	if (!wr->bind_mw.mw || info->mw_access_flags & ~PYROCE_MW_ACCESS || (info->length && !info->mr))
 		return EINVAL;
-	key = htobe32(info->length ? info->mr->lkey : 0); /* a zero-length bind unbinds: no MR */
-	memset(seg, 0, PR_BIND_SIZE);
-	memcpy(seg, &addr, 8);
-	memcpy(seg + 8, &length, 8);
-	memcpy(seg + 16, &key, 4);
-	memcpy(seg + 20, &access, 4);
+	memset(bind, 0, sizeof(*bind));
+	bind->addr = htobe64(info->addr);
+	bind->length = htobe64(info->length);
+	bind->mr_key = htobe32(info->length ? info->mr->lkey : 0); /* a zero-length bind unbinds: no MR */
+	bind->access = htobe32(info->mw_access_flags);
 	return 0;
 }
 

@@ -3,7 +3,9 @@
  * Control verbs are calls into pyroce.driver.calls under the GIL (python_bridge.c); the data
  * path (post_send, post_recv, poll_cq in datapath.c) reads and writes the rings those calls
  * return, in mlx5's layouts (src/pyroce/nic/wqe.py, cqe.py), and rings the device's doorbell
- * by writing a record to its pipe (nic/handoff.py), with no GIL.
+ * by writing a record to its pipe (nic/handoff.py), with no GIL. The layouts and values come
+ * from <infiniband/mlx5dv.h> where mlx5 defines them, else from pyroce_abi.h, which the build
+ * renders from the Python definitions (driver/abi.py): none is restated here.
  */
 #ifndef PYROCE_VERBS_H
 #define PYROCE_VERBS_H
@@ -11,15 +13,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
 
-#define PR_EXPORT __attribute__((visibility("default")))
+#include "pyroce_abi.h"
 
-/* nic/handoff.py: a doorbell record is a native-order u32 in the device's wake-up pipe */
-#define PR_SEND_DOORBELL (1u << 24)
-#define PR_RECV_DOORBELL (2u << 24)
+#define PR_EXPORT __attribute__((visibility("default")))
 
 struct pr_qp;
 struct pr_srq;
@@ -68,7 +69,7 @@ struct pr_cq {
 	struct ibv_wc *current;    /* an extended CQ's completion being read (cq_ex.c), else NULL */
 };
 
-#define PR_SRQ_COUNTERS 0x10000 /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
+#define PR_SRQ_COUNTERS (PYROCE_COUNTER_MASK + 1) /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
 
 struct pr_srq {
 	struct ibv_srq srq;
@@ -78,16 +79,14 @@ struct pr_srq {
 	pthread_spinlock_t lock;
 	uint8_t *ring;             /* count WQEs of stride bytes (a resize moves it) */
 	uint32_t count, stride, producer, outstanding, max_wr, max_sge;
-	volatile uint32_t *doorbell; /* [0] the producer (be32), read by the NIC when it needs a WQE */
+	volatile uint32_t *doorbell; /* [MLX5_RCV_DBR] the producer (be32), read by the NIC when it needs a WQE */
 	uint64_t *wr_ids;          /* PR_SRQ_COUNTERS: completions come out of ring order */
 };
-
-#define PR_AV_SIZE 48 /* a UD WQE's datagram segment: mlx5_wqe_av (nic/wqe.py AddressVector) */
 
 struct pr_ah {
 	struct ibv_ah ah;
 	PyObject *obj;             /* pyroce.verbs.ah.AH: its checks were made there */
-	uint8_t av[PR_AV_SIZE];    /* the datagram segment but its Q_Key and QPN, which each WR names */
+	struct mlx5_wqe_av av;     /* the datagram segment but its Q_Key and QPN, which each WR names */
 };
 
 struct pr_send_entry {
@@ -119,7 +118,7 @@ struct pr_qp {
 	uint8_t *rq;               /* rq_count WQEs of rq_stride bytes */
 	uint32_t rq_count, rq_stride, rq_producer, rq_outstanding;
 	uint64_t *rq_wr_ids;       /* by WQE counter modulo rq_count */
-	volatile uint32_t *doorbell; /* [0] receive producer, [1] send producer (be32) */
+	volatile uint32_t *doorbell; /* [MLX5_RCV_DBR] receive producer, [MLX5_SND_DBR] send producer (be32) */
 	uint32_t reset_at_scq, reset_at_rcq; /* CQEs before these counters belong to before a reset */
 	struct pr_wr_batch *batch; /* an extended QP's wr_* state (qp_ex.c), else NULL */
 };
@@ -159,7 +158,6 @@ struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
 int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr);
 
 /* mw.c */
-#define PR_BIND_SIZE 32 /* a BIND_MW WQE's bind segment (nic/wqe.py MwBindSeg), in whole segments */
 int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr);
 struct ibv_mw *pr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int pr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);

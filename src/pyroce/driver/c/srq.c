@@ -169,7 +169,8 @@ int pr_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 		srq->outstanding++;
 	}
 	if (srq->producer != first)
-		__atomic_store_n(&srq->doorbell[0], htobe32(srq->producer & 0xffff), __ATOMIC_RELEASE);
+		__atomic_store_n(&srq->doorbell[MLX5_RCV_DBR], htobe32(srq->producer & PYROCE_COUNTER_MASK),
+				 __ATOMIC_RELEASE);
 	pthread_spin_unlock(&srq->lock);
 	return ret;
 }

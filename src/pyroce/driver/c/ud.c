@@ -11,39 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXTENDED_AV 0x80000000u /* MLX5_EXTENDED_UD_AV, in dqp_dct */
-#define AV_GRH (1u << 30)       /* grh_gid_fl: the AV carries a GRH (always, on RoCE) */
 #define GRH_BYTES 40
 
-static void put32(uint8_t *at, uint32_t value)
-{
-	value = htobe32(value);
-	memcpy(at, &value, 4);
-}
-
-/* mlx5_wqe_av for RoCE: stat_rate_sl@12, tclass@26, hop_limit@27, grh_gid_fl@28, rgid@32;
- * qkey@0 and dqp_dct@8 come with each WR. */
-static void write_av(uint8_t *av, const struct ibv_ah_attr *attr)
+/* mlx5_wqe_av for RoCE: stat_rate_sl, tclass, hop_limit, grh_gid_fl (PYROCE_AV_GRH: the AV
+ * carries a GRH, always on RoCE), rgid; the Q_Key and dqp_dct come with each WR. */
+static void write_av(struct mlx5_wqe_av *av, const struct ibv_ah_attr *attr)
 {
 	const struct ibv_global_route *grh = &attr->grh;
 
-	memset(av, 0, PR_AV_SIZE);
-	av[12] = (attr->sl & 7) << 1;
-	av[26] = grh->traffic_class;
-	av[27] = grh->hop_limit;
-	put32(av + 28, AV_GRH | (uint32_t)grh->sgid_index << 20 | (grh->flow_label & 0xfffff));
-	memcpy(av + 32, grh->dgid.raw, sizeof(grh->dgid.raw));
+	memset(av, 0, sizeof(*av));
+	av->stat_rate_sl = (attr->sl & 7) << 1;
+	av->tclass = grh->traffic_class;
+	av->hop_limit = grh->hop_limit;
+	av->grh_gid_fl = htobe32(PYROCE_AV_GRH | (uint32_t)grh->sgid_index << 20 | (grh->flow_label & 0xfffff));
+	memcpy(av->rgid, grh->dgid.raw, sizeof(grh->dgid.raw));
 }
 
 int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr)
 {
 	const struct pr_ah *ah = (const struct pr_ah *)wr->wr.ud.ah;
+	struct mlx5_wqe_datagram_seg *dgram = (struct mlx5_wqe_datagram_seg *)seg;
 
-	if (!ah || wr->wr.ud.remote_qpn > 0xffffff)
+	if (!ah || wr->wr.ud.remote_qpn > PYROCE_QPN_MASK)
 		return EINVAL;
-	memcpy(seg, ah->av, PR_AV_SIZE);
-	put32(seg, wr->wr.ud.remote_qkey);
-	put32(seg + 8, EXTENDED_AV | wr->wr.ud.remote_qpn);
+	dgram->av = ah->av;
+	dgram->av.key.qkey.qkey = htobe32(wr->wr.ud.remote_qkey);
+	dgram->av.dqp_dct = htobe32(MLX5_EXTENDED_UD_AV | wr->wr.ud.remote_qpn);
 	return 0;
 }
 
@@ -74,7 +67,7 @@ PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	}
 	ah->obj = obj;
 	ah->ah = (struct ibv_ah){.context = pd->context, .pd = pd};
-	write_av(ah->av, attr);
+	write_av(&ah->av, attr);
 	return &ah->ah;
 }
 
