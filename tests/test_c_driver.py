@@ -316,6 +316,23 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     assert "query moved_addr_is_other=1 length=4096" in done.stdout
 
 
+@needs_tools
+def test_a_destroyed_qp_leaves_nothing_in_its_cqs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """A QP destroyed while a thread polls its CQ (300 times, with completions arriving): the
+    poller gets no completion of a QP that is gone (wr_id 0) and does not crash; CQEs left
+    unpolled at destroy are cleaned out of the CQ, the other QP's kept, and the SRQ WQEs they
+    had consumed can be posted again."""
+    done = run_c_program("qp_lifetime", driver_env, tmp_path, address(6))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("wc ", "come_and_go ", "write ",
+                                                                                   "query ")))  # fmt: skip
+    assert results.pop("post_srq_recv_beyond_max_wr") == str(12), done.stdout  # ENOMEM
+    assert set(results.values()) == {"0"}, done.stdout
+    assert "come_and_go completed_some=1" in lines
+    assert [line for line in lines if line.startswith("wc ")] == [
+        "wc after destroy: wr_id=200 of_kept_qp=1 status=0", "wc after destroy: wr_id=201 of_kept_qp=1 status=0"]  # fmt: skip
+
+
 def test_a_missing_header_is_one_line(tmp_path: Path) -> None:
     result = pyroce("run", "--", "ibv_devices", env={"PYROCE_VERBS_INCLUDE": str(tmp_path),
                                                       "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip

@@ -564,6 +564,14 @@ PR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr
 	return 0;
 }
 
+/* A CQ of a QP being destroyed, locked: nothing of the QP stays in it. */
+static void forget(struct pr_cq *cq, struct pr_qp *qp)
+{
+	if (cq->last == qp)
+		cq->last = NULL;
+	pr_cq_clean(cq, qp);
+}
+
 PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct pr_qp *self = (struct pr_qp *)qp;
@@ -572,17 +580,27 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 
 	if (ret)
 		return ret;
+	/* As libmlx5: with the CQs' locks, which poll_cq holds while it uses a QP it found, the QP
+	 * leaves the lookup and its CQEs leave the CQs; then no poller holds it. One order (by
+	 * address) for the two locks, so two destroys never wait on each other. */
+	struct pr_cq *first = self->scq < self->rcq ? self->scq : self->rcq;
+	struct pr_cq *second = self->scq < self->rcq ? self->rcq : self->scq;
+	pthread_spin_lock(&first->lock);
+	if (second != first)
+		pthread_spin_lock(&second->lock);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct pr_qp **link = &ctx->qps; *link; link = &(*link)->next)
 		if (*link == self) {
 			*link = self->next;
 			break;
 		}
-	if (self->scq->last == self)
-		self->scq->last = NULL;
-	if (self->rcq->last == self)
-		self->rcq->last = NULL;
 	pthread_mutex_unlock(&ctx->lock);
+	forget(first, self);
+	if (second != first) {
+		forget(second, self);
+		pthread_spin_unlock(&second->lock);
+	}
+	pthread_spin_unlock(&first->lock);
 	pthread_spin_destroy(&self->sq_lock);
 	pthread_spin_destroy(&self->rq_lock);
 	free(self->sq_entries);

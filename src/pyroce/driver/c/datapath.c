@@ -377,19 +377,35 @@ static enum ibv_wc_opcode send_opcode(uint8_t wqe_opcode)
 	}
 }
 
+static int is_recv_cqe(uint32_t opcode)
+{
+	return opcode == CQE_RESP_WR_IMM || opcode == CQE_RESP_SEND || opcode == CQE_RESP_SEND_IMM ||
+	       opcode == CQE_RESP_SEND_INV || opcode == CQE_RESP_ERR;
+}
+
+/* Whether the CQE at counter `index`, of `qp`, is of the QP's life before a reset; the SRQ WQE
+ * such a receive CQE consumed goes back to the SRQ (libmlx5's mlx5_cq_clean frees it). */
+static int before_reset(struct pr_cq *cq, struct pr_qp *qp, const uint8_t *cqe, uint32_t index)
+{
+	if (index >= (cq == qp->scq ? qp->reset_at_scq : qp->reset_at_rcq))
+		return 0;
+	if (qp->srq && is_recv_cqe(cqe[CQE_SIZE - 1] >> 4))
+		pr_retire_srq(qp->srq, (uint16_t)(cqe[60] << 8 | cqe[61]));
+	return 1;
+}
+
 /* The WC of the CQE at `cqe` (counter `index`); 0 for a CQE of a QP reset since it was
  * written, which libmlx5 would have cleaned out of the CQ (mlx5_cq_clean). */
 static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t op_own, struct ibv_wc *wc)
 {
 	uint32_t opcode = op_own >> 4, word = get32(cqe + 56), qpn = word & 0xffffff;
 	uint16_t counter = (uint16_t)(cqe[60] << 8 | cqe[61]);
-	int is_recv = opcode == CQE_RESP_WR_IMM || opcode == CQE_RESP_SEND || opcode == CQE_RESP_SEND_IMM ||
-		      opcode == CQE_RESP_SEND_INV || opcode == CQE_RESP_ERR;
+	int is_recv = is_recv_cqe(opcode);
 	struct pr_qp *qp = cq->last;
 
 	if (!qp || qp->qp.qp_num != qpn)
 		qp = cq->last = pr_find_qp(pr_ctx(cq->cq.context), qpn);
-	if (qp && index < (cq == qp->scq ? qp->reset_at_scq : qp->reset_at_rcq))
+	if (qp && before_reset(cq, qp, cqe, index))
 		return 0;
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = !qp ? 0 : !is_recv ? retire_send(qp, counter) : qp->srq ? pr_retire_srq(qp->srq, counter)
@@ -421,6 +437,50 @@ static int to_wc(struct pr_cq *cq, const uint8_t *cqe, uint32_t index, uint8_t o
 	if (flags_rqpn >> 28 & 3)
 		wc->wc_flags |= IBV_WC_GRH;
 	return 1;
+}
+
+/* The CQE at counter `index` if the NIC has written it (owner byte read with acquire), else NULL. */
+static const uint8_t *valid_cqe(struct pr_cq *cq, uint32_t index)
+{
+	const uint8_t *cqe = cq->ring + (index & (cq->count - 1)) * CQE_SIZE;
+	uint8_t op_own = __atomic_load_n(&cqe[CQE_SIZE - 1], __ATOMIC_ACQUIRE);
+
+	return op_own >> 4 == CQE_INVALID || (op_own & 1) != ((index >> cq->shift) & 1) ? NULL : cqe;
+}
+
+/* Take the unpolled CQEs of `gone`, a QP being destroyed, out of `cq` (the caller holds its
+ * lock), as libmlx5's mlx5_cq_clean: the CQEs after them move up over them, keeping each slot's
+ * owner bit, and the consumer moves past the room made; the SRQ WQEs they consumed go back to
+ * the SRQ. CQEs of a QP reset since are dropped too (a moved one would no longer be before its
+ * QP's reset counter). The NIC writes only past the CQEs found here, so none is moved under it. */
+void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone)
+{
+	uint32_t producer = cq->consumer, freed = 0;
+
+	while (producer - cq->consumer < cq->count && valid_cqe(cq, producer))
+		producer++;
+	while (producer-- != cq->consumer) {
+		uint8_t *cqe = cq->ring + (producer & (cq->count - 1)) * CQE_SIZE;
+		uint32_t qpn = get32(cqe + 56) & 0xffffff;
+		struct pr_qp *qp = qpn == gone->qp.qp_num ? gone : pr_find_qp(pr_ctx(cq->cq.context), qpn);
+
+		if (qp == gone) {
+			if (gone->srq && is_recv_cqe(cqe[CQE_SIZE - 1] >> 4))
+				pr_retire_srq(gone->srq, (uint16_t)(cqe[60] << 8 | cqe[61]));
+			freed++;
+		} else if (qp && before_reset(cq, qp, cqe, producer)) {
+			freed++;
+		} else if (freed) {
+			uint8_t *to = cq->ring + ((producer + freed) & (cq->count - 1)) * CQE_SIZE;
+			uint8_t owner = to[CQE_SIZE - 1] & 1;
+			memcpy(to, cqe, CQE_SIZE);
+			to[CQE_SIZE - 1] = (to[CQE_SIZE - 1] & ~1) | owner;
+		}
+	}
+	if (freed) {
+		cq->consumer += freed;
+		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & 0xffffff), __ATOMIC_RELEASE);
+	}
 }
 
 int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)

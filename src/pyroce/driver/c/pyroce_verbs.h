@@ -147,6 +147,7 @@ int pr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 uint64_t pr_retire_srq(struct pr_srq *srq, uint16_t counter);
 void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr);
 void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
+void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone);
 
 /* control.c */
 PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
