@@ -296,7 +296,8 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     for verb in ("create_qp_ex_tso", "create_cq_ex", "reg_mr_on_demand", "import_device", "create_qp_ex_create_flags"):
         assert results.pop(verb) == eopnotsupp, verb
     for verb in ("rereg_mr_translation_to_null", "post_bind_mw_without_window", "reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",
-                 "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges"):  # fmt: skip
+                 "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges", "create_qp_sq_too_big",
+                 "create_qp_send_cq_of_other_context", "create_qp_srq_of_other_context"):  # fmt: skip
         assert results.pop(verb) == einval, verb
     assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy
     assert results.pop("fork_child_alloc_pd") == str(5)  # EIO

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.reasons import Reason
-from pyroce.nic.rings import DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.ah import AH
@@ -74,6 +74,9 @@ AV_SEGS = 3  # a UD WQE's datagram segment (mlx5_wqe_av, 48 bytes)
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
                   WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
+# The most basic blocks a send queue may hold, as mlx5 refuses a queue past its max WQEBBs (EINVAL):
+# the WQE counters are 16 bits, so 65536 posted would read as none to the NIC, and the QP would hang.
+MAX_SQ_WQEBBS = COUNTER_MASK
 
 
 def imm_to_wire(imm_data: int) -> int:
@@ -189,11 +192,16 @@ class QP(PyverbsObject):
             if not isinstance(srq, SRQ):
                 raise PyverbsUserError(f"srq must be an SRQ, not {type(srq).__name__}")
             srq._check_open()
-            if srq.pd.ctx.device is not ctx.device:
-                raise PyverbsRDMAError("Failed to create QP: the SRQ is on another device", errno.EINVAL)
         scq, rcq = init_attr.send_cq, init_attr.recv_cq
         if not isinstance(scq, CQ) or not isinstance(rcq, CQ):
             raise PyverbsUserError("a connected QP needs a send CQ (scq) and a receive CQ (rcq)")
+        # The kernel finds a QP's CQs and SRQ by handle in the PD's context only (EINVAL); a C
+        # poller looks the QP up in its CQ's context, and would find none (every wr_id lost).
+        owners = (("send CQ", scq.ctx), ("receive CQ", rcq.ctx), ("SRQ", ctx if srq is None else srq.pd.ctx))
+        for what, owner in owners:
+            if owner is not ctx:
+                raise PyverbsRDMAError(f"Failed to create QP: the {what} is of another context than the PD",
+                                       errno.EINVAL)  # fmt: skip
         cap = init_attr.cap
         attr = ctx.query_device()
         for name, value, limit in (("max_send_wr", cap.max_send_wr, attr.max_qp_wr),
@@ -216,7 +224,11 @@ class QP(PyverbsObject):
         ds = 1 + (AV_SEGS if init_attr.qp_type == ibv_qp_type.IBV_QPT_UD else 2) + max(cap.max_send_sge, inline_segs, 1)
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
-        self.sq_wqebbs = pow2_at_least(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
+        wqebbs = max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB)
+        if wqebbs > MAX_SQ_WQEBBS:
+            raise PyverbsRDMAError(f"Failed to create QP: {cap.max_send_wr} WQEs of {ds} segments take {wqebbs} basic "
+                                   f"blocks, more than the send queue's {MAX_SQ_WQEBBS}", errno.EINVAL)  # fmt: skip
+        self.sq_wqebbs = pow2_at_least(wqebbs)
         self._sq_buf = bytearray(self.sq_wqebbs * WQEBB)
         self._doorbell_buf = bytearray(DoorbellRecord.SIZE)
         self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
