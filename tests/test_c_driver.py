@@ -322,7 +322,8 @@ def test_a_destroyed_qp_leaves_nothing_in_its_cqs(driver_env: dict[str, str], tm
     """A QP destroyed while a thread polls its CQ (300 times, with completions arriving): the
     poller gets no completion of a QP that is gone (wr_id 0) and does not crash; CQEs left
     unpolled at destroy are cleaned out of the CQ, the other QP's kept, and the SRQ WQEs they
-    had consumed can be posted again."""
+    had consumed can be posted again. A WRITE to an invalid rkey moves the QP to ERROR, and
+    ibv_query_qp says so."""
     done = run_c_program("qp_lifetime", driver_env, tmp_path, address(6))
     lines = done.stdout.splitlines()
     results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("wc ", "come_and_go ", "write ",
@@ -330,6 +331,7 @@ def test_a_destroyed_qp_leaves_nothing_in_its_cqs(driver_env: dict[str, str], tm
     assert results.pop("post_srq_recv_beyond_max_wr") == str(12), done.stdout  # ENOMEM
     assert set(results.values()) == {"0"}, done.stdout
     assert "come_and_go completed_some=1" in lines
+    assert "write failed=1" in lines and "query state=6 qp_state=6" in lines  # IBV_QPS_ERR, the NIC's
     assert [line for line in lines if line.startswith("wc ")] == [
         "wc after destroy: wr_id=200 of_kept_qp=1 status=0", "wc after destroy: wr_id=201 of_kept_qp=1 status=0"]  # fmt: skip
 

@@ -249,7 +249,7 @@ class QP(PyverbsObject):
                                        rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
                                        TRANSPORTS[self.qp_type], srq.hw if srq is not None else None,
                                        ctx.async_queue)  # fmt: skip
-        self.qp_state = ibv_qp_state.IBV_QPS_RESET
+        self._qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
         rcq.qps[self.qp_num] = self
@@ -259,6 +259,16 @@ class QP(PyverbsObject):
             self.to_init(qp_attr)
 
     # --- state machine ------------------------------------------------------------------
+
+    @property
+    def qp_state(self) -> ibv_qp_state:
+        """The state as the NIC has it: it moves a QP to ERROR by itself (retries exhausted, a
+        remote access error), as a device does, and ``query`` and ``modify`` start from there."""
+        state = self._qp_state
+        if state not in (ibv_qp_state.IBV_QPS_RESET, ibv_qp_state.IBV_QPS_ERR) and not self.closed:
+            if self.device.qp_state(self.qp_num) is QpState.ERR:
+                state = self._qp_state = ibv_qp_state.IBV_QPS_ERR
+        return state
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse, and,
@@ -285,7 +295,7 @@ class QP(PyverbsObject):
             # belongs to RTS -> SQD alone; mlx4 reads it so; rxe raises the event regardless)
             changes["sqd_notify"] = bool(attr_mask & M.IBV_QP_EN_SQD_ASYNC_NOTIFY and qp_attr.en_sqd_async_notify)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
-        self.qp_state = ibv_qp_state(target)
+        self._qp_state = ibv_qp_state(target)
         if peer is not None:
             self.peer_address = peer
         if target == ibv_qp_state.IBV_QPS_RESET:
@@ -427,8 +437,8 @@ class QP(PyverbsObject):
         def invalid(why: str, code: int = errno.EINVAL) -> PyverbsRDMAError:
             return PyverbsRDMAError(f"Failed to post send: {why}", code)
 
-        if self.qp_state not in SENDING_STATES:
-            raise invalid(f"the QP is in {ibv_qp_state(self.qp_state).name}, not RTS")
+        if self._qp_state not in SENDING_STATES:  # ERROR, where the NIC may have moved it, is one
+            raise invalid(f"the QP is in {ibv_qp_state(self._qp_state).name}, not RTS")
         opcode = WQE_OPCODES.get(wr.opcode)  # type: ignore[call-overload]
         if opcode is None:
             raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
@@ -499,7 +509,7 @@ class QP(PyverbsObject):
         check_injected(self.ctx.device, "post_recv", "post receive")
         if self.srq is not None:  # rxe: the QP has no receive queue (ibv_post_srq_recv is the way)
             raise PyverbsRDMAError("Failed to post receive: the QP takes its receives from an SRQ", errno.EINVAL)
-        if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
+        if self._qp_state == ibv_qp_state.IBV_QPS_RESET:
             raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
         producer = self.rq.producer
         try:

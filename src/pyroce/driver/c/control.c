@@ -561,6 +561,8 @@ PR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr
 	init_attr->cap = attr->cap;
 	init_attr->qp_type = qp->qp_type;
 	init_attr->sq_sig_all = self->sq_sig_all;
+	if (attr_mask & IBV_QP_STATE)
+		qp->state = attr->qp_state; /* the NIC's, as libibverbs' ibv_query_qp keeps it */
 	return 0;
 }
 
