@@ -336,6 +336,24 @@ def test_a_destroyed_qp_leaves_nothing_in_its_cqs(driver_env: dict[str, str], tm
         "wc after destroy: wr_id=200 of_kept_qp=1 status=0", "wc after destroy: wr_id=201 of_kept_qp=1 status=0"]  # fmt: skip
 
 
+@needs_tools
+def test_event_waits_end_on_a_signal_as_a_read_does(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """ibv_get_cq_event and ibv_get_async_event wait in C as a read(2) of the kernel's event
+    files: SIGALRM with a handler installed without SA_RESTART ends the wait with EINTR (it
+    went on, in Python, before), with SA_RESTART the wait goes on and takes the event that comes;
+    a non-blocking fd is EAGAIN at once."""
+    done = run_c_program("event_waits", driver_env, tmp_path, address(7))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("restarted ", "async ")))
+    for what in ("get_cq_event_interrupted", "get_async_event_interrupted"):
+        assert results.pop(what) == str(4), what  # EINTR
+    for what in ("get_cq_event_nonblocking", "get_async_event_nonblocking"):
+        assert results.pop(what) == str(11), what  # EAGAIN
+    assert set(results.values()) == {"0"}, done.stdout
+    assert "restarted alarms=2 event_cq_is_cq=1" in lines
+    assert "async event_type=5 qp_is_qp=1" in lines  # IBV_EVENT_SQ_DRAINED
+
+
 def test_a_missing_header_is_one_line(tmp_path: Path) -> None:
     result = pyroce("run", "--", "ibv_devices", env={"PYROCE_VERBS_INCLUDE": str(tmp_path),
                                                       "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip

@@ -4,6 +4,9 @@
 #include "pyroce_verbs.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,21 +190,71 @@ PR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	return ret;
 }
 
+/* Whether the read(2) a signal handler just interrupted would go on: the kernel restarts it if
+ * that handler asked SA_RESTART. Which signal came is not known here, so only if every handler
+ * installed asked it (signals with no handler interrupt nothing). */
+static int restarted(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction action;
+		if (!sigaction(sig, NULL, &action) && action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN &&
+		    !(action.sa_flags & SA_RESTART))
+			return 0;
+	}
+	return 1;
+}
+
+/* Wait until the event fd is readable, as a read(2) of the kernel's event file would wait, with
+ * no GIL held: 0, then the caller takes the event (a Python call that never waits, and says
+ * EAGAIN if another thread took it first: the caller comes back here). -1 with errno: EINTR for
+ * a signal whose handler did not ask SA_RESTART, EAGAIN at once for a non-blocking fd with
+ * nothing ready, EBADF for a closed fd. */
+int pr_wait_event(int fd)
+{
+	struct pollfd readable = {.fd = fd, .events = POLLIN};
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0)
+		return -1;
+	for (;;) {
+		PyThreadState *released = pr_release_gil(); /* the engine thread needs it meanwhile */
+		int ready = poll(&readable, 1, flags & O_NONBLOCK ? 0 : -1), error = errno;
+		if (released)
+			PyEval_RestoreThread(released);
+		errno = error;
+		if (ready > 0 && readable.revents & POLLNVAL) {
+			errno = EBADF;
+			return -1;
+		}
+		if (ready > 0)
+			return 0;
+		if (!ready) {
+			errno = EAGAIN;
+			return -1;
+		}
+		if (errno != EINTR || !restarted())
+			return -1;
+	}
+}
+
 PR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	PyGILState_STATE state;
 	PyObject *cqn;
 	struct pr_cq *found;
+	int error;
 
-	if (pr_enter(&state))
-		return -1;
-	cqn = pr_call("ibv_get_cq_event", "get_cq_event", "(O)", ((struct pr_channel *)channel)->obj);
-	found = cqn ? pr_find_cq(pr_ctx(channel->context), PyLong_AsUnsignedLong(cqn)) : NULL;
-	Py_XDECREF(cqn);
-	pr_leave(state);
+	do { /* the wait in C, so a signal ends it as it ends a read(2) */
+		if (pr_wait_event(channel->fd) || pr_enter(&state))
+			return -1;
+		cqn = pr_call("ibv_get_cq_event", "get_cq_event", "(O)", ((struct pr_channel *)channel)->obj);
+		error = errno;
+		found = cqn ? pr_find_cq(pr_ctx(channel->context), PyLong_AsUnsignedLong(cqn)) : NULL;
+		Py_XDECREF(cqn);
+		pr_leave(state);
+	} while (!cqn && error == EAGAIN);
 	if (!found) {
-		if (cqn)
-			errno = EIO; /* an event for a CQ destroyed meanwhile */
+		errno = cqn ? EIO : error; /* EIO: an event for a CQ destroyed meanwhile */
 		return -1;
 	}
 	*cq = &found->cq;

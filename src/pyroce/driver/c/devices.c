@@ -402,19 +402,24 @@ PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_
 	struct pr_context *ctx = pr_ctx(context);
 	PyGILState_STATE state;
 	PyObject *found;
-	int type, element;
+	int type, element, error;
 
-	if (pr_enter(&state))
+	do { /* the wait in C (pr_wait_event), the event taken in Python */
+		if (pr_wait_event(context->async_fd) || pr_enter(&state))
+			return -1;
+		found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
+		error = errno;
+		if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
+			Py_CLEAR(found);
+			error = EIO;
+		}
+		Py_XDECREF(found);
+		pr_leave(state);
+	} while (!found && error == EAGAIN);
+	if (!found) {
+		errno = error;
 		return -1;
-	found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
-	if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
-		Py_CLEAR(found);
-		errno = EIO;
 	}
-	Py_XDECREF(found);
-	pr_leave(state);
-	if (!found)
-		return -1;
 	event->event_type = type;
 	switch (type) {
 	case IBV_EVENT_CQ_ERR:

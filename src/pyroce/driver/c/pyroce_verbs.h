@@ -135,6 +135,7 @@ void *pr_alloc_for(size_t size, const char *verb, const char *undo, PyObject *ob
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
 int pr_nap_without_gil(void);
+PyThreadState *pr_release_gil(void);
 long long pr_long(PyObject *obj, const char *name);
 
 /* datapath.c */
@@ -152,6 +153,7 @@ void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone);
 /* control.c */
 PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int pr_wait_event(int fd);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
