@@ -300,8 +300,11 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
                  "create_qp_send_cq_of_other_context", "create_qp_srq_of_other_context"):  # fmt: skip
         assert results.pop(verb) == einval, verb
     assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy
-    assert results.pop("fork_child_alloc_pd") == str(5)  # EIO
+    for verb in ("fork_child_alloc_pd", "fork_child_post_send", "fork_child_post_recv", "fork_child_post_srq_recv",
+                 "fork_child_poll_cq"):  # fmt: skip
+        assert results.pop(verb) == str(5), verb  # EIO
     assert "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program" in done.stderr
+    assert done.stderr.count("pyroce: a child of fork() cannot use its parent's verbs objects: exec a new program\n") == 1
     assert set(results.values()) == {"0"}, results
     completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
     assert completions == [  # IBV_WC_RECV (128) with the immediate, then IBV_WC_SEND (0)

@@ -180,11 +180,20 @@ int main(void)
 	poll_n(cq, wc, 2);
 	printf("received %s\n", buf + 4096);
 
-	/* a child of fork() is refused, not left hanging on the parent's engine */
+	/* a child of fork() is refused, not left hanging on the parent's engine, and its data path
+	 * does not act on the parent's rings (copies of them, whose NIC stayed in the parent) */
 	fflush(stdout);
 	pid_t child = fork();
 	if (child == 0) {
+		struct ibv_send_wr *bad_send = NULL;
+		struct ibv_recv_wr *bad_srq_recv = NULL;
 		report("fork_child_alloc_pd", null_errno(ibv_alloc_pd(ctx)));
+		bad_recv = NULL;
+		report("fork_child_post_send", ibv_post_send(qp, &send, &bad_send));
+		report("fork_child_post_recv", ibv_post_recv(qp, &recv, &bad_recv));
+		report("fork_child_post_srq_recv", ibv_post_srq_recv(srq, &recv, &bad_srq_recv));
+		report("fork_child_poll_cq", ibv_poll_cq(cq, 1, wc) < 0 ? errno : 0);
+		report("fork_child_bad_wrs", bad_send != &send || bad_recv != &recv || bad_srq_recv != &recv);
 		fflush(stdout);
 		_exit(0);
 	}

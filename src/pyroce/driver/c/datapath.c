@@ -234,8 +234,12 @@ void pr_send_doorbell(struct pr_qp *qp)
 int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
-	int ret = 0;
+	int ret = pr_stale(qp->ctx);
 
+	if (ret) {
+		*bad_wr = wr;
+		return ret;
+	}
 	pthread_spin_lock(&qp->sq_lock);
 	uint32_t first = qp->sq_producer;
 	for (; wr; wr = wr->next) {
@@ -269,11 +273,13 @@ void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *
 int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
-	int ret = 0;
+	int ret = pr_stale(qp->ctx);
 
-	if (qp->qp.state == IBV_QPS_RESET || qp->srq) { /* rxe: a QP on an SRQ has no receive queue */
+	if (!ret && (qp->qp.state == IBV_QPS_RESET || qp->srq)) /* rxe: a QP on an SRQ has no receive queue */
+		ret = EINVAL;
+	if (ret) {
 		*bad_wr = wr;
-		return EINVAL;
+		return ret;
 	}
 	pthread_spin_lock(&qp->rq_lock);
 	uint32_t first = qp->rq_producer;
@@ -488,6 +494,10 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	struct pr_cq *cq = (struct pr_cq *)ibcq;
 	int found = 0;
 
+	if (pr_stale(pr_ctx(cq->cq.context))) {
+		errno = EIO;
+		return -1;
+	}
 	pthread_spin_lock(&cq->lock);
 	uint32_t first = cq->consumer;
 	while (found < num_entries) {

@@ -28,6 +28,7 @@ struct pr_context {
 	struct verbs_context vctx; /* ibv_context last inside it, as libibverbs lays them out */
 	PyObject *obj;             /* pyroce.verbs.device.Context */
 	int doorbell_fd;
+	unsigned int generation;   /* pr_generation at ibv_open_device */
 	pthread_mutex_t lock;      /* the QP and CQ lists */
 	struct pr_qp *qps;
 	struct pr_cq *cqs;
@@ -173,6 +174,8 @@ struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 struct ibv_cq_ex *pr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 /* devices.c */
+extern unsigned int pr_generation; /* one more in each child of fork() (pthread_atfork) */
+int pr_forked(void);
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
 int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 		       struct ibv_device_attr_ex *attr, size_t size);
@@ -180,6 +183,15 @@ int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 static inline struct pr_context *pr_ctx(struct ibv_context *context)
 {
 	return (struct pr_context *)((uint8_t *)context - offsetof(struct verbs_context, context));
+}
+
+/* The data path's fork check, one compare: EIO (said once on stderr) for a context a parent
+ * opened, whose rings a child of fork() has only copies of and whose NIC stayed in the parent. */
+static inline int pr_stale(const struct pr_context *ctx)
+{
+	unsigned int now = __atomic_load_n(&pr_generation, __ATOMIC_RELAXED);
+
+	return __builtin_expect(ctx->generation != now, 0) ? pr_forked() : 0;
 }
 
 #endif
