@@ -352,6 +352,8 @@ def test_event_waits_end_on_a_signal_as_a_read_does(driver_env: dict[str, str], 
         assert results.pop(what) == str(4), what  # EINTR
     for what in ("get_cq_event_nonblocking", "get_async_event_nonblocking"):
         assert results.pop(what) == str(11), what  # EAGAIN
+    for what in ("fork_child_get_cq_event", "fork_child_get_async_event"):
+        assert results.pop(what) == str(5), what  # EIO, at once: no wait on the parent's fds
     assert set(results.values()) == {"0"}, done.stdout
     assert "restarted alarms=2 event_cq_is_cq=1" in lines
     assert "async event_type=5 qp_is_qp=1" in lines  # IBV_EVENT_SQ_DRAINED

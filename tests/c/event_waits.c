@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -117,6 +118,19 @@ int main(void)
 	printf("async event_type=%d qp_is_qp=%d\n", got ? -1 : (int)async.event_type, !got && async.element.qp == qp);
 	if (!got)
 		ibv_ack_async_event(&async);
+
+	/* a child of fork() waits for no event of its parent's objects: EIO at once */
+	fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		handle(on_alarm, 0);
+		alarm(1); /* a wait would end here with EINTR */
+		report("fork_child_get_cq_event", ibv_get_cq_event(channel, &event_cq, &context) ? errno : 0);
+		report("fork_child_get_async_event", ibv_get_async_event(ctx, &async) ? errno : 0);
+		fflush(stdout);
+		_exit(0);
+	}
+	waitpid(child, NULL, 0);
 
 	struct ibv_wc wc[2];
 	while (ibv_poll_cq(cq, 2, wc) > 0)

@@ -242,8 +242,12 @@ PR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 	PyGILState_STATE state;
 	PyObject *cqn;
 	struct pr_cq *found;
-	int error;
+	int error = pr_stale(pr_ctx(channel->context)); /* a child of fork(): no wait on the parent's fd */
 
+	if (error) {
+		errno = error;
+		return -1;
+	}
 	do { /* the wait in C, so a signal ends it as it ends a read(2) */
 		if (pr_wait_event(channel->fd) || pr_enter(&state))
 			return -1;

@@ -426,8 +426,12 @@ PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_
 	struct pr_context *ctx = pr_ctx(context);
 	PyGILState_STATE state;
 	PyObject *found;
-	int type, element, error;
+	int type, element, error = pr_stale(ctx); /* a child of fork(): no wait on the parent's fd */
 
+	if (error) {
+		errno = error;
+		return -1;
+	}
 	do { /* the wait in C (pr_wait_event), the event taken in Python */
 		if (pr_wait_event(context->async_fd) || pr_enter(&state))
 			return -1;
