@@ -296,11 +296,15 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     for verb in ("create_qp_ex_tso", "create_cq_ex", "reg_mr_on_demand", "import_device", "create_qp_ex_create_flags"):
         assert results.pop(verb) == eopnotsupp, verb
     for verb in ("rereg_mr_translation_to_null", "post_bind_mw_without_window", "reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_5", "create_cq_too_big", "post_send_in_reset",
-                 "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges"):  # fmt: skip
+                 "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges", "create_qp_sq_too_big",
+                 "create_qp_send_cq_of_other_context", "create_qp_srq_of_other_context"):  # fmt: skip
         assert results.pop(verb) == einval, verb
     assert results.pop("destroy_cq_in_use") == results.pop("dealloc_pd_in_use") == ebusy
-    assert results.pop("fork_child_alloc_pd") == str(5)  # EIO
+    for verb in ("fork_child_alloc_pd", "fork_child_post_send", "fork_child_post_recv", "fork_child_post_srq_recv",
+                 "fork_child_poll_cq"):  # fmt: skip
+        assert results.pop(verb) == str(5), verb  # EIO
     assert "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program" in done.stderr
+    assert done.stderr.count("pyroce: a child of fork() cannot use its parent's verbs objects: exec a new program\n") == 1
     assert set(results.values()) == {"0"}, results
     completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
     assert completions == [  # IBV_WC_RECV (128) with the immediate, then IBV_WC_SEND (0)
@@ -314,6 +318,45 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     assert "received pyroce from C" in done.stdout and "received after reset" in done.stdout
     assert "query state=3 dest_qp_num_is_own=1 max_recv_wr=4" in done.stdout  # IBV_QPS_RTS
     assert "query moved_addr_is_other=1 length=4096" in done.stdout
+
+
+@needs_tools
+def test_a_destroyed_qp_leaves_nothing_in_its_cqs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """A QP destroyed while a thread polls its CQ (300 times, with completions arriving): the
+    poller gets no completion of a QP that is gone (wr_id 0) and does not crash; CQEs left
+    unpolled at destroy are cleaned out of the CQ, the other QP's kept, and the SRQ WQEs they
+    had consumed can be posted again. A WRITE to an invalid rkey moves the QP to ERROR, and
+    ibv_query_qp says so."""
+    done = run_c_program("qp_lifetime", driver_env, tmp_path, address(6))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("wc ", "come_and_go ", "write ",
+                                                                                   "query ")))  # fmt: skip
+    assert results.pop("post_srq_recv_beyond_max_wr") == str(12), done.stdout  # ENOMEM
+    assert set(results.values()) == {"0"}, done.stdout
+    assert "come_and_go completed_some=1" in lines
+    assert "write failed=1" in lines and "query state=6 qp_state=6" in lines  # IBV_QPS_ERR, the NIC's
+    assert [line for line in lines if line.startswith("wc ")] == [
+        "wc after destroy: wr_id=200 of_kept_qp=1 status=0", "wc after destroy: wr_id=201 of_kept_qp=1 status=0"]  # fmt: skip
+
+
+@needs_tools
+def test_event_waits_end_on_a_signal_as_a_read_does(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """ibv_get_cq_event and ibv_get_async_event wait in C as a read(2) of the kernel's event
+    files: SIGALRM with a handler installed without SA_RESTART ends the wait with EINTR (it
+    went on, in Python, before), with SA_RESTART the wait goes on and takes the event that comes;
+    a non-blocking fd is EAGAIN at once."""
+    done = run_c_program("event_waits", driver_env, tmp_path, address(7))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith(("restarted ", "async ")))
+    for what in ("get_cq_event_interrupted", "get_async_event_interrupted"):
+        assert results.pop(what) == str(4), what  # EINTR
+    for what in ("get_cq_event_nonblocking", "get_async_event_nonblocking"):
+        assert results.pop(what) == str(11), what  # EAGAIN
+    for what in ("fork_child_get_cq_event", "fork_child_get_async_event"):
+        assert results.pop(what) == str(5), what  # EIO, at once: no wait on the parent's fds
+    assert set(results.values()) == {"0"}, done.stdout
+    assert "restarted alarms=2 event_cq_is_cq=1" in lines
+    assert "async event_type=5 qp_is_qp=1" in lines  # IBV_EVENT_SQ_DRAINED
 
 
 def test_a_missing_header_is_one_line(tmp_path: Path) -> None:

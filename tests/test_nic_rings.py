@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import platform
+import shutil
+import socket
 import struct
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,7 +20,7 @@ from hypothesis import strategies as st
 from strategies import u32, u64
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome, read_cqe, write_cqe
-from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
+from pyroce.nic.rings import COUNTER_MASK, CqRing, DoorbellRecord, SendRing
 from pyroce.nic.wqe import (
     MLX5_INVALID_LKEY,
     WQEBB,
@@ -148,6 +157,72 @@ def test_doorbell_record_counters():
     assert bytes(record.buf) == bytes.fromhex("00000003 00002345")
     with pytest.raises(ValueError, match="power of two"):
         SendRing(memoryview(bytearray(3 * WQEBB)), 3)
+
+
+def test_doorbell_record_reads_aligned_words_across_the_counter_range() -> None:
+    record = DoorbellRecord(memoryview(bytearray(DoorbellRecord.SIZE)))
+    assert record.words.format == "I" and record.words.itemsize == 4 and len(record.words) == 2
+    for counter in (0, 1, 0xFF, 0x100, 0x1234, 0xFF00, 0xFFFF, 0x10000, 0x1FFFF):
+        send, recv = counter & COUNTER_MASK, ~counter & COUNTER_MASK
+        record.publish(DoorbellRecord.SEND, counter)
+        record.publish(DoorbellRecord.RECV, recv)
+        assert bytes(record.buf) == recv.to_bytes(4, "big") + send.to_bytes(4, "big")
+        assert (record.read(DoorbellRecord.SEND), record.read(DoorbellRecord.RECV)) == (send, recv)
+    with pytest.raises(ValueError, match="aligned"):
+        DoorbellRecord(memoryview(bytearray(DoorbellRecord.SIZE + 1))[1:])
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64" or not shutil.which("cc"),
+                    reason="tests/c/watch_loads.c traps loads on x86-64 Linux, built with cc")  # fmt: skip
+def test_a_doorbell_record_is_read_with_one_load(tmp_path: Path) -> None:
+    """C stores a record at once, whenever the engine reads it. With each load of the record
+    trapped and a new value stored after each (tests/c/watch_loads.c), the read is one load and
+    returns the value it found; read a byte at a time, 0x00ff then 0x0100, 0xff00, 0x0001 gave
+    0xff01, a value never written (the engine would have fetched 65026 stale WQEs)."""
+    library = tmp_path / "libwatch_loads.so"
+    source = Path(__file__).parent / "c" / "watch_loads.c"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True, capture_output=True)
+    watch = ctypes.CDLL(str(library))
+    page = mmap.mmap(-1, mmap.PAGESIZE)
+    record = DoorbellRecord(memoryview(page)[: DoorbellRecord.SIZE])
+    record.publish(DoorbellRecord.SEND, 0x00FF)
+    stores = (ctypes.c_uint32 * 3)(*(socket.htonl(value) for value in (0x0100, 0xFF00, 0x0001)))
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page)) + DoorbellRecord.SEND
+    assert watch.watch(ctypes.c_void_p(address), stores, len(stores)) == 0
+    try:
+        value = record.read(DoorbellRecord.SEND)
+    finally:
+        loads = watch.unwatch()
+    assert (hex(value), loads) == (hex(0x00FF), 1)
+
+
+def test_a_doorbell_record_stored_by_another_thread_is_read_whole() -> None:
+    """A thread storing whole words with no GIL (numpy's copy) while the engine's read runs: every
+    value read was stored (read a byte at a time, 0x0000 or 0xffff came in 4 runs of 5 here)."""
+    numpy = pytest.importorskip("numpy")
+    buf = bytearray(DoorbellRecord.SIZE)
+    record = DoorbellRecord(memoryview(buf))
+    record.publish(DoorbellRecord.SEND, 0x00FF)
+    values = numpy.tile(numpy.array([0xFF00, 0x00FF], dtype=">u4"), 1 << 20)
+    word = numpy.frombuffer(buf, dtype=">u4")[1:]
+    stores = numpy.lib.stride_tricks.as_strided(word, shape=values.shape, strides=(0,), writeable=True)
+    done = threading.Event()
+
+    def store() -> None:
+        while not done.is_set():
+            numpy.copyto(stores, values)
+
+    writer = threading.Thread(target=store)
+    writer.start()
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            seen.update([record.read(DoorbellRecord.SEND) for _ in range(10000)])
+    finally:
+        done.set()
+        writer.join()
+    assert seen <= {0x00FF, 0xFF00}, [hex(value) for value in seen]
 
 
 def test_a_polled_cqe_is_never_torn_by_a_concurrent_writer() -> None:

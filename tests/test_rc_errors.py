@@ -3,6 +3,7 @@ NAKs, and both sides complete with the right status; nothing outside an MR chang
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from pyroce.ib.reasons import Reason
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
-from pyroce.verbs.qp import QP, QPCap, QPInitAttr
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import ALL_ACCESS, Endpoint, open_endpoint
 from tests.waiting import spin_until
@@ -58,6 +60,19 @@ def test_remote_write_violations_nak_and_change_nothing(pair: tuple[Endpoint, En
     assert (done.status, done.wr_id) == (S.IBV_WC_REM_ACCESS_ERR, 5)
     assert snapshot(b) == before_b and small.read(4096, 0) == before_small
     assert a.qp.ctx.device.qps[a.qp.qp_num].rc.state.name == "ERR"
+
+
+def test_query_reports_the_error_state_the_nic_moved_the_qp_to(pair: tuple[Endpoint, Endpoint]) -> None:
+    """The NIC moves the requester to ERROR on a remote access error; ``query`` and ``qp_state``
+    say so (as ibv_query_qp on rxe), not the RTS the QP was last modified to."""
+    a, b = pair
+    a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, 64, b.mr.rkey ^ 0x7F000000, b.mr.buf))
+    assert a.poll()[0].status == S.IBV_WC_REM_ACCESS_ERR
+    attr, _ = a.qp.query()
+    assert (attr.qp_state, attr.cur_qp_state, a.qp.qp_state) == (e.IBV_QPS_ERR,) * 3
+    with pytest.raises(PyverbsRDMAError) as refused:  # ERROR -> RTS is not a transition
+        a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE)
+    assert refused.value.error_code == errno.EINVAL
 
 
 def test_another_pds_mr_is_out_of_reach(pair: tuple[Endpoint, Endpoint]) -> None:

@@ -26,6 +26,7 @@ from pyroce.verbs.mr import MR
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
 A = e.ibv_access_flags
@@ -437,6 +438,26 @@ def test_qp_cap_at_device_limit_is_accepted(ctx, pd, cq, cap):
     limit = QP_CAP_LIMITS[cap](ctx.query_device())
     qp = make_qp(pd, cq, **{cap: limit})
     assert getattr(qp.query()[1].cap, cap) >= limit
+
+
+def test_a_send_queue_past_its_16_bit_counters_is_einval(pd, cq):
+    """16384 WQEs of up to 16 segments take 65536 basic blocks: posted, the NIC's 16-bit counters
+    would read a full queue as an empty one and the QP would hang. mlx5 refuses a send queue
+    past its most WQEBBs alike (EINVAL); 3 basic blocks each (49152, a ring of 65536) still fit."""
+    with raises_errno(errno.EINVAL):
+        make_qp(pd, cq, max_send_wr=16384, max_send_sge=13)
+    assert make_qp(pd, cq, max_send_wr=16384, max_send_sge=9).sq_wqebbs == 65536
+
+
+def test_cqs_or_srq_of_another_context_than_the_pd_are_einval(ctx, pd, cq):
+    """The kernel finds a QP's CQs and SRQ in the PD's context only, and a C poller finds the QP
+    in its CQ's context: another context's CQ or SRQ is EINVAL, even on the same device."""
+    with Context(name="pyroce0") as other:
+        other_cq = CQ(other, 8)
+        other_srq = SRQ(PD(other), SrqInitAttr(SrqAttr(max_wr=4)))
+        for scq, rcq, srq in ((other_cq, cq, None), (cq, other_cq, None), (cq, cq, other_srq)):
+            with raises_errno(errno.EINVAL):
+                QP(pd, QPInitAttr(qp_type=QPT.IBV_QPT_RC, scq=scq, rcq=rcq, srq=srq))
 
 
 def test_qp_numbers_start_at_0x11_and_differ(ctx, pd, cq):

@@ -80,6 +80,29 @@ int main(void)
 	report("query_gid_5", ibv_query_gid(ctx, 1, 5, &gid) ? errno : 0);
 	report("create_cq_too_big", null_errno(ibv_create_cq(ctx, 1 << 20, NULL, NULL, 0)));
 
+	/* a send queue of 65536 basic blocks (16-bit WQE counters); a CQ or SRQ of another context */
+	struct ibv_qp_init_attr mixed = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 16384, .max_recv_wr = 1, .max_send_sge = 13, .max_recv_sge = 1}};
+	report("create_qp_sq_too_big", null_errno(ibv_create_qp(pd, &mixed)));
+	struct ibv_context *second = ibv_open_device(list[0]);
+	struct ibv_pd *other_pd = second ? ibv_alloc_pd(second) : NULL;
+	struct ibv_cq *other_cq = second ? ibv_create_cq(second, 4, NULL, NULL, 0) : NULL;
+	struct ibv_srq_init_attr other_attr = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *other_srq = other_pd ? ibv_create_srq(other_pd, &other_attr) : NULL;
+	report("other_context", null_errno(other_srq) || null_errno(other_cq));
+	mixed.cap = (struct ibv_qp_cap){.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
+	mixed.send_cq = other_cq;
+	report("create_qp_send_cq_of_other_context", null_errno(ibv_create_qp(pd, &mixed)));
+	mixed.send_cq = cq;
+	mixed.srq = other_srq;
+	report("create_qp_srq_of_other_context", null_errno(ibv_create_qp(pd, &mixed)));
+	if (second) {
+		ibv_destroy_srq(other_srq);
+		ibv_destroy_cq(other_cq);
+		ibv_dealloc_pd(other_pd);
+		report("close_other_context", ibv_close_device(second));
+	}
+
 	struct ibv_qp_init_attr rc = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *qp = ibv_create_qp(pd, &rc);
@@ -157,11 +180,20 @@ int main(void)
 	poll_n(cq, wc, 2);
 	printf("received %s\n", buf + 4096);
 
-	/* a child of fork() is refused, not left hanging on the parent's engine */
+	/* a child of fork() is refused, not left hanging on the parent's engine, and its data path
+	 * does not act on the parent's rings (copies of them, whose NIC stayed in the parent) */
 	fflush(stdout);
 	pid_t child = fork();
 	if (child == 0) {
+		struct ibv_send_wr *bad_send = NULL;
+		struct ibv_recv_wr *bad_srq_recv = NULL;
 		report("fork_child_alloc_pd", null_errno(ibv_alloc_pd(ctx)));
+		bad_recv = NULL;
+		report("fork_child_post_send", ibv_post_send(qp, &send, &bad_send));
+		report("fork_child_post_recv", ibv_post_recv(qp, &recv, &bad_recv));
+		report("fork_child_post_srq_recv", ibv_post_srq_recv(srq, &recv, &bad_srq_recv));
+		report("fork_child_poll_cq", ibv_poll_cq(cq, 1, wc) < 0 ? errno : 0);
+		report("fork_child_bad_wrs", bad_send != &send || bad_recv != &recv || bad_srq_recv != &recv);
 		fflush(stdout);
 		_exit(0);
 	}

@@ -105,8 +105,12 @@ def query_pkey(ctx: Context, port_num: int, index: int) -> int:
 
 
 def get_async_event(ctx: Context) -> tuple[int, int]:
-    """``ibv_get_async_event``: (event type, element: QPN, CQN, SRQN or port), waiting for one."""
-    event = ctx.get_async_event()
+    """``ibv_get_async_event``: (event type, element: QPN, CQN, SRQN or port) of the next event,
+    EAGAIN if none waits: C waits for ``async_fd`` itself, so a signal can end the wait."""
+    ctx._check_open()
+    event = ctx.async_queue.take()
+    if event is None:
+        raise PyverbsRDMAError("Failed to get async event: none is waiting", errno.EAGAIN)
     return event.event_type, event.element
 
 
@@ -165,11 +169,13 @@ def destroy_comp_channel(channel: CompChannel) -> None:
 
 
 def get_cq_event(channel: CompChannel) -> int:
-    """The CQN of the next completion event, waiting for one (EAGAIN if the fd is non-blocking)."""
-    try:
-        return channel.events.get()
-    except BlockingIOError:
-        raise PyverbsRDMAError("Failed to get CQ event", errno.EAGAIN) from None
+    """The CQN of the next completion event, EAGAIN if none waits: C waits for the channel's fd
+    itself, so a signal can end the wait (EINTR), as it ends a read of the kernel's."""
+    channel._check_open()
+    cqn = channel.events.take()
+    if cqn is None:
+        raise PyverbsRDMAError("Failed to get CQ event: none is waiting", errno.EAGAIN)
+    return cqn
 
 
 def _cq_ring(cq: CQ) -> tuple[int, int, int]:

@@ -422,6 +422,11 @@ class NicDevice:
             qp = self.engine.qps.get(qpn)
             return qp.rc.error_detail if qp is not None else ""
 
+    def qp_state(self, qpn: int) -> QpState:
+        """The QP's state, which the NIC changes by itself to ERR (a failed request, a NAK)."""
+        with self._lock:
+            return self.engine.qps[qpn].rc.state
+
     def qp_sq_draining(self, qpn: int) -> bool:
         """Whether the QP is in SQD with started WQEs not yet complete (``ibv_qp_attr.sq_draining``)."""
         with self._lock:

@@ -9,7 +9,8 @@ shared memory for a NIC process or in pinned memory written by a GPU.
 
 from __future__ import annotations
 
-import struct
+import ctypes
+from socket import htonl, ntohl
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
 from pyroce.nic.wqe import (
@@ -24,7 +25,6 @@ from pyroce.nic.wqe import (
     encode_send_wqe,
 )
 
-_BE32 = struct.Struct(">I")
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
@@ -37,8 +37,25 @@ def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None
         raise ValueError(f"{what} buffer of {len(buf)} bytes is smaller than {count} entries of {entry_size}")
 
 
+def aligned_words(buf: memoryview) -> memoryview:
+    """``buf`` (writable, 4-byte aligned) as native u32s: an item is one aligned 4-byte load or
+    store, so a word another thread stores at once is never read half old, half new."""
+    holder = ctypes.c_char.from_buffer(buf)
+    try:
+        if ctypes.addressof(holder) % 4:
+            raise ValueError("a record of be32 words must be 4-byte aligned")
+    finally:
+        del holder
+    return buf.cast("B").cast("I")
+
+
 class DoorbellRecord:
-    """Two be32 words: [0] receive producer counter, [1] send producer counter."""
+    """Two be32 words: [0] receive producer counter, [1] send producer counter.
+
+    Each is read with one aligned 4-byte load (``words``), as C stores it: ``struct`` reads a
+    big-endian word a byte at a time, and a store between two of its loads made a value never
+    written (e.g. 0x00ff -> 0x0100 read as 0x0000), after which the engine fetched ~65000 stale
+    WQEs."""
 
     SIZE = 8
     RECV = 0
@@ -46,12 +63,13 @@ class DoorbellRecord:
 
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
+        self.words = aligned_words(buf[: self.SIZE])
 
     def publish(self, which: int, counter: int) -> None:
-        _BE32.pack_into(self.buf, which, counter & COUNTER_MASK)
+        self.words[which >> 2] = htonl(counter & COUNTER_MASK)
 
     def read(self, which: int) -> int:
-        return _BE32.unpack_from(self.buf, which)[0] & COUNTER_MASK
+        return ntohl(self.words[which >> 2]) & COUNTER_MASK
 
 
 class SendRing:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from pyroce.ib.enums import Access, QpState
 from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
-from pyroce.nic.rings import DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.ah import AH
@@ -73,6 +73,9 @@ UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND 
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
                   WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
+# The most basic blocks a send queue may hold, as mlx5 refuses a queue past its max WQEBBs (EINVAL):
+# the WQE counters are 16 bits, so 65536 posted would read as none to the NIC, and the QP would hang.
+MAX_SQ_WQEBBS = COUNTER_MASK
 
 
 def imm_to_wire(imm_data: int) -> int:
@@ -188,11 +191,16 @@ class QP(PyverbsObject):
             if not isinstance(srq, SRQ):
                 raise PyverbsUserError(f"srq must be an SRQ, not {type(srq).__name__}")
             srq._check_open()
-            if srq.pd.ctx.device is not ctx.device:
-                raise PyverbsRDMAError("Failed to create QP: the SRQ is on another device", errno.EINVAL)
         scq, rcq = init_attr.send_cq, init_attr.recv_cq
         if not isinstance(scq, CQ) or not isinstance(rcq, CQ):
             raise PyverbsUserError("a connected QP needs a send CQ (scq) and a receive CQ (rcq)")
+        # The kernel finds a QP's CQs and SRQ by handle in the PD's context only (EINVAL); a C
+        # poller looks the QP up in its CQ's context, and would find none (every wr_id lost).
+        owners = (("send CQ", scq.ctx), ("receive CQ", rcq.ctx), ("SRQ", ctx if srq is None else srq.pd.ctx))
+        for what, owner in owners:
+            if owner is not ctx:
+                raise PyverbsRDMAError(f"Failed to create QP: the {what} is of another context than the PD",
+                                       errno.EINVAL)  # fmt: skip
         cap = init_attr.cap
         attr = ctx.query_device()
         for name, value, limit in (("max_send_wr", cap.max_send_wr, attr.max_qp_wr),
@@ -215,7 +223,11 @@ class QP(PyverbsObject):
         ds = 1 + (AV_SEGS if init_attr.qp_type == ibv_qp_type.IBV_QPT_UD else 2) + max(cap.max_send_sge, inline_segs, 1)
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
-        self.sq_wqebbs = pow2_at_least(max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB))
+        wqebbs = max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB)
+        if wqebbs > MAX_SQ_WQEBBS:
+            raise PyverbsRDMAError(f"Failed to create QP: {cap.max_send_wr} WQEs of {ds} segments take {wqebbs} basic "
+                                   f"blocks, more than the send queue's {MAX_SQ_WQEBBS}", errno.EINVAL)  # fmt: skip
+        self.sq_wqebbs = pow2_at_least(wqebbs)
         self._sq_buf = ctx.driver_memory.alloc(self.sq_wqebbs * WQEBB)
         self._doorbell_buf = ctx.driver_memory.alloc(DoorbellRecord.SIZE)
         self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
@@ -237,7 +249,7 @@ class QP(PyverbsObject):
                                        rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
                                        TRANSPORTS[self.qp_type], srq.hw if srq is not None else None,
                                        ctx.async_queue)  # fmt: skip
-        self.qp_state = ibv_qp_state.IBV_QPS_RESET
+        self._qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
         rcq.qps[self.qp_num] = self
@@ -247,6 +259,16 @@ class QP(PyverbsObject):
             self.to_init(qp_attr)
 
     # --- state machine ------------------------------------------------------------------
+
+    @property
+    def qp_state(self) -> ibv_qp_state:
+        """The state as the NIC has it: it moves a QP to ERROR by itself (retries exhausted, a
+        remote access error), as a device does, and ``query`` and ``modify`` start from there."""
+        state = self._qp_state
+        if state not in (ibv_qp_state.IBV_QPS_RESET, ibv_qp_state.IBV_QPS_ERR) and not self.closed:
+            if self.device.qp_state(self.qp_num) is QpState.ERR:
+                state = self._qp_state = ibv_qp_state.IBV_QPS_ERR
+        return state
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         """``ibv_modify_qp``: EINVAL for a transition or attribute the kernel would refuse, and,
@@ -273,7 +295,7 @@ class QP(PyverbsObject):
             # belongs to RTS -> SQD alone; mlx4 reads it so; rxe raises the event regardless)
             changes["sqd_notify"] = bool(attr_mask & M.IBV_QP_EN_SQD_ASYNC_NOTIFY and qp_attr.en_sqd_async_notify)
         self.device.modify_qp(self.qp_num, QpState(target), changes, peer)
-        self.qp_state = ibv_qp_state(target)
+        self._qp_state = ibv_qp_state(target)
         if peer is not None:
             self.peer_address = peer
         if target == ibv_qp_state.IBV_QPS_RESET:
@@ -415,8 +437,8 @@ class QP(PyverbsObject):
         def invalid(why: str, code: int = errno.EINVAL) -> PyverbsRDMAError:
             return PyverbsRDMAError(f"Failed to post send: {why}", code)
 
-        if self.qp_state not in SENDING_STATES:
-            raise invalid(f"the QP is in {ibv_qp_state(self.qp_state).name}, not RTS")
+        if self._qp_state not in SENDING_STATES:  # ERROR, where the NIC may have moved it, is one
+            raise invalid(f"the QP is in {ibv_qp_state(self._qp_state).name}, not RTS")
         opcode = WQE_OPCODES.get(wr.opcode)  # type: ignore[call-overload]
         if opcode is None:
             raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
@@ -487,7 +509,7 @@ class QP(PyverbsObject):
         check_injected(self.ctx.device, "post_recv", "post receive")
         if self.srq is not None:  # rxe: the QP has no receive queue (ibv_post_srq_recv is the way)
             raise PyverbsRDMAError("Failed to post receive: the QP takes its receives from an SRQ", errno.EINVAL)
-        if self.qp_state == ibv_qp_state.IBV_QPS_RESET:
+        if self._qp_state == ibv_qp_state.IBV_QPS_RESET:
             raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", errno.EINVAL)
         producer = self.rq.producer
         try:

@@ -4,6 +4,9 @@
 #include "pyroce_verbs.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,21 +190,75 @@ PR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	return ret;
 }
 
+/* Whether the read(2) a signal handler just interrupted would go on: the kernel restarts it if
+ * that handler asked SA_RESTART. Which signal came is not known here, so only if every handler
+ * installed asked it (signals with no handler interrupt nothing). */
+static int restarted(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction action;
+		if (!sigaction(sig, NULL, &action) && action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN &&
+		    !(action.sa_flags & SA_RESTART))
+			return 0;
+	}
+	return 1;
+}
+
+/* Wait until the event fd is readable, as a read(2) of the kernel's event file would wait, with
+ * no GIL held: 0, then the caller takes the event (a Python call that never waits, and says
+ * EAGAIN if another thread took it first: the caller comes back here). -1 with errno: EINTR for
+ * a signal whose handler did not ask SA_RESTART, EAGAIN at once for a non-blocking fd with
+ * nothing ready, EBADF for a closed fd. */
+int pr_wait_event(int fd)
+{
+	struct pollfd readable = {.fd = fd, .events = POLLIN};
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0)
+		return -1;
+	for (;;) {
+		PyThreadState *released = pr_release_gil(); /* the engine thread needs it meanwhile */
+		int ready = poll(&readable, 1, flags & O_NONBLOCK ? 0 : -1), error = errno;
+		if (released)
+			PyEval_RestoreThread(released);
+		errno = error;
+		if (ready > 0 && readable.revents & POLLNVAL) {
+			errno = EBADF;
+			return -1;
+		}
+		if (ready > 0)
+			return 0;
+		if (!ready) {
+			errno = EAGAIN;
+			return -1;
+		}
+		if (errno != EINTR || !restarted())
+			return -1;
+	}
+}
+
 PR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	PyGILState_STATE state;
 	PyObject *cqn;
 	struct pr_cq *found;
+	int error = pr_stale(pr_ctx(channel->context)); /* a child of fork(): no wait on the parent's fd */
 
-	if (pr_enter(&state))
+	if (error) {
+		errno = error;
 		return -1;
-	cqn = pr_call("ibv_get_cq_event", "get_cq_event", "(O)", ((struct pr_channel *)channel)->obj);
-	found = cqn ? pr_find_cq(pr_ctx(channel->context), PyLong_AsUnsignedLong(cqn)) : NULL;
-	Py_XDECREF(cqn);
-	pr_leave(state);
+	}
+	do { /* the wait in C, so a signal ends it as it ends a read(2) */
+		if (pr_wait_event(channel->fd) || pr_enter(&state))
+			return -1;
+		cqn = pr_call("ibv_get_cq_event", "get_cq_event", "(O)", ((struct pr_channel *)channel)->obj);
+		error = errno;
+		found = cqn ? pr_find_cq(pr_ctx(channel->context), PyLong_AsUnsignedLong(cqn)) : NULL;
+		Py_XDECREF(cqn);
+		pr_leave(state);
+	} while (!cqn && error == EAGAIN);
 	if (!found) {
-		if (cqn)
-			errno = EIO; /* an event for a CQ destroyed meanwhile */
+		errno = cqn ? EIO : error; /* EIO: an event for a CQ destroyed meanwhile */
 		return -1;
 	}
 	*cq = &found->cq;
@@ -561,7 +618,17 @@ PR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr
 	init_attr->cap = attr->cap;
 	init_attr->qp_type = qp->qp_type;
 	init_attr->sq_sig_all = self->sq_sig_all;
+	if (attr_mask & IBV_QP_STATE)
+		qp->state = attr->qp_state; /* the NIC's, as libibverbs' ibv_query_qp keeps it */
 	return 0;
+}
+
+/* A CQ of a QP being destroyed, locked: nothing of the QP stays in it. */
+static void forget(struct pr_cq *cq, struct pr_qp *qp)
+{
+	if (cq->last == qp)
+		cq->last = NULL;
+	pr_cq_clean(cq, qp);
 }
 
 PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
@@ -572,17 +639,27 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 
 	if (ret)
 		return ret;
+	/* As libmlx5: with the CQs' locks, which poll_cq holds while it uses a QP it found, the QP
+	 * leaves the lookup and its CQEs leave the CQs; then no poller holds it. One order (by
+	 * address) for the two locks, so two destroys never wait on each other. */
+	struct pr_cq *first = self->scq < self->rcq ? self->scq : self->rcq;
+	struct pr_cq *second = self->scq < self->rcq ? self->rcq : self->scq;
+	pthread_spin_lock(&first->lock);
+	if (second != first)
+		pthread_spin_lock(&second->lock);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct pr_qp **link = &ctx->qps; *link; link = &(*link)->next)
 		if (*link == self) {
 			*link = self->next;
 			break;
 		}
-	if (self->scq->last == self)
-		self->scq->last = NULL;
-	if (self->rcq->last == self)
-		self->rcq->last = NULL;
 	pthread_mutex_unlock(&ctx->lock);
+	forget(first, self);
+	if (second != first) {
+		forget(second, self);
+		pthread_spin_unlock(&second->lock);
+	}
+	pthread_spin_unlock(&first->lock);
 	pthread_spin_destroy(&self->sq_lock);
 	pthread_spin_destroy(&self->rq_lock);
 	free(self->sq_entries);

@@ -17,9 +17,10 @@ static struct ibv_wc *current(struct ibv_cq_ex *cq)
 static int next_poll(struct ibv_cq_ex *cq)
 {
 	struct ibv_wc *wc = current(cq);
+	int found = pr_poll_cq(ibv_cq_ex_to_cq(cq), 1, wc);
 
-	if (pr_poll_cq(ibv_cq_ex_to_cq(cq), 1, wc) != 1)
-		return ENOENT;
+	if (found != 1)
+		return found < 0 ? errno : ENOENT;
 	cq->status = wc->status;
 	cq->wr_id = wc->wr_id;
 	return 0;

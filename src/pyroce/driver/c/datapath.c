@@ -201,8 +201,12 @@ void pr_send_doorbell(struct pr_qp *qp)
 int pr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
-	int ret = 0;
+	int ret = pr_stale(qp->ctx);
 
+	if (ret) {
+		*bad_wr = wr;
+		return ret;
+	}
 	pthread_spin_lock(&qp->sq_lock);
 	uint32_t first = qp->sq_producer;
 	for (; wr; wr = wr->next) {
@@ -232,11 +236,13 @@ void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *
 int pr_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct pr_qp *qp = (struct pr_qp *)ibqp;
-	int ret = 0;
+	int ret = pr_stale(qp->ctx);
 
-	if (qp->qp.state == IBV_QPS_RESET || qp->srq) { /* rxe: a QP on an SRQ has no receive queue */
+	if (!ret && (qp->qp.state == IBV_QPS_RESET || qp->srq)) /* rxe: a QP on an SRQ has no receive queue */
+		ret = EINVAL;
+	if (ret) {
 		*bad_wr = wr;
-		return EINVAL;
+		return ret;
 	}
 	pthread_spin_lock(&qp->rq_lock);
 	uint32_t first = qp->rq_producer;
@@ -341,6 +347,34 @@ static enum ibv_wc_opcode send_opcode(uint8_t wqe_opcode)
 	}
 }
 
+static int is_recv_cqe(uint32_t opcode)
+{
+	return opcode == MLX5_CQE_RESP_WR_IMM || opcode == MLX5_CQE_RESP_SEND || opcode == MLX5_CQE_RESP_SEND_IMM ||
+	       opcode == MLX5_CQE_RESP_SEND_INV || opcode == MLX5_CQE_RESP_ERR;
+}
+
+static uint32_t cqe_qpn(const struct mlx5_cqe64 *cqe)
+{
+	return be32toh(cqe->sop_drop_qpn) & PYROCE_QPN_MASK;
+}
+
+/* A receive CQE of a QP on an SRQ that will not be polled gives its WQE back to the SRQ
+ * (libmlx5's mlx5_cq_clean frees it). */
+static void give_back_srq_wqe(struct pr_qp *qp, const struct mlx5_cqe64 *cqe)
+{
+	if (qp->srq && is_recv_cqe(cqe->op_own >> 4))
+		pr_retire_srq(qp->srq, be16toh(cqe->wqe_counter));
+}
+
+/* Whether the CQE at counter `index`, of `qp`, is of the QP's life before a reset. */
+static int before_reset(struct pr_cq *cq, struct pr_qp *qp, const struct mlx5_cqe64 *cqe, uint32_t index)
+{
+	if (index >= (cq == qp->scq ? qp->reset_at_scq : qp->reset_at_rcq))
+		return 0;
+	give_back_srq_wqe(qp, cqe);
+	return 1;
+}
+
 /* The WC of the CQE at `cqe` (counter `index`); 0 for a CQE of a QP reset since it was
  * written, which libmlx5 would have cleaned out of the CQ (mlx5_cq_clean). */
 static int to_wc(struct pr_cq *cq, const struct mlx5_cqe64 *cqe, uint32_t index, uint8_t op_own,
@@ -348,14 +382,12 @@ static int to_wc(struct pr_cq *cq, const struct mlx5_cqe64 *cqe, uint32_t index,
 {
 	uint32_t opcode = op_own >> 4, word = be32toh(cqe->sop_drop_qpn), qpn = word & PYROCE_QPN_MASK;
 	uint16_t counter = be16toh(cqe->wqe_counter);
-	int is_recv = opcode == MLX5_CQE_RESP_WR_IMM || opcode == MLX5_CQE_RESP_SEND ||
-		      opcode == MLX5_CQE_RESP_SEND_IMM || opcode == MLX5_CQE_RESP_SEND_INV ||
-		      opcode == MLX5_CQE_RESP_ERR;
+	int is_recv = is_recv_cqe(opcode);
 	struct pr_qp *qp = cq->last;
 
 	if (!qp || qp->qp.qp_num != qpn)
 		qp = cq->last = pr_find_qp(pr_ctx(cq->cq.context), qpn);
-	if (qp && index < (cq == qp->scq ? qp->reset_at_scq : qp->reset_at_rcq))
+	if (qp && before_reset(cq, qp, cqe, index))
 		return 0;
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = !qp ? 0 : !is_recv ? retire_send(qp, counter) : qp->srq ? pr_retire_srq(qp->srq, counter)
@@ -390,11 +422,59 @@ static int to_wc(struct pr_cq *cq, const struct mlx5_cqe64 *cqe, uint32_t index,
 	return 1;
 }
 
+/* The CQE at counter `index` if the NIC has written it (owner byte read with acquire), else NULL. */
+static struct mlx5_cqe64 *valid_cqe(struct pr_cq *cq, uint32_t index)
+{
+	struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)cq->ring + (index & (cq->count - 1));
+	uint8_t op_own = __atomic_load_n(&cqe->op_own, __ATOMIC_ACQUIRE);
+
+	return op_own >> 4 == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != ((index >> cq->shift) & 1) ? NULL
+																		     : cqe;
+}
+
+/* Take the unpolled CQEs of `gone`, a QP being destroyed, out of `cq` (the caller holds its
+ * lock), as libmlx5's mlx5_cq_clean: the CQEs after them move up over them, keeping each slot's
+ * owner bit, and the consumer moves past the room made; the SRQ WQEs they consumed go back to
+ * the SRQ. CQEs of a QP reset since are dropped too (a moved one would no longer be before its
+ * QP's reset counter). The NIC writes only past the CQEs found here, so none is moved under it. */
+void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone)
+{
+	uint32_t producer = cq->consumer, freed = 0;
+
+	while (producer - cq->consumer < cq->count && valid_cqe(cq, producer))
+		producer++;
+	while (producer-- != cq->consumer) {
+		struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)cq->ring + (producer & (cq->count - 1));
+		uint32_t qpn = cqe_qpn(cqe);
+		struct pr_qp *qp = qpn == gone->qp.qp_num ? gone : pr_find_qp(pr_ctx(cq->cq.context), qpn);
+
+		if (qp == gone) {
+			give_back_srq_wqe(gone, cqe);
+			freed++;
+		} else if (qp && before_reset(cq, qp, cqe, producer)) {
+			freed++;
+		} else if (freed) {
+			struct mlx5_cqe64 *to = (struct mlx5_cqe64 *)cq->ring + ((producer + freed) & (cq->count - 1));
+			uint8_t owner = to->op_own & MLX5_CQE_OWNER_MASK;
+			memcpy(to, cqe, sizeof(*to));
+			to->op_own = (to->op_own & ~MLX5_CQE_OWNER_MASK) | owner;
+		}
+	}
+	if (freed) {
+		cq->consumer += freed;
+		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & PYROCE_CQ_COUNTER_MASK), __ATOMIC_RELEASE);
+	}
+}
+
 int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct pr_cq *cq = (struct pr_cq *)ibcq;
 	int found = 0;
 
+	if (pr_stale(pr_ctx(cq->cq.context))) {
+		errno = EIO;
+		return -1;
+	}
 	pthread_spin_lock(&cq->lock);
 	uint32_t first = cq->consumer;
 	while (found < num_entries) {

@@ -5,6 +5,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +18,28 @@
 enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
 PR_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 				 enum ibv_gid_type_sysfs *type);
+
+unsigned int pr_generation;
+
+static void count_fork(void)
+{
+	__atomic_add_fetch(&pr_generation, 1, __ATOMIC_RELAXED);
+}
+
+/* Registered as the library loads, before any context can be opened. */
+__attribute__((constructor)) static void watch_forks(void)
+{
+	pthread_atfork(NULL, NULL, count_fork);
+}
+
+int pr_forked(void)
+{
+	static int told;
+
+	if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+		fputs("pyroce: a child of fork() cannot use its parent's verbs objects: open the device again\n", stderr);
+	return EIO;
+}
 
 static struct ibv_device pyroce0 = {
 	.node_type = IBV_NODE_CA,
@@ -103,6 +126,7 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 	ctx->obj = obj;
 	ctx->doorbell_fd = doorbell_fd;
+	ctx->generation = __atomic_load_n(&pr_generation, __ATOMIC_RELAXED);
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	ctx->vctx.query_port = pr_query_port;
@@ -402,19 +426,28 @@ PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_
 	struct pr_context *ctx = pr_ctx(context);
 	PyGILState_STATE state;
 	PyObject *found;
-	int type, element;
+	int type, element, error = pr_stale(ctx); /* a child of fork(): no wait on the parent's fd */
 
-	if (pr_enter(&state))
+	if (error) {
+		errno = error;
 		return -1;
-	found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
-	if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
-		Py_CLEAR(found);
-		errno = EIO;
 	}
-	Py_XDECREF(found);
-	pr_leave(state);
-	if (!found)
+	do { /* the wait in C (pr_wait_event), the event taken in Python */
+		if (pr_wait_event(context->async_fd) || pr_enter(&state))
+			return -1;
+		found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
+		error = errno;
+		if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
+			Py_CLEAR(found);
+			error = EIO;
+		}
+		Py_XDECREF(found);
+		pr_leave(state);
+	} while (!found && error == EAGAIN);
+	if (!found) {
+		errno = error;
 		return -1;
+	}
 	event->event_type = type;
 	switch (type) {
 	case IBV_EVENT_CQ_ERR:

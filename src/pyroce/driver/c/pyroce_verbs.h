@@ -29,6 +29,7 @@ struct pr_context {
 	struct verbs_context vctx; /* ibv_context last inside it, as libibverbs lays them out */
 	PyObject *obj;             /* pyroce.verbs.device.Context */
 	int doorbell_fd;
+	unsigned int generation;   /* pr_generation at ibv_open_device */
 	pthread_mutex_t lock;      /* the QP and CQ lists */
 	struct pr_qp *qps;
 	struct pr_cq *cqs;
@@ -134,6 +135,7 @@ void *pr_alloc_for(size_t size, const char *verb, const char *undo, PyObject *ob
 int pr_enter(PyGILState_STATE *state);
 void pr_leave(PyGILState_STATE state);
 int pr_nap_without_gil(void);
+PyThreadState *pr_release_gil(void);
 long long pr_long(PyObject *obj, const char *name);
 
 /* datapath.c */
@@ -146,10 +148,12 @@ int pr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 uint64_t pr_retire_srq(struct pr_srq *srq, uint16_t counter);
 void pr_write_recv_wqe(uint8_t *wqe, uint32_t stride, const struct ibv_recv_wr *wr);
 void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
+void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone);
 
 /* control.c */
 PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int pr_wait_event(int fd);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
@@ -168,6 +172,8 @@ struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 struct ibv_cq_ex *pr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 /* devices.c */
+extern unsigned int pr_generation; /* one more in each child of fork() (pthread_atfork) */
+int pr_forked(void);
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);
 int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 		       struct ibv_device_attr_ex *attr, size_t size);
@@ -175,6 +181,15 @@ int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_devic
 static inline struct pr_context *pr_ctx(struct ibv_context *context)
 {
 	return (struct pr_context *)((uint8_t *)context - offsetof(struct verbs_context, context));
+}
+
+/* The data path's fork check, one compare: EIO (said once on stderr) for a context a parent
+ * opened, whose rings a child of fork() has only copies of and whose NIC stayed in the parent. */
+static inline int pr_stale(const struct pr_context *ctx)
+{
+	unsigned int now = __atomic_load_n(&pr_generation, __ATOMIC_RELAXED);
+
+	return __builtin_expect(ctx->generation != now, 0) ? pr_forked() : 0;
 }
 
 #endif

@@ -231,6 +231,14 @@ int pr_nap_without_gil(void)
 	return 1;
 }
 
+/* Let go of the GIL for a wait with no Python to run (an event wait of a Python program, which
+ * calls verbs holding it): the thread state for PyEval_RestoreThread, or NULL if the caller
+ * holds no GIL (a C program). */
+PyThreadState *pr_release_gil(void)
+{
+	return hosted && PyGILState_Check() ? PyEval_SaveThread() : NULL;
+}
+
 /* The errno of the exception being raised (and it cleared): a PyverbsError's error_code
  * (EINVAL for a PyverbsUserError, which has none), an OSError's errno; anything else is a
  * bug in pyroce, printed with its traceback, and EIO. */

@@ -233,7 +233,8 @@ static void wr_start(struct ibv_qp_ex *qpx)
 
 	pthread_spin_lock(&qp->sq_lock);
 	batch->open = 1;
-	batch->error = batch->pending = 0;
+	batch->pending = 0;
+	batch->error = pr_stale(qp->ctx); /* a child of fork(): wr_complete posts nothing, EIO */
 	batch->producer = qp->sq_producer;
 	batch->count = qp->sq_count;
 }

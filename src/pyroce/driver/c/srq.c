@@ -150,8 +150,12 @@ PR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 int pr_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct pr_srq *srq = (struct pr_srq *)ibsrq;
-	int ret = 0;
+	int ret = pr_stale(pr_ctx(ibsrq->context));
 
+	if (ret) {
+		*bad_wr = wr;
+		return ret;
+	}
 	pthread_spin_lock(&srq->lock);
 	uint32_t first = srq->producer;
 	for (; wr; wr = wr->next) { /* rxe's errnos: ENOMEM when full, EINVAL for too many SGEs */
