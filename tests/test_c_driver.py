@@ -31,6 +31,7 @@ PYTHON_TOOL = (sys.executable, "-m", "pyroce", "rc_pingpong")
 UD_C_TOOL = ("ibv_ud_pingpong", "-d", "pyroce0")
 UD_PYTHON_TOOL = (sys.executable, "-m", "pyroce", "ud_pingpong")
 ITERS = re.compile(r"^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$", re.MULTILINE)
+NIC_STARTED = re.compile(r"^pyroce: started the shared NIC .*\n", re.MULTILINE)  # a program found none running
 COUNTERS = re.compile(r"^pyroce0 counters: sent_pkts (\d+), rcvd_pkts (\d+), icrc_errors (\d+), "
                       r"retransmitted_pkts \d+, drop_wrong_source (\d+)$", re.MULTILINE)  # fmt: skip
 
@@ -79,10 +80,12 @@ def test_the_build_is_cached_and_exports_libibverbs_versions(driver_env: dict[st
 @pytest.mark.parametrize("argv", [("devices",), ("devinfo",), ("devinfo", "-v")], ids=" ".join)
 def test_ibv_devices_and_devinfo_print_what_pyroce_prints(driver_env: dict[str, str], argv: tuple[str, ...]) -> None:
     """Through ``pyroce run``, the C tools print pyroce0 line for line as the Python tools do
-    (the same address for both: the GUID and GID follow it)."""
+    (the same address for both: the GUID and GID follow it). The Python tool's device is its own,
+    so it runs first, before the C tool's shared NIC holds the address (stopped after)."""
     env = {"PYROCE_ADDR": address(1), "PYROCE_CACHE_DIR": driver_env["PYROCE_CACHE_DIR"]}
-    c_tool = pyroce("run", "--", f"ibv_{argv[0]}", *argv[1:], env=env, timeout=120)
     python_tool = pyroce(*argv, env=env, timeout=120)
+    c_tool = pyroce("run", "--", f"ibv_{argv[0]}", *argv[1:], env=env, timeout=120)
+    assert pyroce("nicd", "--stop", env=env).returncode == 0
     assert c_tool.returncode == 0 and python_tool.returncode == 0, (c_tool.stderr, python_tool.stderr)
     assert "pyroce0" in c_tool.stdout
     assert c_tool.stdout == python_tool.stdout
@@ -303,8 +306,8 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     for verb in ("fork_child_alloc_pd", "fork_child_post_send", "fork_child_post_recv", "fork_child_post_srq_recv",
                  "fork_child_poll_cq"):  # fmt: skip
         assert results.pop(verb) == str(5), verb  # EIO
-    assert "pyroce: a child of fork() cannot use pyroce's verbs: exec a new program" in done.stderr
-    assert done.stderr.count("pyroce: a child of fork() cannot use its parent's verbs objects: exec a new program\n") == 1
+    assert done.stderr.count("pyroce: a child of fork() cannot use its parent's verbs objects: open the device "
+                             "again\n") == 1  # fmt: skip
     assert set(results.values()) == {"0"}, results
     completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
     assert completions == [  # IBV_WC_RECV (128) with the immediate, then IBV_WC_SEND (0)
@@ -383,7 +386,8 @@ def test_run_needs_a_program() -> None:
 @needs_tools
 def test_ibv_asyncwatch_opens_pyroce0_and_waits_for_events(driver_env: dict[str, str]) -> None:
     """ibv_asyncwatch prints its async event fd and waits (no event comes to a device nobody
-    uses): it runs until stopped, no crash and nothing on stderr."""
+    uses): it runs until stopped, no crash and nothing on stderr but the line of the shared NIC
+    it started."""
     watcher = subprocess.Popen(["ibv_asyncwatch", "-d", "pyroce0"], env=driver_env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
@@ -394,4 +398,4 @@ def test_ibv_asyncwatch_opens_pyroce0_and_waits_for_events(driver_env: dict[str,
     finally:
         watcher.kill()
         _, err = watcher.communicate()
-    assert err == ""
+    assert NIC_STARTED.sub("", err) == ""
