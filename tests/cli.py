@@ -9,6 +9,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
+SHARED_NIC_ADDRESS = f"127.202.{os.getpid() >> 8 & 0xFF}.{os.getpid() & 0xFF or 1}"
+"""The address of this test run's C programs' shared NIC: its own, so that runs side by side (or a
+user's NIC on 127.0.0.1) never meet. A Python tool beside them takes its own address."""
 
 
 def cli_env(env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 
 from pyroce.driver.build import library_dir
 from pyroce.driver.environment import driver_environment
-from tests.cli import ROOT, assert_one_line_error, cli_env, free_port, listening, pyroce
+from tests.cli import ROOT, SHARED_NIC_ADDRESS, assert_one_line_error, cli_env, free_port, listening, pyroce
 
 TOOLS = ("ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_srq_pingpong", "ibv_ud_pingpong")
 MISSING = [what for what, present in (("a C compiler (cc)", shutil.which("cc")),
@@ -56,7 +56,7 @@ def driver_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         else:
             os.environ["PYROCE_CACHE_DIR"] = old
     env = driver_environment(folder, cli_env(drop=("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_FAULTS")))
-    return {**env, "PYROCE_CACHE_DIR": str(cache)}
+    return {**env, "PYROCE_CACHE_DIR": str(cache), "PYROCE_ADDR": SHARED_NIC_ADDRESS}
 
 
 @needs_tools
@@ -100,19 +100,24 @@ def test_rc_pingpong_between_two_c_programs(driver_env: dict[str, str], size: in
         assert "invalid data" not in out
 
 
+def tool_env(tool: tuple[str, ...], env: dict[str, str]) -> dict[str, str]:
+    """A Python tool runs its own NIC, on its own address: not the C programs' shared NIC's."""
+    return {name: value for name, value in env.items() if name != "PYROCE_ADDR" or tool[0] != sys.executable}
+
+
 def rc_pingpong(env: dict[str, str], server: tuple[str, ...], client: tuple[str, ...], port: int,
                 *options: str, check: bool = True) -> tuple[str, str]:  # fmt: skip
     """Run a server and a client (each a C tool or its ``pyroce`` twin) of 200 ping-pongs,
     with buffer checks unless ``check`` is False; both outputs (stdout, then stderr), each having exited 0."""
     argv = ("-g", "0", "-p", str(port), "-n", "200", *(("-c",) if check else ()), *options)
-    serving = subprocess.Popen([*server, *argv], env=env, text=True, stdout=subprocess.PIPE,
+    serving = subprocess.Popen([*server, *argv], env=tool_env(server, env), text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while not listening(port):
             assert serving.poll() is None and time.monotonic() < deadline, serving.communicate()
             time.sleep(0.02)
-        done = subprocess.run([*client, *argv, "127.0.0.1"], env=env, capture_output=True, text=True,
+        done = subprocess.run([*client, *argv, "127.0.0.1"], env=tool_env(client, env), capture_output=True, text=True,
                               timeout=300, check=False)  # fmt: skip
         server_out, server_err = serving.communicate(timeout=300)
     finally:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pyroce.driver.build import STUB_LIBRARIES, library_dir
-from tests.cli import cli_env, command, free_port, listening
+from tests.cli import SHARED_NIC_ADDRESS, cli_env, command, free_port, listening
 
 TOOLS = ("ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw",
          "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat")  # fmt: skip
@@ -48,9 +48,10 @@ class Table:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of ``pyroce run``, the C driver and its stub providers built into this
-    run's own cache; each process on its own loopback address (pyroce's default)."""
+    run's own cache; both sides on the run's shared NIC."""
     cache = tmp_path_factory.mktemp("cache")
-    environment = cli_env({"PYROCE_CACHE_DIR": str(cache)}, drop=("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_FAULTS"))
+    environment = cli_env({"PYROCE_CACHE_DIR": str(cache), "PYROCE_ADDR": SHARED_NIC_ADDRESS},
+                          drop=("PYROCE_PROGRESS", "PYROCE_FAULTS"))  # fmt: skip
     old = os.environ.get("PYROCE_CACHE_DIR")
     os.environ["PYROCE_CACHE_DIR"] = str(cache)
     try:
@@ -205,7 +206,7 @@ def test_rdma_cm_fails_cleanly(env: dict[str, str], peer: tuple[str, ...]) -> No
 
 
 @pytest.mark.parametrize(("victim", "message"), [
-    ("server", "Completion with error at client"),  # its WRITEs retried to IBV_WC_RETRY_EXC_ERR
+    ("server", "Completion with error at client"),  # its WRITEs fail: see below
     ("client", "Couldn't read remote address"),  # its end-of-test exchange never comes
 ])  # fmt: skip
 def test_a_peer_killed_mid_transfer_leaves_the_other_with_an_error(env: dict[str, str], victim: str,
@@ -227,7 +228,10 @@ def test_a_peer_killed_mid_transfer_leaves_the_other_with_an_error(env: dict[str
         out = (seen if peer is client else "") + rest
         assert peer.returncode != 0 and message in out, out
         if victim == "server":
-            assert "Failed status 12" in out, out  # IBV_WC_RETRY_EXC_ERR
+            # IBV_WC_RETRY_EXC_ERR once the shared NIC has destroyed the dead program's QP; a
+            # WRITE that came in the moment between its memory going and its connection's end
+            # (the kernel releases a process's memory before its files) is IBV_WC_REM_ACCESS_ERR
+            assert re.search(r"Failed status (12|10):", out), out
     finally:
         for process in (server, client):
             if process.poll() is None:
