@@ -569,14 +569,6 @@ def test_deregistration_drops_the_mirror(shared_pair: tuple[Endpoint, Endpoint],
 # --- a client that unmaps, or dies ---------------------------------------------------------------
 
 
-@pytest.fixture
-def pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
-    yield a, b
-    a.close()
-    b.close()
-
-
 def still_works(pair: tuple[Endpoint, Endpoint]) -> None:
     """The device goes on: a fresh pair on it moves a WRITE."""
     a, b = connected_pair()

@@ -127,6 +127,8 @@ cleanup() {
   # a guest job still running (the script was interrupted, or a run failed): stop it, so no
   # tool is left behind in the guest
   if [[ -n "$JOB" ]]; then "$RXEVM/vmexec.sh" -i 1 --kill "$JOB" >/dev/null 2>&1 || true; fi
+  # the C tools' shared NIC (pyroce nicd), which the first of them started in the netns
+  if ((C_MODE)); then "${HOST_ENV[@]}" "${NSX[@]}" "$PYTHON" -m pyroce nicd --stop >/dev/null 2>&1 || true; fi
   stop_capture
   if ((STARTED_VM && !KEEP)); then
     echo "=== shutting the guest down"

@@ -6,10 +6,26 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static inline void report(const char *what, int error)
 {
 	printf("%s %d\n", what, error);
+}
+
+/* The first device opened (pyroce0 under `pyroce run`); the program ends if there is none. */
+static inline struct ibv_context *open_first_device(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = list && list[0] ? ibv_open_device(list[0]) : NULL;
+
+	if (list)
+		ibv_free_device_list(list);
+	if (!ctx) {
+		perror("open");
+		exit(1);
+	}
+	return ctx;
 }
 
 /* The errno of a verb that returns an object, 0 if it returned one. */

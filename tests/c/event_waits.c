@@ -54,12 +54,7 @@ static void handle(void (*handler)(int), int flags)
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
-	if (!ctx) {
-		perror("open");
-		return 1;
-	}
+	struct ibv_context *ctx = open_first_device();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_comp_channel *channel = ibv_create_comp_channel(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, channel, 0), *event_cq;
@@ -141,6 +136,5 @@ int main(void)
 	report("dereg_mr", ibv_dereg_mr(mr));
 	report("dealloc_pd", ibv_dealloc_pd(pd));
 	report("close_device", ibv_close_device(ctx));
-	ibv_free_device_list(list);
 	return 0;
 }

@@ -56,11 +56,10 @@ static int post_bind(struct ibv_mw *mw, uint64_t wr_id, uint32_t offset, int acc
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
+	struct ibv_context *ctx = open_first_device();
 	union ibv_gid gid;
 
-	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid)) {
+	if (ibv_query_gid(ctx, 1, 0, &gid)) {
 		perror("open");
 		return 1;
 	}
@@ -133,6 +132,5 @@ int main(void)
 	report("destroy_cq", ibv_destroy_cq(cq));
 	report("dealloc_pd", ibv_dealloc_pd(pd));
 	report("close_device", ibv_close_device(ctx));
-	ibv_free_device_list(list);
 	return 0;
 }

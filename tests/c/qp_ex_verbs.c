@@ -74,12 +74,11 @@ static int post_recv(struct ibv_qp *qp, uint64_t wr_id, uintptr_t at, uint32_t l
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
+	struct ibv_context *ctx = open_first_device();
 	char *bytes = (char *)buf;
 	union ibv_gid gid;
 
-	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid)) {
+	if (ibv_query_gid(ctx, 1, 0, &gid)) {
 		perror("open");
 		return 1;
 	}
@@ -213,6 +212,5 @@ int main(void)
 	report("destroy_cq", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
 	report("dealloc_pd", ibv_dealloc_pd(pd));
 	report("close_device", ibv_close_device(ctx));
-	ibv_free_device_list(list);
 	return 0;
 }

@@ -195,13 +195,7 @@ static void query_after_remote_access_error(void)
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-
-	ctx = list ? ibv_open_device(list[0]) : NULL;
-	if (!ctx) {
-		perror("open");
-		return 1;
-	}
+	ctx = open_first_device();
 	pd = ibv_alloc_pd(ctx);
 	mr = ibv_reg_mr(pd, buf, sizeof(buf), ACCESS);
 	ibv_query_gid(ctx, 1, 0, &gid);
@@ -212,6 +206,5 @@ int main(void)
 	report("dereg_mr", ibv_dereg_mr(mr));
 	report("dealloc_pd", ibv_dealloc_pd(pd));
 	report("close_device", ibv_close_device(ctx));
-	ibv_free_device_list(list);
 	return 0;
 }

@@ -67,13 +67,12 @@ static int post_send(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, enum ib
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = list ? ibv_open_device(list[0]) : NULL;
+	struct ibv_context *ctx = open_first_device();
 	static char buf[8192];
 	union ibv_gid gid;
 	struct ibv_wc wc[2];
 
-	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid)) {
+	if (ibv_query_gid(ctx, 1, 0, &gid)) {
 		perror("open");
 		return 1;
 	}
@@ -143,6 +142,5 @@ int main(void)
 	report("destroy_cq", ibv_destroy_cq(cq));
 	report("dealloc_pd", ibv_dealloc_pd(pd));
 	report("close_device", ibv_close_device(ctx));
-	ibv_free_device_list(list);
 	return 0;
 }

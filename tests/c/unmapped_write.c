@@ -20,14 +20,13 @@ static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc)
 
 int main(void)
 {
-	struct ibv_device **devices = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = devices ? ibv_open_device(devices[0]) : NULL;
+	struct ibv_context *ctx = open_first_device();
 	union ibv_gid gid;
 	struct ibv_wc wc;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
 	setvbuf(stdout, NULL, _IONBF, 0);
-	if (!ctx || ibv_query_gid(ctx, 1, 0, &gid))
+	if (ibv_query_gid(ctx, 1, 0, &gid))
 		return 1;
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);

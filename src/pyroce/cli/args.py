@@ -59,10 +59,22 @@ def probability(text: str) -> float:
 
 def seconds(text: str) -> float:
     """A positive duration in seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
+    value = _number_of_seconds(text)
+    if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text} s is not a positive duration")
     return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """A duration in seconds, or 0 (for "never")."""
+    value = _number_of_seconds(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} s is not 0 or a positive duration")
+    return value
+
+
+def _number_of_seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None

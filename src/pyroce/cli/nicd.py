@@ -17,6 +17,7 @@ import socket
 import sys
 from typing import Any, TextIO
 
+from pyroce.cli.args import seconds_or_zero
 from pyroce.cli.errors import CliError
 from pyroce.nic.registry import LinkError
 from pyroce.nicd.launch import BUSY, FAILED, READY
@@ -33,7 +34,7 @@ prints its log."""
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("nicd", help="run, stop or query the shared NIC", description=DESCRIPTION)
     parser.add_argument("--device", default=DEFAULT_DEVICE, help="the device (default pyroce0)")
-    parser.add_argument("--idle", type=idle_seconds, help="stop after this many seconds without a program, 0: never "
+    parser.add_argument("--idle", type=seconds_or_zero, help="stop after this many seconds without a program, 0: never "
                                                      f"(default PYROCE_NICD_IDLE or {DEFAULT_IDLE_S:.0f})")  # fmt: skip
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the running NIC (its programs' QPs go with it)")
@@ -44,22 +45,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def idle_seconds(text: str) -> float:
-    """Seconds without a program before the NIC stops; 0: never."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} s is not 0 or a positive duration")
-    return value
-
-
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     place = nic_place(args.device)
     if args.idle is None:
         try:
-            args.idle = idle_seconds(os.environ.get("PYROCE_NICD_IDLE", str(DEFAULT_IDLE_S)))
+            args.idle = seconds_or_zero(os.environ.get("PYROCE_NICD_IDLE", str(DEFAULT_IDLE_S)))
         except argparse.ArgumentTypeError as exc:
             raise CliError(f"PYROCE_NICD_IDLE: {exc}") from None
     if args.stop or args.status:
