@@ -85,9 +85,9 @@ def test_perftest_pair_on_one_address(nic) -> None:
     server = subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
-        while True:
-            client = subprocess.run([*argv, "127.0.0.1"], env=env, capture_output=True, text=True, timeout=300,
-                                    check=False)  # fmt: skip
+        while True:  # perftest's client tries once: again while the server does not listen yet
+            client = subprocess.run([*argv, "127.0.0.1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, timeout=300, check=False)  # fmt: skip
             if "Couldn't connect" not in client.stdout or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
