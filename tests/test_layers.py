@@ -20,6 +20,7 @@ PACKAGES = (
     "transport",
     "link",
     "nic",
+    "host",
     "verbs",
     "apps",
     "cli",

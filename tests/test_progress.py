@@ -19,13 +19,13 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-import pyroce.nic.handoff as handoff_module
+import pyroce.host.handoff as handoff_module
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
+from pyroce.host.handoff import RECV_DOORBELL, SEND_DOORBELL, Handoff
 from pyroce.ib.reasons import Reason
 from pyroce.link.udp import UdpLink
 from pyroce.nic.device import NicDevice
 from pyroce.nic.engine import QP_FATAL
-from pyroce.nic.handoff import RECV_DOORBELL, SEND_DOORBELL, Handoff
 from pyroce.nic.timers import SWEEP_SLACK, Timers
 from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR

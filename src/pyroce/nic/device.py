@@ -20,22 +20,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from pyroce.host.capture_request import CaptureRequests
+from pyroce.host.handoff import Handoff
+from pyroce.host.notify import AsyncEvent, EventQueue
+from pyroce.host.progress import Progress
+from pyroce.host.stats_file import StatsFile
 from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
-from pyroce.nic.capture_request import CaptureRequests
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
-from pyroce.nic.handoff import Handoff
 from pyroce.nic.memory import MemoryRegion, MemoryWindow, MirroredMemory, MrTable
-from pyroce.nic.notify import AsyncEvent, EventQueue
 from pyroce.nic.port import Clock, Link
-from pyroce.nic.progress import Progress
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
-from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.ud import UdQp

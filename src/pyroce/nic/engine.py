@@ -1,6 +1,6 @@
 """The engine: one pass executes what the rings, the wire and the timers ask for.
 
-An ``Engine`` is single-threaded and knows no threads or clocks: its host (``nic.progress``
+An ``Engine`` is single-threaded and knows no threads or clocks: its host (``host.progress``
 for a process's device, or a simulator stepping it in simulated time) serializes the calls and
 passes ``now``. A pass fetches the WQEs of QPs whose doorbell rang (private copies of the
 ring bytes, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
@@ -21,13 +21,13 @@ from __future__ import annotations
 import traceback
 from collections import Counter
 
+from pyroce.host.notify import AsyncEvent, EventQueue, EventQueues
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
-from pyroce.nic.notify import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord

@@ -27,8 +27,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from pyroce.host.handoff import Handoff
 from pyroce.nic.engine import Engine
-from pyroce.nic.handoff import Handoff
 from pyroce.nic.port import Clock
 
 MODES = ("inline", "thread", "host")
