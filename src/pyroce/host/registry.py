@@ -26,6 +26,7 @@ import tempfile
 import threading
 from typing import NamedTuple
 
+from pyroce.host.assembly import build_device
 from pyroce.host.progress import MODES
 from pyroce.host.stats_file import summary_line
 from pyroce.link.faults import FaultConfig
@@ -111,8 +112,8 @@ def _create(name: str, progress: str | None) -> NicDevice:
         settings = settings._replace(progress=progress)
 
     def make(address: str) -> NicDevice:
-        return NicDevice(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
-                         progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
+        return build_device(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
+                            progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
 
     if settings.print_stats:
         _print_stats.add(name)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from pyroce.host.notify import AsyncEvent, EventQueue
 from pyroce.ib.enums import EventType
+from pyroce.nic.events import AsyncEvent, EventQueue
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
 from pyroce.transport.work import RecvWork
 
