@@ -46,6 +46,9 @@ class Mirror(Protocol):
 
     def __len__(self) -> int: ...
 
+    @property
+    def closed(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
