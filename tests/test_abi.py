@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from pyroce.driver import abi, build
-from pyroce.nic import handoff, wqe
+from pyroce.host import handoff
+from pyroce.nic import wqe
 
 INCLUDE = os.environ.get("PYROCE_VERBS_INCLUDE") or build.DEFAULT_INCLUDE
 MISSING = [what for what, present in (("a C compiler (cc)", shutil.which(os.environ.get("CC") or "cc")),
@@ -160,7 +161,7 @@ def test_the_build_renders_the_header_and_rebuilds_on_a_change(tmp_path: Path, m
     monkeypatch.setattr(handoff, "SEND_DOORBELL", 4 << 24)
     second = build.library_dir()
     assert second != first
-    assert "#define PYROCE_SEND_DOORBELL        0x4000000u /* nic/handoff.py SEND_DOORBELL */" in \
+    assert "#define PYROCE_SEND_DOORBELL        0x4000000u /* host/handoff.py SEND_DOORBELL */" in \
         (second / abi.HEADER).read_text()  # fmt: skip
 
 

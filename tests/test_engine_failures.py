@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
+from pyroce.host.assembly import build_device
 from pyroce.link.memory import MemoryLink, MemoryWire
 from pyroce.link.udp import UdpLink
-from pyroce.nic.device import NicDevice
 from pyroce.nic.port import Port
 from pyroce.nic.tx import TxBatch
 from pyroce.verbs.enums import ibv_send_flags, ibv_wc_status, ibv_wr_opcode
@@ -100,7 +100,7 @@ def test_a_wqe_that_cannot_be_decoded_is_reported_once() -> None:
 
 def test_a_closed_device_takes_late_doorbells_and_polls_quietly() -> None:
     link = UdpLink(f"{NET}.3")
-    device = NicDevice("pyroce-test", link, progress="thread")
+    device = build_device("pyroce-test", link, progress="thread")
     device.close()
     device.ring_doorbell(0x11)  # a driver racing close: no write into a closed (or reused) fd
     device.poll_empty()

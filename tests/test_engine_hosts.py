@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from pyroce.host.assembly import build_device
 from pyroce.ib.enums import Access, QpState, WcStatus
 from pyroce.link.memory import MemoryWire
 from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, STATUS_OF_SYNDROME
@@ -76,7 +77,7 @@ def connect(host: Host, peer: Host, timeout: int) -> None:
 @pytest.fixture
 def hosts() -> Iterator[tuple[Host, Host, MemoryWire]]:
     wire = MemoryWire()
-    devices = [NicDevice(f"sim{i}", wire.link(f"10.9.0.{i + 1}"), progress="host") for i in range(2)]
+    devices = [build_device(f"sim{i}", wire.link(f"10.9.0.{i + 1}"), progress="host") for i in range(2)]
     a, b = make_host(devices[0], 0x10000), make_host(devices[1], 0x900000)
     connect(a, b, timeout=20)  # 4.3 s local ACK timeout
     connect(b, a, timeout=20)

@@ -19,13 +19,13 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-import pyroce.nic.handoff as handoff_module
+import pyroce.host.handoff as handoff_module
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
+from pyroce.host.assembly import build_device
+from pyroce.host.handoff import RECV_DOORBELL, SEND_DOORBELL, Handoff
 from pyroce.ib.reasons import Reason
 from pyroce.link.udp import UdpLink
-from pyroce.nic.device import NicDevice
 from pyroce.nic.engine import QP_FATAL
-from pyroce.nic.handoff import RECV_DOORBELL, SEND_DOORBELL, Handoff
 from pyroce.nic.timers import SWEEP_SLACK, Timers
 from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
@@ -309,13 +309,13 @@ def link() -> Iterator[UdpLink]:
 
 
 def test_close_twice_and_a_failed_construction_leave_nothing_open(link: UdpLink) -> None:
-    device = NicDevice("pyroce-test", link)
+    device = build_device("pyroce-test", link)
     device.close()
     device.close()  # idempotent: a second close neither raises nor closes a reused fd
     assert link.sock.fileno() == -1
     other = UdpLink(f"127.62.{os.getpid() % 250 + 1}.2")
     with pytest.raises(ValueError, match="bogus"):
-        NicDevice("pyroce-test", other, progress="bogus")
+        build_device("pyroce-test", other, progress="bogus")
     assert other.sock.fileno() == -1  # the device owned the link and closed it on the way out
 
 

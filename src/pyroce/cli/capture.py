@@ -1,6 +1,6 @@
 """``pyroce capture``: record what a running pyroce device sends and receives into a pcap file,
 as tcpdump does for a NIC. The device is in another process, so the tool asks it through the
-stats folder (``nic.capture_request``) and the device writes the file itself."""
+stats folder (``host.capture_request``) and the device writes the file itself."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
 from pyroce.cli.stats import running_devices
-from pyroce.nic.capture_request import CHECK_EVERY_S, CaptureFiles
-from pyroce.nic.registry import stats_dir
+from pyroce.host.capture_request import CHECK_EVERY_S, CaptureFiles
+from pyroce.host.registry import stats_dir
 from pyroce.wire.pcap import read_pcap
 
 ANSWER_WAIT_S = 5.0  # how long a device may take to start (or stop) capturing

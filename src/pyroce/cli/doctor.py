@@ -16,8 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
-from pyroce.nic.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.verbs.addr import gid_of_address
 from pyroce.wire.mtu import mtu_for_netdev, mtu_to_bytes
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from pyroce.cli.args import seconds_or_zero
 from pyroce.cli.errors import CliError
-from pyroce.nic.registry import LinkError
+from pyroce.host.registry import LinkError
 from pyroce.nicd.launch import BUSY, FAILED, READY
 from pyroce.nicd.place import DEFAULT_DEVICE, NicPlace, nic_place
 from pyroce.nicd.protocol import receive, send

@@ -18,7 +18,7 @@ from pyroce.apps.pingpong import FILL, MTU_ENUM, QPT, Dest, Pingpong, PingpongEr
 from pyroce.cli.args import port
 from pyroce.cli.errors import CliError
 from pyroce.cli.pingpong_exchange import client_exch_dest, server_exch_dest
-from pyroce.nic.stats_file import summary_line
+from pyroce.host.stats_file import summary_line
 from pyroce.verbs.device import get_device_list
 from pyroce.verbs.pyverbs_error import PyverbsError
 

@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any, TextIO
 
-from pyroce.nic.registry import stats_dir
+from pyroce.host.registry import stats_dir
 
 
 def running_devices(folder: str | None) -> list[dict[str, Any]]:

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from pyroce.host import handoff
 from pyroce.ib import limits
-from pyroce.nic import cqe, handoff, rings, wqe
+from pyroce.nic import cqe, rings, wqe
 from pyroce.verbs import mw
 
 HEADER = "pyroce_abi.h"

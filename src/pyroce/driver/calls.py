@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from pyroce.nic.stats_file import summary_line
+from pyroce.host.stats_file import summary_line
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.ah import AH
 from pyroce.verbs.ah import route_from_header as ah_route_from_header
@@ -46,7 +46,7 @@ def _busy(obj: PyverbsObject, verb: str, what: str) -> None:
 
 
 def open_context(name: str, driver_memory: DriverMemory = LOCAL) -> tuple[Context, int, int]:
-    """``ibv_open_device``: the Context, its doorbell fd (``nic.handoff``) and ``async_fd``."""
+    """``ibv_open_device``: the Context, its doorbell fd (``host.handoff``) and ``async_fd``."""
     ctx = Context(name=name, progress=PROGRESS, driver_memory=driver_memory)
     if ctx.device.progress_mode == "host":
         ctx.close()

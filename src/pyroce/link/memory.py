@@ -3,9 +3,9 @@
 A ``MemoryWire`` is a segment of Ethernet that only this process sees: each ``MemoryLink`` on
 it is bound to an address, and what one sends to an address the link bound there receives,
 the same bytes a UDP socket would deliver. With devices in host mode
-(``NicDevice(..., progress="host")``) and a host that calls ``step(now)``, two NICs run in
-simulated time, as under a simulator. Its fd becomes readable when a datagram waits, so the
-engine thread can also wait on it.
+(``pyroce.host.assembly.build_device(..., progress="host")``) and a host that calls
+``step(now)``, two NICs run in simulated time, as under a simulator. Its fd becomes readable
+when a datagram waits, so the engine thread can also wait on it.
 """
 
 from __future__ import annotations

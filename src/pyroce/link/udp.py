@@ -35,7 +35,6 @@ IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 SOL_UDP = 17
 UDP_SEGMENT = 103  # <linux/udp.h>: GSO segment size for sends (Linux 4.18)
 UDP_GRO = 104  # <linux/udp.h>: receive coalesced datagrams with their segment size (Linux 5.0)
-MAX_GSO_BYTES = 65507 - 8  # UDP payload of one send (IPv4 datagram limit), whatever the segments
 _GRO_CMSG = socket.CMSG_SPACE(4)
 _SEGMENT_SIZE = struct.Struct("=H")  # UDP_SEGMENT takes a u16
 _GRO_SIZE = struct.Struct("=i")  # UDP_GRO reports an int

@@ -19,7 +19,7 @@ from pyroce.wire.pcap import PcapWriter
 DEFAULT_KEEP = 100_000  # frames kept; the oldest go first
 
 FrameSink = Callable[[tuple[float, bytes]], None]
-"""Takes each frame, (time, raw IPv4 frame), as it is recorded (``nic.capture_stream``)."""
+"""Takes each frame, (time, raw IPv4 frame), as it is recorded (``host.capture_stream``)."""
 
 
 class Capture:

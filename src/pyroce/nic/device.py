@@ -4,38 +4,32 @@ The verbs layer (and any other driver) reaches a ``NicDevice`` only by commands
 (``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_srq``, ``create_qp``, ``modify_qp``,
 ``destroy_*``) and through memory: WQE rings and doorbell records it writes, CQE rings it reads.
 ``ring_doorbell(qpn)`` and ``note_receives(qpn)`` are the doorbell register: hints that a QP's
-doorbell record moved, handed to the engine through ``nic.handoff``.
+doorbell record moved, handed to the engine through the host's ``Doorbells``.
 
-The device is assembled from parts named for their role: ``nic.engine`` (the passes),
-``nic.progress`` (who runs them: the engine thread, inline callers, or a host's ``step``),
-``nic.handoff`` (doorbells and wake-ups between threads), ``nic.port`` (link, loopback,
-faults), ``nic.timers`` and ``nic.stats_file``. The link and the clock are given to it.
+The device is its engine (``nic.engine``: the passes, with ``nic.port`` and ``nic.timers``) and
+the commands around it. What needs threads, fds or a clock is the host's and is given to it
+(``pyroce.host.assembly`` puts a process's device together): the lock that serializes the
+engine, the ``Doorbells`` that carry doorbells across threads, the ``Runner`` that decides who
+runs the engine and when, and the event queues (``nic.events``).
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
-from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
-from pyroce.nic.capture_request import CaptureRequests
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
-from pyroce.nic.handoff import Handoff
+from pyroce.nic.events import AsyncEvent, EventQueue
 from pyroce.nic.memory import MemoryRegion, MemoryWindow, MirroredMemory, MrTable
-from pyroce.nic.notify import AsyncEvent, EventQueue
-from pyroce.nic.port import Clock, Link
-from pyroce.nic.progress import Progress
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
-from pyroce.nic.stats_file import StatsFile
 from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.ud import UdQp
@@ -44,40 +38,90 @@ from pyroce.wire.opcodes import Transport
 FIRST_QPN = 0x11  # rxe's first QP number; 0 and 1 are the special QPs
 
 
-class NicDevice:
-    """One pyroce device on ``link`` (which it owns and closes)."""
+class Doorbells(Protocol):
+    """The doorbell register as the host carries it from any thread to the engine
+    (``pyroce.host.handoff``): rung send queues and new receive WQEs, taken by the engine."""
 
-    def __init__(self, name: str, link: Link, *, verify_icrc: bool = True, progress: str = "inline",
-                 faults: FaultConfig | None = None, stats_dir: str | None = None,
-                 clock: Clock = time.monotonic) -> None:  # fmt: skip
+    @property
+    def doorbell_fd(self) -> int:
+        """Where a driver holding no GIL writes doorbell records."""
+        ...
+
+    def ring(self, qpn: int) -> None:
+        """The QP's send doorbell record moved."""
+        ...
+
+    def post_receives(self, qpn: int) -> None:
+        """The QP's receive doorbell record moved."""
+        ...
+
+    def drain(self) -> None:
+        """Take in the records written to ``doorbell_fd`` so far."""
+        ...
+
+    def take(self) -> tuple[set[int], set[int]]:
+        """The QPNs rung since the last take: (send queues, receive queues)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Runner(Protocol):
+    """Who runs the engine, and when (``pyroce.host.progress``): in ``mode`` ``inline``,
+    ``thread`` or ``host``. The device tells it what its drivers did; it runs engine passes
+    under the device's lock."""
+
+    mode: str
+
+    def doorbell(self) -> None:
+        """A send doorbell was rung."""
+        ...
+
+    def wake(self) -> None:
+        """A command changed what the engine has to do."""
+        ...
+
+    def poll_empty(self) -> None:
+        """A driver's poll found its CQ empty."""
+        ...
+
+    def poll_found(self) -> None:
+        """A driver's poll found completions."""
+        ...
+
+    def run_inline(self) -> None:
+        """Run the engine in the calling thread now."""
+        ...
+
+    def step(self, now: float) -> None:
+        """One engine pass at the host's time ``now`` (host mode)."""
+        ...
+
+    def stop(self) -> None:
+        """No more passes: the engine thread, if any, has ended when this returns."""
+        ...
+
+
+class NicDevice:
+    """One pyroce device: ``engine`` and the commands on it, run by ``runner`` under ``lock``.
+    It owns the engine's link and closes it, with ``doorbells`` and the event queues."""
+
+    def __init__(self, name: str, engine: Engine, *, lock: AbstractContextManager[object], doorbells: Doorbells,
+                 runner: Runner, new_channel: Callable[[], EventQueue[int]]) -> None:  # fmt: skip
         self.name = name
-        self.address = link.address
-        self._link = link
-        self._lock = threading.Lock()  # engine state: held by whoever runs the engine or a command
+        self.engine = engine
+        self.address = engine.port.address
+        self._lock = lock  # engine state: held by whoever runs the engine or a command
+        self._doorbells = doorbells
+        self._progress = runner
+        self._new_channel = new_channel  # a completion channel's queue
         self._closed = False
         self._retired: Counter[str] = Counter()  # counters of destroyed QPs
         self._next_pdn = 1
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN
         self._next_srqn = 1
-        self._stats_file = StatsFile(stats_dir, name) if stats_dir else None
-        self._capture_requests = (CaptureRequests(stats_dir, name, lambda sink: self.start_capture(sink=sink),
-                                                  self.stop_capture) if stats_dir else None)  # fmt: skip
         self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
-        handoff = engine = None
-        try:  # nothing is left open when a step fails: the link is this device's from here on
-            injector = FaultInjector(faults) if faults is not None and faults.active else None
-            self.engine = engine = Engine(link, verify_icrc=verify_icrc, faults=injector, clock=clock)
-            handoff = Handoff()
-            self._progress = Progress(engine, handoff, self._lock, progress, clock, name, self._idle)
-        except BaseException:
-            if handoff is not None:
-                handoff.close()
-            if engine is not None:
-                engine.event_queues.close_all()
-            link.close()
-            raise
-        self._handoff = handoff
 
     @property
     def progress_mode(self) -> str:
@@ -152,7 +196,7 @@ class NicDevice:
 
     def create_comp_channel(self) -> EventQueue[int]:
         """A completion channel: the CQNs of the completion events of the CQs created on it."""
-        return EventQueue()
+        return self._new_channel()
 
     def destroy_comp_channel(self, channel: EventQueue[int]) -> None:
         channel.close()
@@ -268,7 +312,7 @@ class NicDevice:
             if peer is not None:
                 qp.peer = engine.demux.peers[qpn] = peer
             # Doorbells handed over but not yet taken belong to the queues as they are now.
-            engine.doorbells(*self._handoff.take())
+            engine.doorbells(*self._doorbells.take())
             if state is QpState.RESET:
                 # IBA 10.3.1: a reset QP starts with empty queues; what it had not reported is gone
                 qp.rc.completions.clear()
@@ -297,22 +341,22 @@ class NicDevice:
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""
-        self._handoff.ring(qpn)
+        self._doorbells.ring(qpn)
         self._progress.doorbell()
 
     @property
     def doorbell_fd(self) -> int:
         """The doorbell register for a driver holding no GIL: a pipe taking 4-byte records
-        (``nic.handoff``: ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
-        return self._handoff.doorbell_fd
+        (``host.handoff``: ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
+        return self._doorbells.doorbell_fd
 
     def note_receives(self, qpn: int) -> None:
         """New receive WQEs: the engine reads them before it next reads packets (as a NIC reads
         its receive queue on arrival), so posting receives costs no engine pass."""
-        self._handoff.post_receives(qpn)
+        self._doorbells.post_receives(qpn)
 
     def poll_empty(self) -> None:
-        """A driver's poll found its CQ empty (``nic.progress``: inline, it runs the engine)."""
+        """A driver's poll found its CQ empty (``host.progress``: inline, it runs the engine)."""
         self._progress.poll_empty()
 
     def poll_found(self) -> None:
@@ -322,7 +366,7 @@ class NicDevice:
     def kick(self) -> None:
         """Run the engine in the calling thread now, whatever the mode (tests, tools, a CQ
         resize), with every doorbell rung so far: a C driver's records in the wake-up pipe too."""
-        self._handoff.drain()
+        self._doorbells.drain()
         self._progress.run_inline()
 
     def step(self, now: float) -> None:
@@ -351,7 +395,7 @@ class NicDevice:
         with self._lock:
             engine = self.engine
             qp = engine.qps[qpn]
-            engine.doorbells(*self._handoff.take())
+            engine.doorbells(*self._doorbells.take())
             if qp in engine.rung or qp in engine.receives:
                 engine.fetch(qp)  # the work posted before the error is the work it fails
             engine.fail_qp(qp, detail, Reason.INJECTED)
@@ -437,33 +481,21 @@ class NicDevice:
         with self._lock:
             return dict(sorted(self.engine.qps[qpn].rc.counters.items()))
 
-    def _idle(self, now: float) -> None:
-        """After an engine-thread pass: serve capture requests (``nic.capture_request``), and
-        publish the counters when it is time."""
-        if self._capture_requests is not None:
-            self._capture_requests.poll(now)
-        stats_file = self._stats_file
-        if stats_file is None or not stats_file.due(now):
-            return
+    def stats_snapshot(self) -> tuple[dict[str, int], dict[int, dict[str, int]]]:
+        """``stats()`` and every QP's ``qp_stats`` by QPN, read at one moment (the counters file)."""
         with self._lock:
-            document = {"device": self.name, "address": self.address, "pid": os.getpid(), "counters": self._stats(),
-                        "qps": {f"0x{qpn:x}": dict(sorted(qp.rc.counters.items()))
-                                for qpn, qp in self.engine.qps.items()}}  # fmt: skip
-        stats_file.write(document, now)
+            return self._stats(), {qpn: dict(sorted(qp.rc.counters.items())) for qpn, qp in self.engine.qps.items()}
 
     def close(self) -> None:
-        """Stop the engine thread and release the link; a second call does nothing."""
+        """Stop the runner (the engine thread) and release the link, the doorbells and the
+        event queues; a second call does nothing."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._progress.stop()
-        if self._capture_requests is not None:
-            self._capture_requests.close()
-        if self._stats_file is not None:
-            self._stats_file.remove()
-        self._link.close()
-        self._handoff.close()
+        self.engine.port.link.close()
+        self._doorbells.close()
         self.engine.event_queues.close_all()
 
 

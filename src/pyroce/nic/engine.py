@@ -1,8 +1,8 @@
 """The engine: one pass executes what the rings, the wire and the timers ask for.
 
-An ``Engine`` is single-threaded and knows no threads or clocks: its host (``nic.progress``
-for a process's device, or a simulator stepping it in simulated time) serializes the calls and
-passes ``now``. A pass fetches the WQEs of QPs whose doorbell rang (private copies of the
+An ``Engine`` is single-threaded and knows no threads or clocks: its host (``pyroce.host``'s
+progress for a process's device, or a simulator stepping it in simulated time) serializes the
+calls and passes ``now``, and gives it its link and its event queues. A pass fetches the WQEs of QPs whose doorbell rang (private copies of the
 ring bytes, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
 transport (``transport.demux``), fires due transport timers, then lets every active QP send
 (as GSO batches, ``nic.tx``) and writes its completions into its CQs as mlx5 CQEs.
@@ -25,9 +25,9 @@ from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
+from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
-from pyroce.nic.notify import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
@@ -44,7 +44,7 @@ MAX_DATAGRAM = 65536
 RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
 TX_BUDGET = 64  # packets one QP may send per pass
 MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
-MAX_EVENTS = 1024  # async events kept for the driver to read
+MAX_EVENTS = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
 CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
 PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED
@@ -53,8 +53,8 @@ PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT
 class Engine:
     """The NIC's execution state: memory table, queues, port, timers and work lists."""
 
-    def __init__(self, link: Link, *, verify_icrc: bool = True, faults: FaultInjector | None = None,
-                 clock: Clock) -> None:  # fmt: skip
+    def __init__(self, link: Link, event_queues: EventQueues[AsyncEvent], *, verify_icrc: bool = True,
+                 faults: FaultInjector | None = None, clock: Clock) -> None:  # fmt: skip
         self.counters: Counter[str] = Counter()
         self.mrs = MrTable(self.counters)
         # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
@@ -73,8 +73,8 @@ class Engine:
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         # One async event queue per open context (its async_fd), and the device's own: where the
         # events of objects created with no queue of their own go (a driver other than the verbs)
-        self.event_queues: EventQueues[AsyncEvent] = EventQueues(MAX_EVENTS)
-        self.events: EventQueue[AsyncEvent] = self.event_queues.open()
+        self.event_queues = event_queues
+        self.events: EventQueue[AsyncEvent] = event_queues.open()
         self.last_error = ""  # traceback of the last engine failure (engine_errors counts them)
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._rx_view = memoryview(self._rx_buf)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import abc
 import ctypes
 import itertools
-import mmap
 import secrets
 import weakref
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 from pyroce.ib.enums import Access
 from pyroce.transport.memory import MemFault
@@ -34,6 +34,22 @@ _REMOTE = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 _WRITES = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
 _EMPTY = memoryview(bytearray(0))
 _WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
+
+
+class Mirror(Protocol):
+    """The local buffer that stands for mirrored memory: writable, of the memory's length, and
+    closed when the memory is deregistered (``BufferError`` while views of it live). Its maker
+    allocates it (``pyroce.nicd.process_memory``: an anonymous ``mmap``, whose pages are only
+    touched as they are used)."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+    def __len__(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class MirroredMemory(abc.ABC):
@@ -47,7 +63,7 @@ class MirroredMemory(abc.ABC):
 
     address: int
     length: int
-    mirror: mmap.mmap
+    mirror: Mirror
 
     @abc.abstractmethod
     def probe(self, offset: int, length: int, writable: bool) -> None:
@@ -77,7 +93,7 @@ class MirroredMemory(abc.ABC):
             pass
 
 
-def _holder(mirror: mmap.mmap, start: int, length: int) -> tuple[ctypes.Array[ctypes.c_char], int]:
+def _holder(mirror: Mirror, start: int, length: int) -> tuple[ctypes.Array[ctypes.c_char], int]:
     """A ctypes array over the mirror that covers ``length`` bytes at ``start``, and where they
     begin in it. Its length is a power of two (or the whole mirror), so the array types made
     stay few: ctypes keeps every array type it makes for the life of the process."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
-from pyroce.nic.notify import AsyncEvent, EventQueue
+from pyroce.nic.events import AsyncEvent, EventQueue
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp

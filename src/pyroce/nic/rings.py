@@ -10,7 +10,7 @@ shared memory for a NIC process or in pinned memory written by a GPU.
 from __future__ import annotations
 
 import ctypes
-from socket import htonl, ntohl
+import sys
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
 from pyroce.nic.wqe import (
@@ -28,6 +28,24 @@ from pyroce.nic.wqe import (
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
+
+if sys.byteorder == "little":
+
+    def _be16_word(counter: int) -> int:
+        """The native u32 whose bytes are ``counter`` (16 bits) as a be32: ``htonl(counter)``."""
+        return (counter & 0xFF) << 24 | (counter & 0xFF00) << 8
+
+    def _be16_of(word: int) -> int:
+        """The low 16 bits of the be32 whose bytes are the native u32 ``word``: ``ntohl(word) & 0xFFFF``."""
+        return word >> 24 | (word >> 8) & 0xFF00
+
+else:  # pragma: no cover - a big-endian host stores a be32 as it is
+
+    def _be16_word(counter: int) -> int:
+        return counter
+
+    def _be16_of(word: int) -> int:
+        return word & COUNTER_MASK
 
 
 def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None:
@@ -66,10 +84,10 @@ class DoorbellRecord:
         self.words = aligned_words(buf[: self.SIZE])
 
     def publish(self, which: int, counter: int) -> None:
-        self.words[which >> 2] = htonl(counter & COUNTER_MASK)
+        self.words[which >> 2] = _be16_word(counter & COUNTER_MASK)
 
     def read(self, which: int) -> int:
-        return ntohl(self.words[which >> 2]) & COUNTER_MASK
+        return _be16_of(self.words[which >> 2])
 
 
 class SendRing:

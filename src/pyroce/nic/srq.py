@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pyroce.ib.enums import EventType
-from pyroce.nic.notify import AsyncEvent, EventQueue
+from pyroce.nic.events import AsyncEvent, EventQueue
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
 from pyroce.transport.work import RecvWork
 

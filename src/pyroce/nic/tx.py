@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pyroce.link.udp import MAX_GSO_BYTES
 from pyroce.nic.port import Port
-from pyroce.wire.framing import MAX_GSO_SEGMENTS, RocePath
+from pyroce.wire.framing import MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RocePath
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Packet, PacketRun, packet_length

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from pyroce.nic.registry import configured_address, stats_dir
+from pyroce.host.registry import configured_address, stats_dir
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_DEVICE = "pyroce0"

@@ -17,7 +17,7 @@ import selectors
 import socket
 import time
 
-from pyroce.nic.registry import LinkError
+from pyroce.host.registry import LinkError
 from pyroce.nicd.place import NicPlace
 from pyroce.nicd.protocol import ProtocolError, receive, send
 from pyroce.nicd.session import Session

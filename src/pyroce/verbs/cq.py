@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, GRH_MASK, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
-from pyroce.nic.notify import EventQueue
+from pyroce.nic.events import EventQueue
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing
 from pyroce.nic.wqe import WqeOpcode
 from pyroce.verbs.base import PyverbsObject, check_injected

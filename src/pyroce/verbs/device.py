@@ -8,9 +8,9 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, fields
 
+from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.device import NicDevice
-from pyroce.nic.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.verbs.addr import GID, gid_of_address
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.driver_memory import LOCAL, DriverMemory

@@ -161,6 +161,7 @@ def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: Udp
 
 
 MAX_GSO_SEGMENTS = 64  # segments of one UDP GSO send that carry their own IPv4 ID (UDP_MAX_SEGMENTS)
+MAX_GSO_BYTES = 65507 - 8  # UDP payload of one send (IPv4 datagram limit), whatever the segments
 _MAX_SEEDS = 4096  # cached (length, segment) seeds per path; a flood of odd lengths clears it
 
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Callable
+from typing import Protocol
 
+from pyroce.host.handoff import Handoff
 from pyroce.nic.engine import Engine
-from pyroce.nic.handoff import Handoff
 from pyroce.nic.port import Clock
 
 MODES = ("inline", "thread", "host")
@@ -38,14 +38,23 @@ YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the eng
 SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
 
 
-class Progress:
-    """Runs ``engine`` under ``lock`` from the callers and the engine thread, per ``mode``.
+class IdleWork(Protocol):
+    """What the engine thread does between its waits, besides passes (``assembly.StatsFolder``:
+    publishing counters, serving capture requests)."""
 
-    ``on_idle`` runs on the engine thread after each wait (publishing counters, serving
-    capture requests), also while an inline application keeps it standing back."""
+    def __call__(self, now: float) -> None: ...
+
+    def close(self) -> None:
+        """The engine thread has stopped: release what the work holds."""
+        ...
+
+
+class Progress:
+    """Runs ``engine`` under ``lock`` from the callers and the engine thread, per ``mode``: a
+    ``nic.device.Runner``. The engine thread runs from ``start`` to ``stop``."""
 
     def __init__(self, engine: Engine, handoff: Handoff, lock: threading.Lock, mode: str, clock: Clock,
-                 name: str, on_idle: Callable[[float], None] | None = None) -> None:  # fmt: skip
+                 name: str) -> None:  # fmt: skip
         if mode not in MODES:
             raise ValueError(f"progress mode {mode!r} is not one of {', '.join(MODES)}")
         self.engine = engine
@@ -54,7 +63,8 @@ class Progress:
         self._handoff = handoff
         self._lock = lock
         self._clock = clock
-        self._on_idle = on_idle
+        self._name = name
+        self._idle: IdleWork | None = None
         self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
@@ -63,10 +73,15 @@ class Progress:
         self._passed = threading.Condition(threading.Lock())
         self._ready = select.epoll()
         self._thread: threading.Thread | None = None
-        if mode != "host":
-            for fd in (engine.port.link.fileno(), handoff.fileno()):
+
+    def start(self, idle: IdleWork | None = None) -> None:
+        """Start the engine thread (none in host mode); it runs ``idle`` after each wait, also
+        while an inline application keeps it standing back, and ``stop`` closes it."""
+        self._idle = idle
+        if self.mode != "host":
+            for fd in (self.engine.port.link.fileno(), self._handoff.fileno()):
                 self._ready.register(fd, select.EPOLLIN)
-            self._thread = threading.Thread(target=self._run, name=f"{name}-engine", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=f"{self._name}-engine", daemon=True)
             self._thread.start()
 
     # --- from the drivers ----------------------------------------------------------------
@@ -129,6 +144,8 @@ class Progress:
             self._handoff.wake()
             self._thread.join()
         self._ready.close()
+        if self._idle is not None:
+            self._idle.close()
 
     # --- the engine thread -----------------------------------------------------------------
 
@@ -162,8 +179,8 @@ class Progress:
                     # packets or doorbells would only make this thread take the GIL from it (and
                     # make it wait for the lock): sleep until the application may have gone quiet.
                     time.sleep(INLINE_GRACE_S - quiet)
-                    if self._on_idle is not None:
-                        self._on_idle(clock())  # a busy application still has its counters published
+                    if self._idle is not None:
+                        self._idle(clock())  # a busy application still has its counters published
                     continue
             self._wait(sources)
             self._handoff.drain()
@@ -176,8 +193,8 @@ class Progress:
                 self._busy = False
                 self._passes += 1
                 self._passed.notify_all()
-            if self._on_idle is not None:
-                self._on_idle(clock())
+            if self._idle is not None:
+                self._idle(clock())
 
     def _wait(self, sources: list[int]) -> None:
         """Until input, a wake-up or the next deadline (at once if work is waiting).

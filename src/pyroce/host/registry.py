@@ -6,7 +6,7 @@ takes its own loopback address, ``127.64.0.0/10`` plus its pid, so any two proce
 host can reach each other with no configuration: the whole ``127/8`` is local on Linux.
 ``PYROCE_PROGRESS=thread`` leaves all engine work to the engine thread (the default, ``inline``,
 also runs it in the caller's thread on a doorbell or an empty poll; ``host`` runs no thread and
-leaves it to ``NicDevice.step(now)``; ``nic.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
+leaves it to ``NicDevice.step(now)``; ``host.progress``). ``PYROCE_FAULTS="loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7"`` makes the link
 misbehave on purpose (``pyroce.link.faults``). Running devices write their counters to
 ``PYROCE_STATS_DIR`` for ``pyroce stats``; ``PYROCE_PRINT_STATS=1`` also prints them on stderr when the device
 closes, for a program that prints none itself (a C program under ``pyroce run``). ``PYROCE_GSO=0`` turns UDP GSO and GRO off (see the
@@ -26,11 +26,12 @@ import tempfile
 import threading
 from typing import NamedTuple
 
+from pyroce.host.assembly import build_device
+from pyroce.host.progress import MODES
+from pyroce.host.stats_file import summary_line
 from pyroce.link.faults import FaultConfig
 from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu
 from pyroce.nic.device import NicDevice
-from pyroce.nic.progress import MODES
-from pyroce.nic.stats_file import summary_line
 
 DEVICE_NAMES = ("pyroce0",)
 LOOPBACK_BASE = int(ipaddress.IPv4Address("127.64.0.0"))
@@ -78,7 +79,7 @@ class DeviceSettings(NamedTuple):
 
     faults: FaultConfig
     batching: bool  # PYROCE_GSO: UDP GSO and GRO when the kernel has them
-    progress: str  # PYROCE_PROGRESS: one of ``nic.progress.MODES``
+    progress: str  # PYROCE_PROGRESS: one of ``host.progress.MODES``
     verify_icrc: bool  # PYROCE_VERIFY_ICRC
     print_stats: bool  # PYROCE_PRINT_STATS: the counters on stderr when the device closes
 
@@ -111,8 +112,8 @@ def _create(name: str, progress: str | None) -> NicDevice:
         settings = settings._replace(progress=progress)
 
     def make(address: str) -> NicDevice:
-        return NicDevice(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
-                         progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
+        return build_device(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
+                            progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
 
     if settings.print_stats:
         _print_stats.add(name)

@@ -1,12 +1,13 @@
-"""What the engine tells application threads: completion events and asynchronous events.
+"""The event queues application threads wait on: completion events and asynchronous events.
 
-An ``EventQueue`` is a queue with an eventfd that is readable exactly while the queue holds
+An ``EventFdQueue`` is a queue with an eventfd that is readable exactly while the queue holds
 something, so an application waits on ``fileno()`` with select, poll, epoll or asyncio's
 ``add_reader`` and then takes an item, or blocks in ``get`` (in ``poll``, holding no GIL).
 It is what a completion channel's fd (the kernel's ``ib_uverbs_event_queue``) and a context's
-``async_fd`` are. ``EventQueues`` are a device's asynchronous event queues, one per open
-context, as the kernel keeps one async event file per ``ibv_open_device``: an event of a QP, CQ
-or SRQ goes to the queue of the context that created it, a port or device event to all.
+``async_fd`` are: the ``EventQueue`` of ``nic.events`` that the host gives the device.
+``EventFdQueues`` are a device's asynchronous event queues, one per open context, as the kernel
+keeps one async event file per ``ibv_open_device``: an event of a QP, CQ or SRQ goes to the
+queue of the context that created it, a port or device event to all.
 
 The invariant, kept under the queue's lock: the eventfd's counter is non-zero if and only if
 items wait. ``put`` writes 1 when the queue goes from empty to non-empty, and ``take`` reads
@@ -23,25 +24,16 @@ import select
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
-from pyroce.ib.enums import EventType
+from pyroce.nic.events import EventQueue
 
 T = TypeVar("T")
 
 
-class AsyncEvent(NamedTuple):
-    """An asynchronous event (``ibv_async_event``): its type, its element (the QPN, CQN or
-    SRQ number of an object's event, the port number of a port event, 0 for the device) and
-    one line on why."""
-
-    event_type: EventType
-    element: int
-    reason: str
-
-
-class EventQueue(Generic[T]):
-    """Items from the engine to the application, oldest first, and the fd that says some wait.
+class EventFdQueue(Generic[T]):
+    """An ``EventQueue``: items from the engine to the application, oldest first, and the fd
+    that says some wait.
 
     With ``maxlen``, a full queue drops its oldest item (as a NIC's event queue overflows)."""
 
@@ -122,8 +114,8 @@ class EventQueue(Generic[T]):
         os.close(self._fd)
 
 
-class EventQueues(Generic[T]):
-    """The asynchronous event queues of a device's open contexts (``ib_uverbs_async_event_file``
+class EventFdQueues(Generic[T]):
+    """``EventQueues``: the asynchronous event queues of a device's open contexts (``ib_uverbs_async_event_file``
     per open): ``open`` one per context, ``broadcast`` what concerns them all (port and device
     events); an object's own events go to the queue it was created with. Each queue is bounded."""
 
@@ -133,7 +125,7 @@ class EventQueues(Generic[T]):
         self._queues: list[EventQueue[T]] = []
 
     def open(self) -> EventQueue[T]:
-        queue: EventQueue[T] = EventQueue(self._maxlen)
+        queue: EventQueue[T] = EventFdQueue(self._maxlen)
         with self._lock:
             self._queues.append(queue)
         return queue

@@ -1,11 +1,11 @@
 """Capturing a running device's traffic from another process (``pyroce capture``), through the
-stats folder where ``pyroce stats`` finds the devices (``nic.stats_file``).
+stats folder where ``pyroce stats`` finds the devices (``host.stats_file``).
 
 Each process has its own pyroce0 and engine, so a tool cannot record its packets; it asks:
 - the tool writes ``<pid>-<device>.capture`` (``{"path": pcap, "count": N or null}``), whole;
 - the device's engine thread looks for it on its idle path every ``CHECK_EVERY_S`` (never per
   packet), opens the pcap itself and streams every frame it sends and receives into it
-  (``nic.capture_stream``), then writes ``<pid>-<device>.capture-state``: ``{"state":
+  (``host.capture_stream``), then writes ``<pid>-<device>.capture-state``: ``{"state":
   "capturing"}``, ``"done"`` after N frames, or ``"failed"`` with an ``"error"``;
 - the tool removes the request when it is done (count, timeout, Ctrl-C); the device stops at
   its next look and removes the state file, which tells the tool the pcap is complete.
@@ -23,9 +23,9 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from pyroce.host.capture_stream import PcapSink
+from pyroce.host.stats_file import device_path, replace_json
 from pyroce.nic.capture import FrameSink
-from pyroce.nic.capture_stream import PcapSink
-from pyroce.nic.stats_file import device_path, replace_json
 
 CHECK_EVERY_S = 0.25  # how often the engine thread looks for a request
 
