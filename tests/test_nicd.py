@@ -35,6 +35,13 @@ def status(env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
+def owners(env: dict[str, str]) -> dict[str, int]:
+    """The NIC's QPs and their programs' pids, as ``pyroce stats --json`` shows them."""
+    done = subprocess.run([sys.executable, "-m", "pyroce", "stats", "--json"], env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return {qpn: pid for document in json.loads(done.stdout) for qpn, pid in document.get("owners", {}).items()}
+
+
 def make_qp(conn, qp_type=RC):
     ctx, doorbell_fd, async_fd = conn.call("open_context", "pyroce0")
     pd = conn.call("alloc_pd", ctx)
@@ -117,12 +124,15 @@ def test_a_killed_program_is_cleaned_up_and_others_go_on(nic, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "ready"
         assert holder.pid in status(env)["programs"] and status(env)["qps"] == 5
+        spin_until(lambda: sorted(owners(env).values()) == sorted([holder.pid] * 4 + [os.getpid()]),
+                   "`pyroce stats` naming each QP's program")  # fmt: skip
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     finally:
         holder.stdout.close()
     spin_until(lambda: holder.pid not in status(env)["programs"], "the killed program's objects destroyed")
     assert status(env)["qps"] == 1
+    spin_until(lambda: list(owners(env).values()) == [os.getpid()], "the killed program's QPs gone from the stats")
     assert survivor.call("query_qp", kept).qp_state == 0
     survivor.sock.close()
 

@@ -67,8 +67,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"{document['device']} pid {document['pid']} address {document['address']}", file=out)
         _print_counters(document["counters"], out, "  ")
         if args.qp:
+            owners = document.get("owners", {})  # a shared NIC's: the program of each QP
             for qpn, counters in document["qps"].items():
-                print(f"  qp {qpn}", file=out)
+                print(f"  qp {qpn}" + (f" (pid {owners[qpn]})" if qpn in owners else ""), file=out)
                 _print_counters(counters, out, "    ")
     return 0
 

@@ -73,7 +73,8 @@ class StatsFolder:
         device = self._device
         counters, qps = device.stats_snapshot()
         stats_file.write({"device": device.name, "address": device.address, "pid": os.getpid(), "counters": counters,
-                          "qps": {f"0x{qpn:x}": qp for qpn, qp in qps.items()}}, now)  # fmt: skip
+                          "qps": {f"0x{qpn:x}": qp for qpn, qp in qps.items()},
+                          "owners": {f"0x{qpn:x}": pid for qpn, pid in dict(device.qp_owners).items()}}, now)  # fmt: skip
 
     def close(self) -> None:
         """The engine thread has stopped: the capture ends and the counters file goes."""

@@ -120,6 +120,7 @@ class NicDevice:
         self._next_pdn = 1
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN
+        self.qp_owners: dict[int, int] = {}  # QPN -> pid of the program whose QP it is (a shared NIC's)
         self._next_srqn = 1
         self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
 
@@ -332,6 +333,7 @@ class NicDevice:
         """Remove the QP, and its async events not yet read (as ib_uverbs does)."""
         with self._lock:
             qp = self.engine.remove_qp(qpn)
+            self.qp_owners.pop(qpn, None)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
                 if qp.srq is not None:

@@ -160,6 +160,9 @@ class Session:
         finally:
             if command.startswith(("close_", "destroy_", "dealloc_", "dereg_")):
                 self._forget_closed()
+        if command == "create_qp":  # `pyroce stats --qp` says whose it is
+            qp = result[0]
+            qp.device.qp_owners[qp.qp_num] = self.pid
         return result
 
     def _hello(self, greeting: Any = None) -> dict[str, Any]:
