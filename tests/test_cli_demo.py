@@ -8,13 +8,12 @@ import os
 import pty
 import random
 import re
-import shutil
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
 from tests.cli import background, cli_env, command, pyroce
+from tests.netns import two_hosts  # noqa: F401 - a fixture
 
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
 PACKETS = re.compile(r"^packets: (\d+) sent, (\d+) received, (\d+) with a bad ICRC$", re.MULTILINE)
@@ -111,43 +110,6 @@ def test_progress_shows_on_a_terminal_only() -> None:
     assert shown.startswith(b"\rSEND/RECV: message 1 of ") and shown.count(b" of ") >= 2  # at most 10 a second
     assert shown.endswith(b"\r\x1b[K")  # the last progress line erased
     assert check_report(stdout.decode()) == 0 and b"message 1 of" not in stdout
-
-
-def _netns_available() -> bool:
-    if shutil.which("ip") is None or os.geteuid() != 0:
-        return False
-    probe = f"pyroce-probe-{os.getpid()}"
-    if subprocess.run(["ip", "netns", "add", probe], capture_output=True, check=False).returncode:
-        return False
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
-    return True
-
-
-@pytest.fixture
-def two_hosts() -> Iterator[tuple[str, str]]:
-    """Two network namespaces joined by a veth pair: 10.199.0.1 and 10.199.0.2 (MTU 1500)."""
-    if not _netns_available():
-        pytest.skip("needs root and network namespaces (ip netns)")
-    tag = os.getpid() % 100000
-    a, b = f"pyroce-a{tag}", f"pyroce-b{tag}"
-    steps = [
-        ["ip", "netns", "add", a],
-        ["ip", "netns", "add", b],
-        ["ip", "link", "add", f"pra{tag}", "netns", a, "type", "veth", "peer", "name", f"prb{tag}", "netns", b],
-        ["ip", "-n", a, "addr", "add", "10.199.0.1/24", "dev", f"pra{tag}"],
-        ["ip", "-n", b, "addr", "add", "10.199.0.2/24", "dev", f"prb{tag}"],
-        ["ip", "-n", a, "link", "set", f"pra{tag}", "up"],
-        ["ip", "-n", b, "link", "set", f"prb{tag}", "up"],
-        ["ip", "-n", a, "link", "set", "lo", "up"],
-        ["ip", "-n", b, "link", "set", "lo", "up"],
-    ]
-    try:
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True)
-        yield a, b
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
 def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:

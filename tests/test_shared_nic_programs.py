@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import ROOT, free_port, listening
+from tests.netns import two_hosts  # noqa: F401 - a fixture
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import C_TOOL, ITERS, driver_env, needs_tools  # noqa: F401 - driver_env: a fixture
 from tests.waiting import spin_until
@@ -157,3 +158,41 @@ def test_a_write_into_unmapped_memory_is_a_remote_access_error(nic, tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert results(done.stdout) == {"setup": 0, "write_mapped": 0, "landed": 0, "write_unmapped": 10,
                                     "still_running": 0}  # fmt: skip  # 10: IBV_WC_REM_ACCESS_ERR
+
+
+@needs_tools
+def test_two_programs_on_each_of_two_hosts(two_hosts: tuple[str, str], driver_env: dict[str, str],  # noqa: F811
+                                           tmp_path: Path) -> None:  # fmt: skip
+    """Two network namespaces, each a host with one shared NIC on its address (started by the
+    first program there): an ibv_rc_pingpong pair and an ib_write_bw pair run at once between
+    them, so two programs share each address, over real RoCEv2/UDP on a veth link."""
+    hosts = {name: (address, {**driver_env, "PYROCE_ADDR": address, "PYROCE_STATS_DIR": str(tmp_path / name)})
+             for name, address in zip(two_hosts, ("10.199.0.1", "10.199.0.2"))}  # fmt: skip
+    (server_ns, (server_ip, server_env)), (client_ns, (_, client_env)) = hosts.items()
+    pingpong = [*C_TOOL, "-g", "0", "-p", "18520", "-n", "300", "-s", "4096", "-c"]
+    bandwidth = ["ib_write_bw", "-d", "pyroce0", "-p", "18521", "-s", "65536", "-n", "500"]
+    in_ns = ["ip", "netns", "exec"]
+    servers = [subprocess.Popen([*in_ns, server_ns, *argv], env=server_env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT) for argv in (pingpong, bandwidth)]  # fmt: skip
+    try:
+        spin_until(lambda: b"18520" in subprocess.run([*in_ns, server_ns, "ss", "-ltn"], capture_output=True).stdout
+                   and b"18521" in subprocess.run([*in_ns, server_ns, "ss", "-ltn"], capture_output=True).stdout,
+                   "both servers listening")  # fmt: skip
+        clients = [subprocess.Popen([*in_ns, client_ns, *argv, server_ip], env=client_env, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                   for argv in (pingpong, bandwidth)]  # fmt: skip
+        outs = [process.communicate(timeout=240)[0] for process in (*clients, *servers)]
+    finally:
+        for name, (_, env) in hosts.items():
+            subprocess.run([*in_ns, name, sys.executable, "-m", "pyroce", "nicd", "--stop"], env=env,
+                           capture_output=True, check=False)  # fmt: skip
+        for process in servers:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    pingpong_client, bandwidth_client, pingpong_server, _ = outs
+    assert all(process.returncode == 0 for process in (*clients, *servers)), outs
+    for out in (pingpong_client, pingpong_server):
+        assert ITERS.search(out).group(1) == "300", out  # type: ignore[union-attr]
+        assert "GID ::ffff:10.199.0.1" in out and "GID ::ffff:10.199.0.2" in out
+    assert re.search(r"^\s*65536\s+500\s+[\d.]+\s+[\d.]+", bandwidth_client, re.MULTILINE), bandwidth_client
