@@ -238,3 +238,17 @@ def test_a_nic_that_cannot_bind_says_why(tmp_path):
                           check=False)  # fmt: skip
     assert done.returncode == 1
     assert "the shared NIC pyroce0 on 192.0.2.1 cannot start: cannot serve pyroce0 on 192.0.2.1" in done.stderr
+
+
+def test_doctor_names_the_shared_nic_running_or_what_keeps_it_from_starting(nic, tmp_path):
+    place, env, process = nic
+    running = subprocess.run([sys.executable, "-m", "pyroce", "doctor", "--json"], env=env, capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    check = next(item for item in json.loads(running.stdout)["checks"] if item["name"] == "shared_nic")
+    assert check["ok"] and check["value"].startswith(f"running: pyroce0 on {place.address}: pid {process.pid}, ")
+    blocked = {**env, "PYROCE_STATS_DIR": str(tmp_path / "elsewhere")}  # another NIC's folder, the same address
+    done = subprocess.run([sys.executable, "-m", "pyroce", "doctor", "--json"], env=blocked, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    check = next(item for item in json.loads(done.stdout)["checks"] if item["name"] == "shared_nic")
+    assert done.returncode == 1 and not check["ok"]
+    assert check["value"] == f"pyroce0 on {place.address} cannot start: UDP {place.address}:4791 is already in use"

@@ -17,7 +17,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
+from pyroce.cli.nicd import describe_status
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
+from pyroce.nicd.client import NicError, ask
+from pyroce.nicd.place import nic_place
 from pyroce.verbs.addr import gid_of_address
 from pyroce.wire.mtu import mtu_for_netdev, mtu_to_bytes
 
@@ -106,6 +109,25 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     return checks
 
 
+def check_shared_nic() -> list[Check]:
+    """The shared NIC a C program (``pyroce run``) would use: running, or able to start."""
+    try:
+        place = nic_place()
+    except LinkError:
+        return []  # the address check says what is wrong with PYROCE_ADDR
+    why = "C programs under `pyroce run` share it (PYROCE_NIC=shared, the default)"
+    try:
+        return [Check("shared_nic", True, f"running: {describe_status(place, ask(place, 'status'))}", why)]
+    except NicError:
+        pass
+    try:
+        UdpLink(place.address).close()
+    except LinkError as exc:
+        return [Check("shared_nic", False, f"{place.describe()} cannot start: {exc.strerror or exc}", why,
+                      "free UDP 4791 on that address, or set PYROCE_ADDR to another")]  # fmt: skip
+    return [Check("shared_nic", True, f"{place.describe()}: not running; the first C program starts it", why)]
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "doctor",
@@ -121,7 +143,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     checks, settings = check_settings()
-    checks = check_address(settings) + checks
+    checks = check_address(settings) + checks + check_shared_nic()
     ok = all(check.ok for check in checks)
     if args.json:
         print(json.dumps({"ok": ok, "checks": [asdict(check) for check in checks]}, indent=2), file=out)

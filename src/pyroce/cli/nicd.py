@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 from typing import Any, TextIO
 
@@ -22,7 +21,7 @@ from pyroce.cli.errors import CliError
 from pyroce.host.registry import LinkError
 from pyroce.nicd.launch import BUSY, FAILED, READY
 from pyroce.nicd.place import DEFAULT_DEVICE, NicPlace, nic_place
-from pyroce.nicd.protocol import receive, send
+from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.server import DEFAULT_IDLE_S, NicBusy, NicServer, open_server
 
 DESCRIPTION = """The shared NIC: one pyroce0 per user and address (PYROCE_ADDR, default 127.0.0.1) that every
@@ -109,22 +108,19 @@ def _background(place: NicPlace, idle_s: float, out: TextIO) -> int:
 
 
 def _ask(place: NicPlace, request: str, as_json: bool, out: TextIO) -> int:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     try:
-        sock.connect(place.socket_name)
-    except (ConnectionRefusedError, FileNotFoundError):
-        raise CliError(f"no shared NIC serves {place.describe()}") from None
-    with sock:
-        send(sock, (request, ()))
-        message = receive(sock)
-    if message is None or message.value[0] != "ok":
-        raise CliError(f"the shared NIC {place.describe()} did not answer")
-    answer = message.value[1]
+        answer = ask(place, request)
+    except NicError as exc:
+        raise CliError(exc.strerror) from None
     if request == "stop":
         print(f"pyroce nicd: stopped {place.describe()} (pid {answer})", file=out)
     elif as_json:
         print(json.dumps(answer), file=out)
     else:
-        programs = " ".join(map(str, answer["programs"])) or "none"
-        print(f"{place.describe()}: pid {answer['pid']}, {answer['qps']} QPs, programs (pids): {programs}", file=out)
+        print(describe_status(place, answer), file=out)
     return 0
+
+
+def describe_status(place: NicPlace, answer: dict[str, Any]) -> str:
+    programs = " ".join(map(str, answer["programs"])) or "none"
+    return f"{place.describe()}: pid {answer['pid']}, {answer['qps']} QPs, programs (pids): {programs}"

@@ -127,6 +127,21 @@ def connect(place: NicPlace, start: bool = True) -> Connection:
             raise
 
 
+def ask(place: NicPlace, request: str) -> Any:
+    """The answer of the NIC at ``place`` to ``stop`` (its pid) or ``status`` (a mapping), as
+    ``pyroce nicd --stop``/``--status`` ask; ``NicError`` (ENODEV) when none serves it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
+        try:
+            sock.connect(place.socket_name)
+        except (ConnectionRefusedError, FileNotFoundError):
+            raise NicError(errno.ENODEV, f"no shared NIC serves {place.describe()}") from None
+        send(sock, (request, ()))
+        message = receive(sock)
+    if message is None or message.value[0] != "ok":
+        raise NicError(errno.EIO, f"the shared NIC {place.describe()} did not answer")
+    return message.value[1]
+
+
 _lock = threading.Lock()
 _connection: Connection | None = None
 
