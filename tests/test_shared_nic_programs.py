@@ -88,7 +88,7 @@ def test_perftest_pair_on_one_address(nic) -> None:
         while True:
             client = subprocess.run([*argv, "127.0.0.1"], env=env, capture_output=True, text=True, timeout=300,
                                     check=False)  # fmt: skip
-            if "Couldn't connect" not in client.stdout or time.monotonic() > deadline:
+            if "Couldn't connect" not in client.stdout + client.stderr or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         server_out = server.communicate(timeout=120)[0]
