@@ -1,8 +1,8 @@
 """perftest through pyroce, for ``run.py``: Debian's ``ib_write_bw`` (64 KiB, and 2 bytes for the
 message rate) and ``ib_send_lat`` (2 bytes), unmodified, on the C driver, server and client on
-this host, with each NIC the C driver offers (``PYROCE_NIC``): the shared NIC (both programs on
-one address, served by a ``pyroce nicd`` of the run's own) and, where the driver still has it, the
-NIC embedded in each program (each on its own loopback address). The figures are perftest's own:
+this host, both on the shared NIC (``pyroce nicd``, one of the run's own on an address of its
+own, stopped after), beside ``run.py``'s rows of pyroce's Python verbs, whose NIC is in each
+program. The figures are perftest's own:
 BW average (perftest's MB is 2^20 bytes, converted here to run.py's 10^6), MsgRate, and for
 latency t_typical (its median) and the 99% percentile of half round trips. Without perftest, a C
 compiler or libibverbs-dev the rows are skipped with a note, never an error.
@@ -22,7 +22,6 @@ from typing import Any
 from pyroce.driver.build import BuildError, library_dir
 from pyroce.driver.environment import driver_environment
 
-NIC_MODES = ("shared", "embedded")  # PYROCE_NIC: the C driver's NICs
 CALIBRATION = "Correlation coefficient r^2"  # perftest's clock calibration gave up: the CPU was busy
 NOT_LISTENING = "Couldn't connect to"  # the client came before the server's listen
 ATTEMPTS = 3
@@ -40,25 +39,18 @@ def perftest_rows(quick: bool, port: int) -> tuple[list[dict[str, Any]], str | N
     except BuildError as exc:
         return [], f"perftest rows skipped: {exc}"
     env = {name: value for name, value in driver_environment(folder, os.environ).items()
-           if name not in ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_NIC")}  # fmt: skip
-    rows: list[dict[str, Any]] = []
+           if name not in ("PYROCE_ADDR", "PYROCE_PROGRESS")}  # fmt: skip
     with tempfile.TemporaryDirectory() as stats:
-        for nic in NIC_MODES:
-            nic_env = {**env, "PYROCE_NIC": nic}
-            if nic == "shared":  # a NIC of the run's own, on an address of its own, stopped after
-                nic_env.update(PYROCE_STATS_DIR=stats, PYROCE_ADDR=f"127.201.{os.getpid() % 250}.1")
-            try:
-                rows += nic_rows(quick, nic, nic_env, port)
-            finally:
-                if nic == "shared":
-                    subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=nic_env,
-                                   capture_output=True, check=False)  # fmt: skip
-            port += 3
-    return rows, None
+        nic_env = {**env, "PYROCE_STATS_DIR": stats, "PYROCE_ADDR": f"127.201.{os.getpid() % 250}.1"}
+        try:
+            return shared_nic_rows(quick, nic_env, port), None
+        finally:
+            subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=nic_env, capture_output=True,
+                           check=False)  # fmt: skip
 
 
-def nic_rows(quick: bool, nic: str, env: dict[str, str], port: int) -> list[dict[str, Any]]:
-    series = f"perftest-{nic}"
+def shared_nic_rows(quick: bool, env: dict[str, str], port: int) -> list[dict[str, Any]]:
+    series = "perftest"
     bw = table(run_pair(["ib_write_bw", "-s", "65536", "-n", "1000" if quick else "5000"], env, port))
     rate = table(run_pair(["ib_write_bw", "-s", "2", "-n", "5000" if quick else "50000"], env, port + 1))
     lat = table(run_pair(["ib_send_lat", "-s", "2", "-n", "200" if quick else "2000"], env, port + 2))

@@ -8,9 +8,9 @@ and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte 
 (perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
 bandwidth against message size, against the number of QPs and with many registered MRs, and
 CPU seconds per GB; then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
-``ib_send_lat`` (2 bytes) through pyroce's C driver, on the shared NIC and on a NIC in each
-program (``perftest_rows.py``; skipped with a note where perftest, a C compiler or
-libibverbs-dev is missing). Each figure is printed beside its ceiling as a ratio.
+``ib_send_lat`` (2 bytes) through pyroce's C driver, both programs on one shared NIC
+(``perftest_rows.py``; skipped with a note where perftest, a C compiler or libibverbs-dev is
+missing). Each figure is printed beside its ceiling as a ratio.
 Every run checks the bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in
 under a minute.
 """
@@ -436,9 +436,8 @@ def print_table(report: dict[str, Any]) -> None:
             f"{row.get('cpu_s_per_GB', 0):>10.2f}{row['ratio']:>8.3f}"
         )
     print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
-    print("/perftest-NIC rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, on the shared "
-          "NIC (both programs on one address) and on a NIC embedded in each program; the other rows: pyroce's "
-          "Python verbs, each process with its own NIC")  # fmt: skip
+    print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, both programs on "
+          "one shared NIC; the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     for note in report["notes"]:
         print(note)
     errors = report["errors"]

@@ -25,9 +25,7 @@ def private_address() -> str:
 
 
 def nic_environment(folder: Path, address: str) -> dict[str, str]:
-    env = dict(os.environ, PYROCE_STATS_DIR=str(folder), PYROCE_ADDR=address)
-    env.pop("PYROCE_NIC", None)
-    return env
+    return dict(os.environ, PYROCE_STATS_DIR=str(folder), PYROCE_ADDR=address)
 
 
 @contextmanager

@@ -404,3 +404,42 @@ def test_ibv_asyncwatch_opens_pyroce0_and_waits_for_events(driver_env: dict[str,
         watcher.kill()
         _, err = watcher.communicate()
     assert NIC_STARTED.sub("", err) == ""
+
+
+@needs_tools
+def test_a_c_program_runs_with_no_interpreter_and_says_why_a_verb_failed_when_verbose(
+    driver_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The library speaks the shared NIC's protocol itself: it links no libpython, and a program
+    that used the verbs has none mapped and no Python symbol to find. A verb the NIC refuses
+    fails with its errno, silently, and says why on stderr under PYROCE_VERBOSE=1."""
+    library = Path(driver_env["LD_LIBRARY_PATH"].split(os.pathsep)[0]) / "libibverbs.so.1"
+    linked = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=True).stdout
+    assert "libpython" not in linked and "libc.so" in linked, linked
+    for verbose in ("", "1"):
+        done = run_c_program("no_interpreter", {**driver_env, "PYROCE_VERBOSE": verbose}, tmp_path, address(8))
+        results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines())
+        assert results.pop("create_cq_zero") == str(22), done.stdout  # EINVAL
+        assert set(results.values()) == {"0"}, done.stdout  # libpython_mapped 0, python_symbol 0 among them
+        said = [line for line in NIC_STARTED.sub("", done.stderr).splitlines()]
+        if verbose:
+            assert len(said) == 1 and said[0].startswith("pyroce: ibv_create_cq: "), done.stderr
+        else:
+            assert said == [], done.stderr
+
+
+@needs_tools
+def test_a_nic_that_cannot_start_is_one_line_and_eio(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """No NIC serves 192.0.2.1 and none can (no interface has a TEST-NET address): the program's
+    ibv_open_device fails with EIO, and the NIC's reason is said once, however often it tries."""
+    env = {**driver_env, "PYROCE_STATS_DIR": str(tmp_path / "stats")}
+    program = tmp_path / "no_interpreter"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / "no_interpreter.c"),
+                    "-libverbs"], check=True, capture_output=True)  # fmt: skip
+    done = subprocess.run([str(program), "open-twice"], env={**env, "PYROCE_ADDR": "192.0.2.1"}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["open_first 5", "open_second 5"]
+    assert done.stderr.startswith("pyroce: the shared NIC pyroce0 on 192.0.2.1 cannot start: cannot serve pyroce0 "
+                                  "on 192.0.2.1: "), done.stderr  # fmt: skip
+    assert done.stderr.count("\n") == 1, done.stderr

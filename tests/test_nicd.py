@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from pyroce.driver.build import sources_digest
 from pyroce.nicd.client import NicError, connect
 from pyroce.nicd.place import NicPlace
 from pyroce.nicd.protocol import Handle, receive, send
@@ -170,6 +171,25 @@ def test_a_driver_of_another_protocol_is_refused(nic):
         send(sock, ("hello", ({"protocol": 999},)))
         answer = receive(sock).value
     assert answer[0] == "err" and answer[1] == errno.EPROTO and "protocol 1" in answer[2]
+
+
+def test_a_c_library_of_other_sources_is_refused(nic):
+    """The C library sends its sources digest in its hello: a library built from another pyroce's
+    sources (an old LD_LIBRARY_PATH) is refused in one line; this pyroce's is greeted."""
+    place, _, _ = nic
+    for digest, refused in (("0123456789abcdef", True), (sources_digest(), False)):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+            sock.connect(place.socket_name)
+            send(sock, ("hello", ({"protocol": 1, "version": "x", "driver": digest},)))
+            message = receive(sock)
+            for fd in message.fds:
+                os.close(fd)
+        if refused:
+            assert message.value[:2] == ("err", errno.EPROTO)
+            assert "was built from other sources than the pyroce of the shared NIC" in message.value[2]
+            assert "\n" not in message.value[2]
+        else:
+            assert message.value[0] == "ok" and message.value[1]["protocol"] == 1
 
 
 def test_commands_before_hello_are_refused(nic):

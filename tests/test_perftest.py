@@ -214,6 +214,9 @@ def test_a_peer_killed_mid_transfer_leaves_the_other_with_an_error(env: dict[str
     """``ib_write_bw -D 30``: once the client prints its table's header (the WRITEs flowing),
     one side is killed; the other exits non-zero with perftest's message, long before the 30 s."""
     server, client_argv = perftest("ib_write_bw", env, free_port(29), "-D", "30")
+    # perftest's stdout is a pipe here, so fully buffered: the header would come at its end
+    at = client_argv.index("--") + 1
+    client_argv = [*client_argv[:at], "stdbuf", "-oL", *client_argv[at:]]
     client = subprocess.Popen(client_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert client.stdout is not None

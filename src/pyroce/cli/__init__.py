@@ -49,8 +49,6 @@ environment:
   PYROCE_FAULTS=SPEC       injected faults, e.g. loss=0.05,reorder=0.05,duplicate=0.01,corrupt=0.01,seed=7
   PYROCE_STATS_DIR=DIR     where devices publish counters for `pyroce stats` (default /tmp/pyroce-UID)
   PYROCE_PRINT_STATS=0|1   a device prints its packet counters on stderr when it closes (C programs)
-  PYROCE_NIC=MODE          a C program's NIC: shared (default: `pyroce nicd` of PYROCE_ADDR, default
-                           127.0.0.1, started when none runs) or embedded (its own, in its process)
   PYROCE_NICD_IDLE=S       seconds the shared NIC runs without a program before it stops (default 60)
 
 docs/cli.md describes every command, its exit codes and JSON output."""

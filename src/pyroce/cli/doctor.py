@@ -115,7 +115,7 @@ def check_shared_nic() -> list[Check]:
         place = nic_place()
     except LinkError:
         return []  # the address check says what is wrong with PYROCE_ADDR
-    why = "C programs under `pyroce run` share it (PYROCE_NIC=shared, the default)"
+    why = "C programs under `pyroce run` share it"
     try:
         return [Check("shared_nic", True, f"running: {describe_status(place, ask(place, 'status'))}", why)]
     except NicError:

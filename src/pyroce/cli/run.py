@@ -15,10 +15,11 @@ from pyroce.driver.build import BuildError, library_dir
 from pyroce.driver.environment import driver_environment
 
 DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 0, ...) with pyroce's
-libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on
-pyroce's NIC in the program's own process (each process has its own pyroce0, as with every
-pyroce program). The library is compiled on first use with the system's cc, libibverbs-dev's
-<infiniband/verbs.h> and this Python, and cached (PYROCE_CACHE_DIR, default ~/.cache/pyroce).
+libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on the
+shared NIC of its address (PYROCE_ADDR, default 127.0.0.1: `pyroce nicd`, started by the first
+program that finds none; programs on one address share it). No Python runs in the program. The
+library is compiled on first use with the system's cc and libibverbs-dev's headers, and cached
+(PYROCE_CACHE_DIR, default ~/.cache/pyroce).
 --print-env prints the environment instead, as shell lines, for a harness that starts the
 program itself. A program linked statically, or setuid, ignores LD_LIBRARY_PATH."""
 VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")

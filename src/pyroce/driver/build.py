@@ -2,8 +2,9 @@
 compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI) and
 ``<infiniband/mlx5dv.h>`` (the ring layouts: mlx5's WQE segments, CQE and opcodes), the
 ``pyroce_abi.h`` that ``driver.abi`` renders from the Python definitions (pyroce's own values:
-the doorbell records, the bind segment, limits), and this Python's headers and ``libpython``
-(the interpreter the library starts is this one); beside it
+the doorbell records, the bind segment, limits); no Python: the library speaks the shared NIC's
+protocol itself (``c/nic_client.c``), and only names this Python as the one that starts the NIC
+when ``PYROCE_PYTHON`` is unset. Beside it
 the stub provider libraries of ``c/stubs/`` (``libmlx5.so.1``, ``libefa.so.1``: the direct verbs
 perftest links against, each answering "not this device"), since the real ones cannot load
 against a libibverbs without libibverbs' private provider interface.
@@ -11,7 +12,7 @@ against a libibverbs without libibverbs' private provider interface.
 The result is cached under ``PYROCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pyroce`` or
 ``~/.cache/pyroce``) in a folder named by a hash of everything that goes into it: the sources,
 ``verbs.h``, ``mlx5dv.h``, the text of ``pyroce_abi.h`` (kept in the folder: a changed Python
-constant builds a new library), the compiler and this Python. A build goes to a temporary folder renamed into
+constant builds a new library), the compiler and this Python's path. A build goes to a temporary folder renamed into
 place, so two programs starting at once never see half a library. What is missing to build is
 said in one line naming the package that provides it (``BuildError``).
 """
@@ -23,10 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
+from pyroce import __version__
 from pyroce.driver import abi
 
 SOURCES = Path(__file__).resolve().parent / "c"
@@ -36,6 +37,10 @@ DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniba
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
 STUBS = SOURCES / "stubs"
 STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its <stem>*.c and <stem>.map in STUBS
+# The Python the C library speaks to: the commands it sends (``calls``), the protocol, and the
+# session that answers them. Their text is in the sources digest, which the NIC compares.
+PEERS = (Path(__file__).with_name("calls.py"), *(Path(__file__).resolve().parent.parent / "nicd" / name
+                                                  for name in ("protocol.py", "session.py")))  # fmt: skip
 
 
 class BuildError(Exception):
@@ -74,29 +79,13 @@ def mlx5dv_header(include: str) -> Path:
     return header
 
 
-def python_parts() -> tuple[Path, Path]:
-    """This Python's include folder (with ``Python.h``) and its shared ``libpython``."""
-    include = Path(sysconfig.get_paths()["include"])
-    if not (include / "Python.h").is_file():
-        version = sysconfig.get_python_version()
-        raise BuildError(f"<Python.h> not found in {include}: install python{version}-dev "
-                         f"(apt-get install python{version}-dev)")  # fmt: skip
-    libdir = Path(sysconfig.get_config_var("LIBDIR") or sys.base_prefix)
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    for folder in (libdir, libdir / multiarch):
-        for name in (sysconfig.get_config_var("LDLIBRARY"), sysconfig.get_config_var("INSTSONAME")):
-            if name and ".so" in name and (folder / name).is_file():
-                return include, folder / name
-    raise BuildError(f"no shared libpython{sysconfig.get_python_version()} in {libdir}: the C driver embeds this "
-                     "Python, which must be built with --enable-shared")  # fmt: skip
-
-
 def sources_digest() -> str:
-    """A digest of the driver's own sources: compiled into the library, and compared by the
-    pyroce it calls at start (``program.handshake``), so a library left from another pyroce
-    refuses to run instead of calling functions that changed."""
+    """A digest of the driver's own sources and of the Python it speaks to (``PEERS``): compiled
+    into the library, which sends it in its hello, and compared by the shared NIC
+    (``nicd.session``), so a library left from another pyroce is refused in one line instead of
+    sending commands that changed."""
     digest = hashlib.sha256(abi.render().encode())  # the ring values, rendered from the Python modules
-    for path in sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT, Path(__file__).with_name("program.py")]:
+    for path in sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT, *PEERS]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -108,11 +97,10 @@ def library_dir(include: str | None = None) -> Path:
     mlx5dv = mlx5dv_header(include)
     abi_text = abi.render()
     cc = compiler()
-    py_include, libpython = python_parts()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
     stubs = sorted(STUBS.glob("*.[ch]")) + sorted(STUBS.glob("*.map"))
     digest = hashlib.sha256()
-    for part in (cc, str(py_include), str(libpython), sys.base_prefix, include, *FLAGS):
+    for part in (cc, sys.executable, __version__, include, *FLAGS):
         digest.update(part.encode() + b"\0")
     digest.update(sources_digest().encode())
     for path in (*sources, *stubs, header, mlx5dv):
@@ -124,11 +112,12 @@ def library_dir(include: str | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     (work / abi.HEADER).write_text(abi_text)
-    commands = [[cc, *FLAGS, f'-DPYROCE_PYTHON_HOME="{sys.base_prefix}"',
-                 f'-DPYROCE_SOURCES_DIGEST="{sources_digest()}"', f"-I{work}", f"-I{include}", f"-I{py_include}",
-                 *(str(path) for path in sources if path.suffix == ".c"),
-                 f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", str(libpython),
-                 f"-Wl,-rpath,{libpython.parent}", "-lpthread", "-o", str(work / LIBRARY)]]  # fmt: skip
+    defines = {"PYROCE_SOURCES_DIGEST": sources_digest(), "PYROCE_VERSION": __version__,
+               "PYROCE_DEFAULT_PYTHON": sys.executable}  # fmt: skip
+    commands = [[cc, *FLAGS, *(f"-D{name}={c_string(value)}" for name, value in defines.items()), f"-I{work}",
+                 f"-I{include}", *(str(path) for path in sources if path.suffix == ".c"),
+                 f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
+                 str(work / LIBRARY)]]  # fmt: skip
     for library, stem in STUB_LIBRARIES.items():
         commands.append([cc, *FLAGS, *map(str, sorted(STUBS.glob(f"{stem}*.c"))),
                          f"-Wl,--version-script={STUBS / f'{stem}.map'}",
@@ -142,6 +131,11 @@ def library_dir(include: str | None = None) -> Path:
     if not (target / LIBRARY).is_file():
         raise BuildError(f"{target} is in the way of the C driver's build: remove it")
     return target
+
+
+def c_string(value: str) -> str:
+    """A C string literal of ``value`` (a path may hold quotes or backslashes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def compile_one(command: list[str], work: Path, log: Path) -> None:

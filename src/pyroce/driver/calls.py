@@ -1,13 +1,14 @@
 """The control verbs of the C library, in Python: each function is one verb on pyroce's verbs
-objects (so a C program gets the checks and errnos a Python program gets). They return what the
-C data path needs: where the rings and doorbell records the verbs objects allocated are, which
-C then writes and reads with no GIL (docs/architecture.md, "Unmodified programs: the C
-driver"). They run in the program's process (the embedded NIC: addresses and descriptors are
-the process's own) or in the shared NIC for a connection (``pyroce.nicd``: offsets in the
-connection's shared memory, descriptors sent across); the Context's ``driver_memory`` says which.
+objects (so a C program gets the checks and errnos a Python program gets), run by the shared
+NIC (``pyroce.nicd``) as the command of the same name a driver sends. They return what the C
+data path needs: where the rings and doorbell records the verbs objects allocated are (offsets
+in the connection's shared memory, as the Context's ``driver_memory`` names them), which C then
+writes and reads, and descriptors sent across (docs/architecture.md, "Unmodified programs: the
+C driver").
 
-A failure raises ``PyverbsRDMAError`` with libibverbs' errno, which the C side returns or
-puts in ``errno``. Objects are the verbs objects themselves; C holds a reference to each.
+A failure raises ``PyverbsRDMAError`` with libibverbs' errno, which the NIC answers and the C
+side returns or puts in ``errno``. Objects are the verbs objects themselves; C holds a handle
+to each.
 """
 
 from __future__ import annotations

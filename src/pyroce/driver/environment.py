@@ -1,9 +1,9 @@
 """The environment a program needs to run on the C driver, with or without ``pyroce run``.
 
-``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's,
-``PYROCE_PYTHONPATH`` tells the library's interpreter where pyroce and its dependencies are
-(this Python's ``sys.path``: a venv's site-packages is not where a bare interpreter looks), and
-``PYROCE_PYTHON`` which Python starts the shared NIC when none runs.
+``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's; the library runs no
+Python itself, but starts the shared NIC (``pyroce nicd``) when none serves: ``PYROCE_PYTHON`` is
+the Python it starts, ``PYROCE_PYTHONPATH`` where that Python finds pyroce and its dependencies
+(this Python's ``sys.path``: a venv's site-packages is not where a bare interpreter looks).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import pyroce
 
 def search_path() -> list[str]:
     """pyroce's own import root first, then the folders of this interpreter's ``sys.path`` but
-    its standard library: the interpreter the library starts has it already, and a Python
-    program (pyverbs on Debian's python3) must keep its own."""
+    its standard library, which the NIC's Python (this one) has already."""
     root = str(Path(pyroce.__file__).resolve().parent.parent)
     paths = sysconfig.get_paths()
     stdlib = {os.path.realpath(paths[name]) for name in ("stdlib", "platstdlib")}

@@ -10,8 +10,10 @@ fail), its MRs deregistered and its CQs freed, and nobody else's objects are tou
 from __future__ import annotations
 
 import errno
+import functools
 import inspect
 import logging
+import os
 import socket
 import struct
 import traceback
@@ -19,6 +21,7 @@ from typing import Any
 
 from pyroce import __version__
 from pyroce.driver import calls
+from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
 from pyroce.nicd.protocol import PROTOCOL, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
@@ -170,6 +173,12 @@ class Session:
         if wanted != PROTOCOL:
             raise CommandError(errno.EPROTO, f"this NIC speaks protocol {PROTOCOL} (pyroce {__version__}), the "
                                              f"driver {wanted}: use one pyroce for both")  # fmt: skip
+        driver = greeting.get("driver")  # the C library's sources digest; a Python driver sends none
+        if driver is not None and driver != driver_digest():
+            raise CommandError(errno.EPROTO, f"this libibverbs.so.1 was built from other sources than the pyroce of "
+                                             f"the shared NIC (pid {os.getpid()}, {PYROCE_ROOT}): run the program "
+                                             "with that pyroce's `pyroce run`, or stop the NIC (`pyroce nicd "
+                                             "--stop`) and run it again")  # fmt: skip
         self.greeted = True
         return {"protocol": PROTOCOL, "version": __version__, "arena": self.arena.export_fd(self.arena.fd),
                 "arena_size": self.arena.size}  # fmt: skip
@@ -192,6 +201,15 @@ class Session:
         self.sock.close()
         self.arena.close()
         return left
+
+
+PYROCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.cache
+def driver_digest() -> str:
+    """The sources digest a C library built from this pyroce sends in its hello."""
+    return sources_digest()
 
 
 EVENT_QUEUES = {"get_cq_event": lambda channel: channel.events, "get_async_event": lambda ctx: ctx.async_queue}

@@ -1,5 +1,5 @@
-/* The control verbs: PDs, MRs, completion channels, CQs and QPs, each a call into
- * pyroce.driver.calls (the verbs objects there check and answer as they do for Python), then
+/* The control verbs: PDs, MRs, completion channels, CQs and QPs, each a command to the shared
+ * NIC (pyroce.driver.calls there: the verbs objects check and answer as they do for Python), then
  * the C object the data path uses: the rings' addresses and its own counters. */
 #include "pyroce_verbs.h"
 
@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -35,35 +36,50 @@ struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn)
 	return qp;
 }
 
+void *pr_alloc_for(size_t size, const struct pr_context *ctx, const char *verb, const char *undo, uint32_t handle)
+{
+	void *self = calloc(1, size);
+
+	if (!self) {
+		pr_run(ctx, verb, undo, "h", handle);
+		errno = ENOMEM;
+	}
+	return self;
+}
+
+/* A command that destroys the object `handle`: 0 or the errno (the object stays whole on an
+ * error, e.g. EBUSY). */
+static int destroy(struct ibv_context *context, const char *verb, const char *command, uint32_t handle)
+{
+	return pr_run(pr_ctx(context), verb, command, "h", handle);
+}
+
 /* --- protection domains and memory regions ------------------------------------------- */
 
 PR_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
-	PyGILState_STATE state;
-	struct pr_pd *pd;
-	PyObject *obj;
+	struct pr_context *ctx = pr_ctx(context);
+	struct pr_answer answer;
+	struct pr_pd *pd = NULL;
+	uint32_t handle;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_alloc_pd", "alloc_pd", "h", ctx->handle))
 		return NULL;
-	obj = pr_call("ibv_alloc_pd", "alloc_pd", "(O)", pr_ctx(context)->obj);
-	pd = obj ? calloc(1, sizeof(*pd)) : NULL;
-	if (obj && !pd) {
-		Py_DECREF(obj);
-		errno = ENOMEM;
-	}
-	if (pd) {
-		pd->obj = obj;
-		pd->pd.context = context;
-		pd->pd.handle = pr_long(obj, "pdn");
-	}
-	pr_leave(state);
-	return pd ? &pd->pd : NULL;
+	if (!pr_unpack(&answer, "h", &handle))
+		pd = pr_alloc_for(sizeof(*pd), ctx, "ibv_alloc_pd", "dealloc_pd", handle);
+	pr_answer_free(&answer);
+	if (!pd)
+		return NULL;
+	pd->handle = handle;
+	pd->pd.context = context;
+	pd->pd.handle = handle;
+	return &pd->pd;
 }
 
 PR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct pr_pd *self = (struct pr_pd *)pd;
-	int ret = pr_destroy("ibv_dealloc_pd", "dealloc_pd", self->obj);
+	int ret = destroy(pd->context, "ibv_dealloc_pd", "dealloc_pd", self->handle);
 
 	if (!ret)
 		free(self);
@@ -72,26 +88,23 @@ PR_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 PR_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	PyGILState_STATE state;
+	struct pr_context *ctx = pr_ctx(pd->context);
+	struct pr_answer answer;
 	struct pr_mr *mr = NULL;
-	PyObject *result, *obj;
-	unsigned int lkey, rkey;
+	uint32_t handle, lkey, rkey;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_reg_mr", "reg_mr", "hKKi", ((struct pr_pd *)pd)->handle,
+		       (unsigned long long)(uintptr_t)addr, (unsigned long long)length, access))
 		return NULL;
-	result = pr_call("ibv_reg_mr", "reg_mr", "(OKni)", ((struct pr_pd *)pd)->obj,
-			 (unsigned long long)(uintptr_t)addr, (Py_ssize_t)length, access);
-	if (result && PyArg_ParseTuple(result, "OII", &obj, &lkey, &rkey)) {
-		mr = pr_alloc_for(sizeof(*mr), "ibv_reg_mr", "dereg_mr", obj);
-		if (mr) {
-			mr->obj = obj;
-			mr->mr = (struct ibv_mr){.context = pd->context, .pd = pd, .addr = addr, .length = length,
-						 .handle = lkey, .lkey = lkey, .rkey = rkey};
-		}
-	}
-	Py_XDECREF(result);
-	pr_leave(state);
-	return mr ? &mr->mr : NULL;
+	if (!pr_unpack(&answer, "hII", &handle, &lkey, &rkey))
+		mr = pr_alloc_for(sizeof(*mr), ctx, "ibv_reg_mr", "dereg_mr", handle);
+	pr_answer_free(&answer);
+	if (!mr)
+		return NULL;
+	mr->handle = handle;
+	mr->mr = (struct ibv_mr){.context = pd->context, .pd = pd, .addr = addr, .length = length, .handle = lkey,
+				 .lkey = lkey, .rkey = rkey};
+	return &mr->mr;
 }
 
 /* An MR whose RETH addresses differ from its process addresses: pyroce's MRs are named by
@@ -114,16 +127,17 @@ PR_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 PR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	struct pr_mr *self = (struct pr_mr *)mr;
-	PyGILState_STATE state;
-	PyObject *result;
-	unsigned int lkey, rkey;
+	struct pr_answer answer;
+	uint32_t lkey, rkey;
+	int error;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, pr_ctx(mr->context), "ibv_rereg_mr", "rereg_mr", "hiHKKi", self->handle, flags,
+		       (flags & IBV_REREG_MR_CHANGE_PD) && pd ? ((struct pr_pd *)pd)->handle : 0,
+		       (unsigned long long)(uintptr_t)addr, (unsigned long long)length, access))
 		return IBV_REREG_MR_ERR_INPUT;
-	result = pr_call("ibv_rereg_mr", "rereg_mr", "(OiOKni)", self->obj, flags,
-			 (flags & IBV_REREG_MR_CHANGE_PD) && pd ? ((struct pr_pd *)pd)->obj : Py_None,
-			 (unsigned long long)(uintptr_t)addr, (Py_ssize_t)length, access);
-	if (result && PyArg_ParseTuple(result, "II", &lkey, &rkey)) {
+	error = pr_unpack(&answer, "II", &lkey, &rkey);
+	pr_answer_free(&answer);
+	if (!error) {
 		mr->lkey = lkey;
 		mr->rkey = rkey;
 		if (flags & IBV_REREG_MR_CHANGE_PD)
@@ -133,15 +147,13 @@ PR_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 			mr->length = length;
 		}
 	}
-	Py_XDECREF(result);
-	pr_leave(state);
-	return result ? 0 : IBV_REREG_MR_ERR_INPUT;
+	return error ? IBV_REREG_MR_ERR_INPUT : 0;
 }
 
 PR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct pr_mr *self = (struct pr_mr *)mr;
-	int ret = pr_destroy("ibv_dereg_mr", "dereg_mr", self->obj);
+	int ret = destroy(mr->context, "ibv_dereg_mr", "dereg_mr", self->handle);
 
 	if (!ret)
 		free(self);
@@ -152,27 +164,25 @@ PR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 
 PR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
-	PyGILState_STATE state;
+	struct pr_context *ctx = pr_ctx(context);
 	struct pr_channel *channel = NULL;
-	PyObject *result, *obj;
+	struct pr_answer answer;
+	uint32_t handle;
 	int fd;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_create_comp_channel", "create_comp_channel", "h", ctx->handle))
 		return NULL;
-	result = pr_call("ibv_create_comp_channel", "create_comp_channel", "(O)", pr_ctx(context)->obj);
-	if (result && PyArg_ParseTuple(result, "Oi", &obj, &fd)) {
-		channel = calloc(1, sizeof(*channel));
-		if (channel) {
-			Py_INCREF(obj);
-			channel->obj = obj;
-			channel->channel = (struct ibv_comp_channel){.context = context, .fd = fd, .refcnt = 0};
-		} else {
-			errno = ENOMEM;
-		}
+	if (!pr_unpack(&answer, "hf", &handle, &fd)) {
+		channel = pr_alloc_for(sizeof(*channel), ctx, "ibv_create_comp_channel", "destroy_comp_channel", handle);
+		if (!channel)
+			close(fd);
 	}
-	Py_XDECREF(result);
-	pr_leave(state);
-	return channel ? &channel->channel : NULL;
+	pr_answer_free(&answer);
+	if (!channel)
+		return NULL;
+	channel->handle = handle;
+	channel->channel = (struct ibv_comp_channel){.context = context, .fd = fd, .refcnt = 0};
+	return &channel->channel;
 }
 
 PR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
@@ -184,9 +194,11 @@ PR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	ret = channel->refcnt ? EBUSY : 0;
 	pthread_mutex_unlock(&channel->context->mutex);
 	if (!ret)
-		ret = pr_destroy("ibv_destroy_comp_channel", "destroy_comp_channel", self->obj);
-	if (!ret)
+		ret = destroy(channel->context, "ibv_destroy_comp_channel", "destroy_comp_channel", self->handle);
+	if (!ret) {
+		close(channel->fd); /* this process's copy of the NIC's event fd */
 		free(self);
+	}
 	return ret;
 }
 
@@ -204,11 +216,11 @@ static int restarted(void)
 	return 1;
 }
 
-/* Wait until the event fd is readable, as a read(2) of the kernel's event file would wait, with
- * no GIL held: 0, then the caller takes the event (a Python call that never waits, and says
- * EAGAIN if another thread took it first: the caller comes back here). -1 with errno: EINTR for
- * a signal whose handler did not ask SA_RESTART, EAGAIN at once for a non-blocking fd with
- * nothing ready, EBADF for a closed fd. */
+/* Wait until the event fd is readable, as a read(2) of the kernel's event file would wait: 0,
+ * then the caller takes the event (a command that never waits, and says EAGAIN if another
+ * thread took it first: the caller comes back here). -1 with errno: EINTR for a signal whose
+ * handler did not ask SA_RESTART, EAGAIN at once for a non-blocking fd with nothing ready,
+ * EBADF for a closed fd. */
 int pr_wait_event(int fd)
 {
 	struct pollfd readable = {.fd = fd, .events = POLLIN};
@@ -217,11 +229,7 @@ int pr_wait_event(int fd)
 	if (flags < 0)
 		return -1;
 	for (;;) {
-		PyThreadState *released = pr_release_gil(); /* the engine thread needs it meanwhile */
-		int ready = poll(&readable, 1, flags & O_NONBLOCK ? 0 : -1), error = errno;
-		if (released)
-			PyEval_RestoreThread(released);
-		errno = error;
+		int ready = poll(&readable, 1, flags & O_NONBLOCK ? 0 : -1);
 		if (ready > 0 && readable.revents & POLLNVAL) {
 			errno = EBADF;
 			return -1;
@@ -237,28 +245,39 @@ int pr_wait_event(int fd)
 	}
 }
 
+/* The fd was made non-blocking (fcntl): an event another thread took is EAGAIN, not a wait. */
+int pr_nonblocking(int fd)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	return flags < 0 || flags & O_NONBLOCK;
+}
+
 PR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
-	PyGILState_STATE state;
-	PyObject *cqn;
+	struct pr_context *ctx = pr_ctx(channel->context);
+	struct pr_answer answer;
 	struct pr_cq *found;
-	int error = pr_stale(pr_ctx(channel->context)); /* a child of fork(): no wait on the parent's fd */
+	uint32_t cqn;
+	int error = pr_stale(ctx); /* a child of fork(): no wait on the parent's fd */
 
 	if (error) {
 		errno = error;
 		return -1;
 	}
-	do { /* the wait in C, so a signal ends it as it ends a read(2) */
-		if (pr_wait_event(channel->fd) || pr_enter(&state))
+	do { /* the wait here, so a signal ends it as it ends a read(2); then a command that never waits */
+		if (pr_wait_event(channel->fd))
 			return -1;
-		cqn = pr_call("ibv_get_cq_event", "get_cq_event", "(O)", ((struct pr_channel *)channel)->obj);
-		error = errno;
-		found = cqn ? pr_find_cq(pr_ctx(channel->context), PyLong_AsUnsignedLong(cqn)) : NULL;
-		Py_XDECREF(cqn);
-		pr_leave(state);
-	} while (!cqn && error == EAGAIN);
+		error = pr_command(&answer, ctx, "ibv_get_cq_event", "get_cq_event", "h",
+				   ((struct pr_channel *)channel)->handle);
+		if (!error) {
+			error = pr_unpack(&answer, "I", &cqn);
+			pr_answer_free(&answer);
+		}
+	} while (error == EAGAIN && !pr_nonblocking(channel->fd)); /* another thread took it: wait again */
+	found = error ? NULL : pr_find_cq(ctx, cqn);
 	if (!found) {
-		errno = cqn ? EIO : error; /* EIO: an event for a CQ destroyed meanwhile */
+		errno = error ? error : EIO; /* EIO: an event for a CQ destroyed meanwhile */
 		return -1;
 	}
 	*cq = &found->cq;
@@ -274,9 +293,9 @@ PR_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	pthread_mutex_unlock(&cq->mutex);
 }
 
-static void set_ring(struct pr_cq *cq, unsigned long long ring, unsigned int count)
+static void set_ring(struct pr_cq *cq, void *ring, unsigned int count)
 {
-	cq->ring = (uint8_t *)(uintptr_t)ring;
+	cq->ring = ring;
 	cq->count = count;
 	cq->shift = __builtin_ctz(count);
 	cq->consumer = 0;
@@ -286,29 +305,24 @@ PR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 				       struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct pr_context *ctx = pr_ctx(context);
-	PyGILState_STATE state;
+	struct pr_answer answer;
 	struct pr_cq *cq = NULL;
-	PyObject *result, *obj;
-	unsigned long long ring, consumer;
-	unsigned int cqn, count;
+	void *ring, *consumer;
+	uint32_t handle, cqn, count;
 	int size;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_create_cq", "create_cq", "hiHi", ctx->handle, cqe,
+		       channel ? ((struct pr_channel *)channel)->handle : 0, comp_vector))
 		return NULL;
-	result = pr_call("ibv_create_cq", "create_cq", "(OiOi)", ctx->obj, cqe,
-			 channel ? ((struct pr_channel *)channel)->obj : Py_None, comp_vector);
-	if (result && PyArg_ParseTuple(result, "OIKIKi", &obj, &cqn, &ring, &count, &consumer, &size)) {
-		cq = pr_alloc_for(sizeof(*cq), "ibv_create_cq", "destroy_cq", obj);
-		if (cq)
-			cq->obj = obj;
-	}
-	Py_XDECREF(result);
-	pr_leave(state);
+	if (!pr_unpack(&answer, "hIAIAi", &handle, &cqn, &ring, &count, &consumer, &size))
+		cq = pr_alloc_for(sizeof(*cq), ctx, "ibv_create_cq", "destroy_cq", handle);
+	pr_answer_free(&answer);
 	if (!cq)
 		return NULL;
+	cq->handle = handle;
 	cq->cqn = cqn;
 	set_ring(cq, ring, count);
-	cq->consumer_record = (volatile uint32_t *)(uintptr_t)consumer;
+	cq->consumer_record = consumer;
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	cq->cq.context = context;
 	cq->cq.channel = channel;
@@ -332,17 +346,18 @@ PR_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
 	struct pr_cq *self = (struct pr_cq *)cq;
 	struct pr_context *ctx = pr_ctx(cq->context);
-	PyGILState_STATE state;
-	PyObject *result;
-	unsigned long long ring;
-	unsigned int count;
-	int size, ret = 0;
+	struct pr_answer answer;
+	void *ring;
+	uint32_t count;
+	int size, ret;
 
-	if (pr_enter(&state))
-		return errno;
 	pthread_spin_lock(&self->lock);
-	result = pr_call("ibv_resize_cq", "resize_cq", "(OiI)", self->obj, cqe, self->consumer);
-	if (result && PyArg_ParseTuple(result, "KIi", &ring, &count, &size)) {
+	ret = pr_command(&answer, ctx, "ibv_resize_cq", "resize_cq", "hiI", self->handle, cqe, self->consumer);
+	if (!ret) {
+		ret = pr_unpack(&answer, "AIi", &ring, &count, &size);
+		pr_answer_free(&answer);
+	}
+	if (!ret) {
 		uint32_t polled = self->consumer;
 		set_ring(self, ring, count); /* counters restart at 0 in the new ring */
 		cq->cqe = size;
@@ -354,33 +369,22 @@ PR_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 				qp->reset_at_rcq = qp->reset_at_rcq > polled ? qp->reset_at_rcq - polled : 0;
 		}
 		pthread_mutex_unlock(&ctx->lock);
-	} else {
-		ret = result ? EIO : errno;
 	}
 	pthread_spin_unlock(&self->lock);
-	Py_XDECREF(result);
-	pr_leave(state);
 	return ret;
 }
 
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	PyGILState_STATE state;
-	PyObject *result;
-
-	if (pr_enter(&state))
-		return errno;
-	result = pr_call("ibv_req_notify_cq", "req_notify_cq", "(Oi)", ((struct pr_cq *)cq)->obj, solicited_only);
-	Py_XDECREF(result);
-	pr_leave(state);
-	return result ? 0 : errno;
+	return pr_run(pr_ctx(cq->context), "ibv_req_notify_cq", "req_notify_cq", "hi", ((struct pr_cq *)cq)->handle,
+		      solicited_only);
 }
 
 PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	struct pr_cq *self = (struct pr_cq *)cq;
 	struct pr_context *ctx = pr_ctx(cq->context);
-	int ret = pr_destroy("ibv_destroy_cq", "destroy_cq", self->obj);
+	int ret = destroy(cq->context, "ibv_destroy_cq", "destroy_cq", self->handle);
 
 	if (ret)
 		return ret;
@@ -408,36 +412,28 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 {
 	struct pr_context *ctx = pr_ctx(pd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
-	PyGILState_STATE state;
+	struct pr_answer answer;
 	struct pr_qp *qp = NULL;
-	PyObject *result, *obj = NULL;
-	unsigned long long sq, rq, doorbell;
-	unsigned int qpn, sq_wqebbs, rq_count, rq_stride;
+	void *sq, *rq, *doorbell;
+	uint32_t handle, qpn, sq_wqebbs, rq_count, rq_stride;
 
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_create_qp", "create_qp", "hhhHiiIIIII", ((struct pr_pd *)pd)->handle,
+		       ((struct pr_cq *)attr->send_cq)->handle, ((struct pr_cq *)attr->recv_cq)->handle,
+		       attr->srq ? ((struct pr_srq *)attr->srq)->handle : 0, (int)attr->qp_type, attr->sq_sig_all,
+		       cap->max_send_wr, cap->max_recv_wr, cap->max_send_sge, cap->max_recv_sge, cap->max_inline_data))
 		return NULL;
-	result = pr_call("ibv_create_qp", "create_qp", "(OOOOiiIIIII)", ((struct pr_pd *)pd)->obj,
-			 ((struct pr_cq *)attr->send_cq)->obj, ((struct pr_cq *)attr->recv_cq)->obj,
-			 attr->srq ? ((struct pr_srq *)attr->srq)->obj : Py_None, attr->qp_type,
-			 attr->sq_sig_all, cap->max_send_wr, cap->max_recv_wr, cap->max_send_sge, cap->max_recv_sge,
-			 cap->max_inline_data);
-	if (result && PyArg_ParseTuple(result, "OIKIKIIK", &obj, &qpn, &sq, &sq_wqebbs, &rq, &rq_count, &rq_stride,
-				       &doorbell)) {
+	if (!pr_unpack(&answer, "hIAIAIIA", &handle, &qpn, &sq, &sq_wqebbs, &rq, &rq_count, &rq_stride, &doorbell)) {
 		qp = calloc(1, sizeof(*qp));
 		if (qp) {
 			qp->sq_entries = calloc(cap->max_send_wr ? cap->max_send_wr : 1, sizeof(*qp->sq_entries));
-			qp->rq_wr_ids = calloc(rq_count, sizeof(*qp->rq_wr_ids));
+			qp->rq_wr_ids = calloc(rq_count ? rq_count : 1, sizeof(*qp->rq_wr_ids));
 		}
-		if (qp && qp->sq_entries && qp->rq_wr_ids) {
-			Py_INCREF(obj);
-			qp->obj = obj;
-		} else {
-			PyObject *gone = pr_call("ibv_create_qp", "destroy_qp", "(O)", obj);
-			Py_XDECREF(gone);
+		if (!qp || !qp->sq_entries || !qp->rq_wr_ids) {
+			pr_run(ctx, "ibv_create_qp", "destroy_qp", "h", handle);
 			if (qp) {
 				free(qp->sq_entries);
 				free(qp->rq_wr_ids);
@@ -447,10 +443,10 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 			errno = ENOMEM;
 		}
 	}
-	Py_XDECREF(result);
-	pr_leave(state);
+	pr_answer_free(&answer);
 	if (!qp)
 		return NULL;
+	qp->handle = handle;
 	qp->ctx = ctx;
 	qp->scq = (struct pr_cq *)attr->send_cq;
 	qp->srq = (struct pr_srq *)attr->srq;
@@ -461,12 +457,12 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	qp->max_recv_sge = cap->max_recv_sge;
 	qp->max_inline_data = cap->max_inline_data;
 	qp->sq_sig_all = attr->sq_sig_all;
-	qp->sq = (uint8_t *)(uintptr_t)sq;
+	qp->sq = sq;
 	qp->sq_wqebbs = sq_wqebbs;
-	qp->rq = (uint8_t *)(uintptr_t)rq;
+	qp->rq = rq;
 	qp->rq_count = rq_count;
 	qp->rq_stride = rq_stride;
-	qp->doorbell = (volatile uint32_t *)(uintptr_t)doorbell;
+	qp->doorbell = doorbell;
 	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
 	qp->qp = (struct ibv_qp){.context = pd->context, .qp_context = attr->qp_context, .pd = pd,
@@ -482,100 +478,64 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	return &qp->qp;
 }
 
-/* ibv_ah_attr as calls.modify_qp and create_ah read it (a new reference). */
-PyObject *pr_ah_fields(const struct ibv_ah_attr *ah)
-{
-	const struct ibv_global_route *grh = &ah->grh;
-
-	return Py_BuildValue("{s:y#,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "dgid", (const char *)grh->dgid.raw,
-			     (Py_ssize_t)sizeof(grh->dgid), "flow_label", grh->flow_label, "sgid_index",
-			     grh->sgid_index, "hop_limit", grh->hop_limit, "traffic_class", grh->traffic_class, "dlid",
-			     ah->dlid, "sl", ah->sl, "src_path_bits", ah->src_path_bits, "static_rate",
-			     ah->static_rate, "is_global", ah->is_global, "port_num", ah->port_num);
-}
-
 PR_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
 {
 	struct pr_qp *self = (struct pr_qp *)qp;
-	PyGILState_STATE state;
-	PyObject *fields, *result = NULL;
-	unsigned int scq_at, rcq_at;
-	int reset = 0;
+	struct pr_answer answer;
+	const struct pr_value *reset;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, self->ctx, "ibv_modify_qp", "modify_qp",
+		       "hi{iiiiIIIIIiiiiiiiiiiiiiI" PR_AH_FORMAT "}", self->handle, attr_mask, "qp_state",
+		       (int)attr->qp_state, "cur_qp_state", (int)attr->cur_qp_state, "path_mtu", (int)attr->path_mtu,
+		       "path_mig_state", (int)attr->path_mig_state, "qkey", attr->qkey, "rq_psn", attr->rq_psn, "sq_psn",
+		       attr->sq_psn, "dest_qp_num", attr->dest_qp_num, "qp_access_flags",
+		       (unsigned int)attr->qp_access_flags, "pkey_index", (int)attr->pkey_index, "alt_pkey_index",
+		       (int)attr->alt_pkey_index, "en_sqd_async_notify", (int)attr->en_sqd_async_notify, "sq_draining",
+		       (int)attr->sq_draining, "max_rd_atomic", (int)attr->max_rd_atomic, "max_dest_rd_atomic",
+		       (int)attr->max_dest_rd_atomic, "min_rnr_timer", (int)attr->min_rnr_timer, "port_num",
+		       (int)attr->port_num, "timeout", (int)attr->timeout, "retry_cnt", (int)attr->retry_cnt,
+		       "rnr_retry", (int)attr->rnr_retry, "alt_port_num", (int)attr->alt_port_num, "alt_timeout",
+		       (int)attr->alt_timeout, "rate_limit", attr->rate_limit, "ah_attr", PR_AH_ARGS(&attr->ah_attr)))
 		return errno;
-	fields = Py_BuildValue(
-		"{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:N}",
-		"qp_state", attr->qp_state, "cur_qp_state", attr->cur_qp_state, "path_mtu", attr->path_mtu,
-		"path_mig_state", attr->path_mig_state, "qkey", attr->qkey, "rq_psn", attr->rq_psn, "sq_psn",
-		attr->sq_psn, "dest_qp_num", attr->dest_qp_num, "qp_access_flags", attr->qp_access_flags,
-		"pkey_index", attr->pkey_index, "alt_pkey_index", attr->alt_pkey_index, "en_sqd_async_notify",
-		attr->en_sqd_async_notify, "sq_draining", attr->sq_draining, "max_rd_atomic", attr->max_rd_atomic,
-		"max_dest_rd_atomic", attr->max_dest_rd_atomic, "min_rnr_timer", attr->min_rnr_timer, "port_num",
-		attr->port_num, "timeout", attr->timeout, "retry_cnt", attr->retry_cnt, "rnr_retry", attr->rnr_retry,
-		"alt_port_num", attr->alt_port_num, "alt_timeout", attr->alt_timeout, "rate_limit", attr->rate_limit,
-		"ah_attr", pr_ah_fields(&attr->ah_attr));
-	if (fields)
-		result = pr_call("ibv_modify_qp", "modify_qp", "(OiO)", self->obj, attr_mask, fields);
-	else
-		errno = ENOMEM;
-	Py_XDECREF(fields);
-	if (result && result != Py_None)
-		reset = PyArg_ParseTuple(result, "II", &scq_at, &rcq_at);
-	PyErr_Clear();
-	Py_XDECREF(result);
-	pr_leave(state);
-	if (!result)
-		return errno;
-	if (reset)
-		pr_qp_reset(self, scq_at, rcq_at);
+	reset = answer.value; /* to RESET: where each CQ's CQEs of the QP's new life start */
+	if (reset->tag == 'l' && reset->count == 2)
+		pr_qp_reset(self, pr_u64(pr_item(reset, 0)), pr_u64(pr_item(reset, 1)));
+	pr_answer_free(&answer);
 	if (attr_mask & IBV_QP_STATE)
 		qp->state = attr->qp_state;
 	return 0;
 }
 
-static void ah_from(PyObject *obj, struct ibv_ah_attr *ah)
+/* An AHAttr record of the NIC's (its GlobalRoute `gr`, whose GID's `raw` is 16 bytes). */
+static void ah_from(const struct pr_value *found, struct ibv_ah_attr *ah)
 {
-	PyObject *route = PyObject_GetAttrString(obj, "gr");
-	PyObject *dgid = route ? PyObject_GetAttrString(route, "dgid") : NULL;
-	PyObject *raw = dgid ? PyObject_GetAttrString(dgid, "raw") : NULL;
+	const struct pr_value *route = pr_field(found, "gr");
 
-	if (raw && PyBytes_Check(raw) && PyBytes_Size(raw) == sizeof(ah->grh.dgid))
-		memcpy(ah->grh.dgid.raw, PyBytes_AsString(raw), sizeof(ah->grh.dgid));
-	if (route) {
-		ah->grh.flow_label = pr_long(route, "flow_label");
-		ah->grh.sgid_index = pr_long(route, "sgid_index");
-		ah->grh.hop_limit = pr_long(route, "hop_limit");
-		ah->grh.traffic_class = pr_long(route, "traffic_class");
-	}
-	ah->dlid = pr_long(obj, "dlid");
-	ah->sl = pr_long(obj, "sl");
-	ah->src_path_bits = pr_long(obj, "src_path_bits");
-	ah->static_rate = pr_long(obj, "static_rate");
-	ah->is_global = pr_long(obj, "is_global");
-	ah->port_num = pr_long(obj, "port_num");
-	Py_XDECREF(raw);
-	Py_XDECREF(dgid);
-	Py_XDECREF(route);
-	PyErr_Clear();
+	pr_bytes(pr_field(pr_field(route, "dgid"), "raw"), ah->grh.dgid.raw, sizeof(ah->grh.dgid.raw));
+	ah->grh.flow_label = pr_u64(pr_field(route, "flow_label"));
+	ah->grh.sgid_index = pr_u64(pr_field(route, "sgid_index"));
+	ah->grh.hop_limit = pr_u64(pr_field(route, "hop_limit"));
+	ah->grh.traffic_class = pr_u64(pr_field(route, "traffic_class"));
+	ah->dlid = pr_u64(pr_field(found, "dlid"));
+	ah->sl = pr_u64(pr_field(found, "sl"));
+	ah->src_path_bits = pr_u64(pr_field(found, "src_path_bits"));
+	ah->static_rate = pr_u64(pr_field(found, "static_rate"));
+	ah->is_global = pr_u64(pr_field(found, "is_global"));
+	ah->port_num = pr_u64(pr_field(found, "port_num"));
 }
 
-#define FIELD(attr, obj, name) ((attr)->name = pr_long(obj, #name))
+#define FIELD(attr, found, name) ((attr)->name = pr_u64(pr_field(found, #name)))
 
 PR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 			   struct ibv_qp_init_attr *init_attr)
 {
 	struct pr_qp *self = (struct pr_qp *)qp;
-	PyGILState_STATE state;
-	PyObject *found, *ah;
+	struct pr_answer answer;
+	const struct pr_value *found;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, self->ctx, "ibv_query_qp", "query_qp", "h", self->handle))
 		return errno;
-	found = pr_call("ibv_query_qp", "query_qp", "(O)", self->obj);
-	if (!found) {
-		pr_leave(state);
-		return errno;
-	}
+	found = answer.value;
 	memset(attr, 0, sizeof(*attr));
 	FIELD(attr, found, qp_state);
 	FIELD(attr, found, cur_qp_state);
@@ -600,13 +560,8 @@ PR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr
 	FIELD(attr, found, alt_port_num);
 	FIELD(attr, found, alt_timeout);
 	FIELD(attr, found, rate_limit);
-	ah = PyObject_GetAttrString(found, "ah_attr");
-	if (ah)
-		ah_from(ah, &attr->ah_attr);
-	Py_XDECREF(ah);
-	PyErr_Clear();
-	Py_DECREF(found);
-	pr_leave(state);
+	ah_from(pr_field(found, "ah_attr"), &attr->ah_attr);
+	pr_answer_free(&answer);
 	attr->cap = (struct ibv_qp_cap){.max_send_wr = self->max_send_wr, .max_recv_wr = self->max_recv_wr,
 					.max_send_sge = self->max_send_sge, .max_recv_sge = self->max_recv_sge,
 					.max_inline_data = self->max_inline_data};
@@ -635,7 +590,7 @@ PR_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	struct pr_qp *self = (struct pr_qp *)qp;
 	struct pr_context *ctx = self->ctx;
-	int ret = pr_destroy("ibv_destroy_qp", "destroy_qp", self->obj);
+	int ret = destroy(qp->context, "ibv_destroy_qp", "destroy_qp", self->handle);
 
 	if (ret)
 		return ret;

@@ -89,16 +89,10 @@ static uint8_t read_dlid_path_bits(struct ibv_cq_ex *cq)
 
 struct ibv_cq_ex *pr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
 {
-	PyGILState_STATE state;
-	PyObject *checked;
 	int parent_domain = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD && attr->parent_domain;
 
-	if (pr_enter(&state))
-		return NULL;
-	checked = pr_call("ibv_create_cq_ex", "check_cq_ex", "(Ki)", (unsigned long long)attr->wc_flags, parent_domain);
-	Py_XDECREF(checked);
-	pr_leave(state);
-	if (!checked)
+	if (pr_run(pr_ctx(context), "ibv_create_cq_ex", "check_cq_ex", "Ki", (unsigned long long)attr->wc_flags,
+		   parent_domain))
 		return NULL;
 	struct ibv_wc *wc = calloc(1, sizeof(*wc));
 	struct ibv_cq *ibcq = wc ? ibv_create_cq(context, (int)attr->cqe, attr->cq_context, attr->channel,

@@ -1,4 +1,4 @@
-/* The data path, in C with no GIL: post_send writes mlx5 send WQEs into the QP's ring,
+/* The data path, in C over the shared rings: post_send writes mlx5 send WQEs into the QP's ring,
  * post_recv receive WQEs, each publishes its producer counter in the doorbell record and
  * rings the doorbell (a record in the device's pipe, nic/handoff.py); poll_cq reads CQEs whose
  * owner bit is valid and turns them into ibv_wc. The layouts are src/pyroce/nic/wqe.py and
@@ -492,7 +492,7 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	pthread_spin_unlock(&cq->lock);
 	if (cq->consumer != first) {
 		cq->empty_polls = 0;
-	} else if (!pr_nap_without_gil() && ++cq->empty_polls > SPIN_POLLS) {
+	} else if (++cq->empty_polls > SPIN_POLLS) {
 		struct timespec nap = {0, 1};
 		nanosleep(&nap, NULL);
 	}

@@ -10,27 +10,23 @@
 int pr_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 		       struct ibv_device_attr_ex *out, size_t size)
 {
+	struct pr_context *ctx = pr_ctx(context);
 	struct ibv_device_attr_ex attr = {0};
-	PyGILState_STATE state;
-	PyObject *found;
+	struct pr_answer answer;
+	const struct pr_value *found;
 	int ret = ibv_query_device(context, &attr.orig_attr);
 
 	if (ret)
 		return ret;
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_query_device_ex", "query_device_ex", "h", ctx->handle))
 		return errno;
-	found = pr_call("ibv_query_device_ex", "query_device_ex", "(O)", pr_ctx(context)->obj);
-	if (!found) {
-		pr_leave(state);
-		return errno;
-	}
-	attr.completion_timestamp_mask = pr_long(found, "completion_timestamp_mask");
-	attr.hca_core_clock = pr_long(found, "hca_core_clock");
-	attr.device_cap_flags_ex = pr_long(found, "device_cap_flags_ex");
-	attr.max_dm_size = pr_long(found, "max_dm_size");
-	attr.phys_port_cnt_ex = pr_long(found, "phys_port_cnt_ex");
-	Py_DECREF(found);
-	pr_leave(state);
+	found = answer.value;
+	attr.completion_timestamp_mask = pr_u64(pr_field(found, "completion_timestamp_mask"));
+	attr.hca_core_clock = pr_u64(pr_field(found, "hca_core_clock"));
+	attr.device_cap_flags_ex = pr_u64(pr_field(found, "device_cap_flags_ex"));
+	attr.max_dm_size = pr_u64(pr_field(found, "max_dm_size"));
+	attr.phys_port_cnt_ex = pr_u64(pr_field(found, "phys_port_cnt_ex"));
+	pr_answer_free(&answer);
 	memcpy(out, &attr, size < sizeof(attr) ? size : sizeof(attr));
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* The device list, contexts and what they report: pyroce0, its attributes, port and GID
- * table as pyroce.verbs reports them, and its asynchronous events. */
+ * table as pyroce.verbs reports them (commands to the shared NIC), and its asynchronous events. */
 #include "pyroce_verbs.h"
 
 #include <endian.h>
@@ -81,50 +81,39 @@ PR_EXPORT int ibv_get_device_index(struct ibv_device *device)
 
 PR_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 {
-	PyGILState_STATE state;
-	PyObject *guid;
+	struct pr_answer answer;
 	uint64_t value = 0;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, NULL, "ibv_get_device_guid", "node_guid", "s", device->name))
 		return 0;
-	guid = pr_call("ibv_get_device_guid", "node_guid", "(s)", device->name);
-	if (guid) {
-		value = PyLong_AsUnsignedLongLongMask(guid);
-		Py_DECREF(guid);
-	}
-	pr_leave(state);
+	pr_unpack(&answer, "K", &value);
+	pr_answer_free(&answer);
 	return htobe64(value);
 }
 
 PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
-	PyGILState_STATE state;
+	struct pr_answer answer;
 	struct pr_context *ctx;
-	PyObject *result, *obj;
-	int doorbell_fd, async_fd;
+	uint32_t handle;
+	int doorbell_fd, async_fd, error;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, NULL, "ibv_open_device", "open_context", "s", device->name))
 		return NULL;
-	result = pr_call("ibv_open_device", "open_context", "(s)", device->name);
-	if (!result || !PyArg_ParseTuple(result, "Oii", &obj, &doorbell_fd, &async_fd)) {
-		Py_XDECREF(result);
-		pr_leave(state);
-		return NULL;
-	}
-	ctx = calloc(1, sizeof(*ctx));
+	error = pr_unpack(&answer, "hff", &handle, &doorbell_fd, &async_fd);
+	pr_answer_free(&answer);
+	ctx = error ? NULL : calloc(1, sizeof(*ctx));
 	if (!ctx) {
-		PyObject *closed = pr_call("ibv_open_device", "close_context", "(O)", obj);
-		Py_XDECREF(closed);
-		Py_DECREF(result);
-		pr_leave(state);
-		errno = ENOMEM;
+		if (!error) {
+			pr_run(NULL, "ibv_open_device", "close_context", "h", handle);
+			close(doorbell_fd);
+			close(async_fd);
+		}
+		errno = error ? error : ENOMEM;
 		return NULL;
 	}
-	Py_INCREF(obj);
-	Py_DECREF(result);
-	pr_leave(state);
-
-	ctx->obj = obj;
+	ctx->handle = handle;
+	ctx->epoch = answer.epoch;
 	ctx->doorbell_fd = doorbell_fd;
 	ctx->generation = __atomic_load_n(&pr_generation, __ATOMIC_RELAXED);
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -156,51 +145,54 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 PR_EXPORT int ibv_close_device(struct ibv_context *context)
 {
 	struct pr_context *ctx = pr_ctx(context);
-	PyGILState_STATE state;
-	PyObject *result;
+	struct pr_answer answer;
 
-	if (pr_enter(&state))
-		return -1;
-	result = pr_call("ibv_close_device", "close_context", "(O)", ctx->obj);
-	Py_XDECREF(result);
-	Py_DECREF(ctx->obj);
-	pr_leave(state);
+	if (ctx->generation == __atomic_load_n(&pr_generation, __ATOMIC_RELAXED)) { /* a forked child: its copies only */
+		/* the shared device outlives the program: its counters now, as a device of the
+		 * program's own would print them as it closed */
+		const char *print_stats = getenv("PYROCE_PRINT_STATS");
+		if (print_stats && !strcmp(print_stats, "1") &&
+		    !pr_command(&answer, ctx, "ibv_close_device", "summary", "h", ctx->handle)) {
+			if (answer.value->tag == 's')
+				fprintf(stderr, "%.*s\n", (int)answer.value->count, (const char *)answer.value->bytes);
+			pr_answer_free(&answer);
+		}
+		pr_run(ctx, "ibv_close_device", "close_context", "h", ctx->handle);
+	}
 	pthread_mutex_destroy(&ctx->lock);
+	close(ctx->doorbell_fd); /* this process's copies of the NIC's descriptors */
+	close(context->async_fd);
 	if (context->cmd_fd >= 0)
 		close(context->cmd_fd);
 	free(ctx);
 	return 0;
 }
 
-/* One query returning a Python object: NULL with errno set on failure (GIL held). */
-static PyObject *query(const char *verb, const char *function, struct ibv_context *context, int port, int index)
+/* One query of the context's (port, index): 0 with the answer, or the errno. */
+static int query(struct pr_answer *answer, const char *verb, const char *command, struct ibv_context *context,
+		 int port, int index)
 {
-	return pr_call(verb, function, "(Oii)", pr_ctx(context)->obj, port, index);
+	struct pr_context *ctx = pr_ctx(context);
+
+	return pr_command(answer, ctx, verb, command, "hii", ctx->handle, port, index);
 }
 
-#define FIELD(attr, obj, name) ((attr)->name = pr_long(obj, #name))
+#define FIELD(attr, found, name) ((attr)->name = pr_u64(pr_field(found, #name)))
 
 PR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 {
-	PyGILState_STATE state;
-	PyObject *found, *fw_ver;
+	struct pr_context *ctx = pr_ctx(context);
+	struct pr_answer answer;
+	const struct pr_value *found;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_query_device", "query_device", "h", ctx->handle))
 		return errno;
-	found = pr_call("ibv_query_device", "query_device", "(O)", pr_ctx(context)->obj);
-	if (!found) {
-		pr_leave(state);
-		return errno;
-	}
+	found = answer.value;
 	memset(attr, 0, sizeof(*attr));
-	fw_ver = PyObject_GetAttrString(found, "fw_ver");
-	if (fw_ver && PyUnicode_Check(fw_ver))
-		snprintf(attr->fw_ver, sizeof(attr->fw_ver), "%s", PyUnicode_AsUTF8(fw_ver));
-	Py_XDECREF(fw_ver);
-	PyErr_Clear();
-	attr->node_guid = htobe64(pr_long(found, "node_guid"));
-	attr->sys_image_guid = htobe64(pr_long(found, "sys_image_guid"));
-	attr->atomic_cap = pr_long(found, "atomic_caps");
+	pr_text(pr_field(found, "fw_ver"), attr->fw_ver, sizeof(attr->fw_ver));
+	attr->node_guid = htobe64(pr_u64(pr_field(found, "node_guid")));
+	attr->sys_image_guid = htobe64(pr_u64(pr_field(found, "sys_image_guid")));
+	attr->atomic_cap = pr_u64(pr_field(found, "atomic_caps"));
 	FIELD(attr, found, max_mr_size);
 	FIELD(attr, found, page_size_cap);
 	FIELD(attr, found, vendor_id);
@@ -237,8 +229,7 @@ PR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	FIELD(attr, found, max_pkeys);
 	FIELD(attr, found, local_ca_ack_delay);
 	FIELD(attr, found, phys_port_cnt);
-	Py_DECREF(found);
-	pr_leave(state);
+	pr_answer_free(&answer);
 	return 0;
 }
 
@@ -246,17 +237,14 @@ PR_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
  * `size` bytes of the program's ibv_port_attr (an older program's is shorter). */
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *out, size_t size)
 {
+	struct pr_context *ctx = pr_ctx(context);
 	struct ibv_port_attr attr = {0};
-	PyGILState_STATE state;
-	PyObject *found;
+	struct pr_answer answer;
+	const struct pr_value *found;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_query_port", "query_port", "hi", ctx->handle, port_num))
 		return errno;
-	found = pr_call("ibv_query_port", "query_port", "(Oi)", pr_ctx(context)->obj, port_num);
-	if (!found) {
-		pr_leave(state);
-		return errno;
-	}
+	found = answer.value;
 	FIELD(&attr, found, state);
 	FIELD(&attr, found, max_mtu);
 	FIELD(&attr, found, active_mtu);
@@ -279,8 +267,7 @@ int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port
 	FIELD(&attr, found, link_layer);
 	FIELD(&attr, found, flags);
 	FIELD(&attr, found, port_cap_flags2);
-	Py_DECREF(found);
-	pr_leave(state);
+	pr_answer_free(&answer);
 	memcpy(out, &attr, size < sizeof(attr) ? size : sizeof(attr));
 	return 0;
 }
@@ -295,57 +282,55 @@ PR_EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num, stru
 
 PR_EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
-	PyGILState_STATE state;
-	PyObject *raw;
+	struct pr_answer answer;
+	union ibv_gid found;
+	int error;
 
-	if (pr_enter(&state))
+	if (query(&answer, "ibv_query_gid", "query_gid", context, port_num, index))
 		return -1;
-	raw = query("ibv_query_gid", "query_gid", context, port_num, index);
-	if (raw && PyBytes_Check(raw) && PyBytes_Size(raw) == sizeof(*gid))
-		memcpy(gid->raw, PyBytes_AsString(raw), sizeof(*gid));
-	Py_XDECREF(raw);
-	pr_leave(state);
-	return raw ? 0 : -1;
+	error = pr_unpack(&answer, "y", found.raw, sizeof(found.raw));
+	pr_answer_free(&answer);
+	if (error)
+		return -1;
+	*gid = found;
+	return 0;
 }
 
 PR_EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 				 enum ibv_gid_type_sysfs *type)
 {
-	PyGILState_STATE state;
-	PyObject *found;
+	struct pr_answer answer;
+	uint32_t found;
+	int error;
 
-	if (pr_enter(&state))
+	if (query(&answer, "ibv_query_gid_type", "query_gid_type", context, port_num, (int)index))
 		return -1;
-	found = query("ibv_query_gid_type", "query_gid_type", context, port_num, index);
-	if (found)
-		*type = PyLong_AsLong(found);
-	Py_XDECREF(found);
-	pr_leave(state);
-	return found ? 0 : -1;
+	error = pr_unpack(&answer, "I", &found);
+	pr_answer_free(&answer);
+	if (error)
+		return -1;
+	*type = found;
+	return 0;
 }
 
-/* One GID entry (GIL held): 0, or the errno. */
+/* One GID entry: 0, or the errno. */
 static int gid_entry(struct ibv_context *context, uint32_t port_num, uint32_t index, struct ibv_gid_entry *entry)
 {
-	PyObject *found = query("ibv_query_gid_ex", "query_gid_entry", context, port_num, index);
-	const char *raw;
-	Py_ssize_t length;
-	unsigned int gid_type, ifindex;
+	struct pr_answer answer;
+	uint32_t gid_type, ifindex;
+	int error;
 
-	if (!found)
+	if (query(&answer, "ibv_query_gid_ex", "query_gid_entry", context, (int)port_num, (int)index))
 		return errno;
-	if (!PyArg_ParseTuple(found, "y#II", &raw, &length, &gid_type, &ifindex) || length != sizeof(entry->gid)) {
-		Py_DECREF(found);
-		PyErr_Clear();
-		return EIO;
-	}
 	memset(entry, 0, sizeof(*entry));
-	memcpy(entry->gid.raw, raw, sizeof(entry->gid));
+	error = pr_unpack(&answer, "yII", entry->gid.raw, sizeof(entry->gid.raw), &gid_type, &ifindex);
+	pr_answer_free(&answer);
+	if (error)
+		return error;
 	entry->gid_index = index;
 	entry->port_num = port_num;
 	entry->gid_type = gid_type;
 	entry->ndev_ifindex = ifindex;
-	Py_DECREF(found);
 	return 0;
 }
 
@@ -353,15 +338,11 @@ PR_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, 
 				struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
 	struct ibv_gid_entry found;
-	PyGILState_STATE state;
 	int ret;
 
 	if (flags)
 		return EOPNOTSUPP;
-	if (pr_enter(&state))
-		return errno;
 	ret = gid_entry(context, port_num, gid_index, &found);
-	pr_leave(state);
 	if (!ret)
 		memcpy(entry, &found, entry_size < sizeof(found) ? entry_size : sizeof(found));
 	return ret;
@@ -370,20 +351,22 @@ PR_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, 
 PR_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
 				       size_t max_entries, uint32_t flags, size_t entry_size)
 {
-	PyGILState_STATE state;
-	PyObject *length;
-	ssize_t count;
+	struct pr_context *ctx = pr_ctx(context);
+	struct pr_answer answer;
+	uint32_t length;
+	ssize_t count = -1;
 	int ret = 0;
 
 	if (flags)
 		return -EOPNOTSUPP;
-	if (pr_enter(&state))
-		return -errno;
-	length = pr_call("ibv_query_gid_table", "gid_table_len", "(O)", pr_ctx(context)->obj);
-	count = length ? PyLong_AsSsize_t(length) : -1;
-	Py_XDECREF(length);
-	if (count < 0)
-		ret = errno;
+	ret = pr_command(&answer, ctx, "ibv_query_gid_table", "gid_table_len", "h", ctx->handle);
+	if (!ret) {
+		ret = pr_unpack(&answer, "I", &length);
+		pr_answer_free(&answer);
+		count = length;
+	}
+	if (ret)
+		;
 	else if ((size_t)count > max_entries)
 		ret = EINVAL;
 	for (ssize_t i = 0; !ret && i < count; i++) {
@@ -393,23 +376,23 @@ PR_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_g
 			memcpy((uint8_t *)entries + i * entry_size, &found,
 			       entry_size < sizeof(found) ? entry_size : sizeof(found));
 	}
-	pr_leave(state);
 	return ret ? -ret : count;
 }
 
 PR_EXPORT int ibv_query_pkey(struct ibv_context *context, uint8_t port_num, int index, __be16 *pkey)
 {
-	PyGILState_STATE state;
-	PyObject *found;
+	struct pr_answer answer;
+	uint32_t found;
+	int error;
 
-	if (pr_enter(&state))
+	if (query(&answer, "ibv_query_pkey", "query_pkey", context, port_num, index))
 		return -1;
-	found = query("ibv_query_pkey", "query_pkey", context, port_num, index);
-	if (found)
-		*pkey = htobe16(PyLong_AsLong(found));
-	Py_XDECREF(found);
-	pr_leave(state);
-	return found ? 0 : -1;
+	error = pr_unpack(&answer, "I", &found);
+	pr_answer_free(&answer);
+	if (error)
+		return -1;
+	*pkey = htobe16(found);
+	return 0;
 }
 
 PR_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, __be16 pkey)
@@ -424,27 +407,23 @@ PR_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, 
 PR_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
 	struct pr_context *ctx = pr_ctx(context);
-	PyGILState_STATE state;
-	PyObject *found;
+	struct pr_answer answer;
 	int type, element, error = pr_stale(ctx); /* a child of fork(): no wait on the parent's fd */
 
 	if (error) {
 		errno = error;
 		return -1;
 	}
-	do { /* the wait in C (pr_wait_event), the event taken in Python */
-		if (pr_wait_event(context->async_fd) || pr_enter(&state))
+	do { /* the wait here (pr_wait_event), then a command that never waits */
+		if (pr_wait_event(context->async_fd))
 			return -1;
-		found = pr_call("ibv_get_async_event", "get_async_event", "(O)", ctx->obj);
-		error = errno;
-		if (found && !PyArg_ParseTuple(found, "ii", &type, &element)) {
-			Py_CLEAR(found);
-			error = EIO;
+		error = pr_command(&answer, ctx, "ibv_get_async_event", "get_async_event", "h", ctx->handle);
+		if (!error) {
+			error = pr_unpack(&answer, "ii", &type, &element);
+			pr_answer_free(&answer);
 		}
-		Py_XDECREF(found);
-		pr_leave(state);
-	} while (!found && error == EAGAIN);
-	if (!found) {
+	} while (error == EAGAIN && !pr_nonblocking(context->async_fd)); /* another thread took it */
+	if (error) {
 		errno = error;
 		return -1;
 	}

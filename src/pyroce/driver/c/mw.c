@@ -1,4 +1,4 @@
-/* Memory windows from C: a window is a pyroce.verbs.mw.MW (the NIC's memory table holds it
+/* Memory windows from C: a window is a pyroce.verbs.mw.MW of the shared NIC's (its memory table holds it
  * beside the MRs); binding is send-queue work the NIC does itself (nic/local_ops.py), so
  * IBV_WR_BIND_MW writes a BIND_MW WQE with pyroce's bind segment (nic/wqe.py MwBindSeg: the
  * range, the MR's key, the access; struct pyroce_bind_seg of pyroce_abi.h) and the window's new
@@ -13,7 +13,7 @@
 
 struct pr_mw {
 	struct ibv_mw mw;
-	PyObject *obj;
+	uint32_t handle;
 };
 
 int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr)
@@ -34,25 +34,21 @@ int pr_bind_segment(uint8_t *seg, const struct ibv_send_wr *wr)
 
 struct ibv_mw *pr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	PyGILState_STATE state;
-	PyObject *result, *obj;
+	struct pr_context *ctx = pr_ctx(pd->context);
+	struct pr_answer answer;
 	struct pr_mw *mw = NULL;
-	unsigned int rkey;
+	uint32_t handle, rkey;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_alloc_mw", "alloc_mw", "hi", ((struct pr_pd *)pd)->handle, (int)type))
 		return NULL;
-	result = pr_call("ibv_alloc_mw", "alloc_mw", "(Oi)", ((struct pr_pd *)pd)->obj, type);
-	if (result && PyArg_ParseTuple(result, "OI", &obj, &rkey)) {
-		mw = pr_alloc_for(sizeof(*mw), "ibv_alloc_mw", "dealloc_mw", obj);
-		if (mw) {
-			mw->obj = obj;
-			mw->mw = (struct ibv_mw){.context = pd->context, .pd = pd, .rkey = rkey, .handle = rkey >> 8,
-						 .type = type};
-		}
-	}
-	Py_XDECREF(result);
-	pr_leave(state);
-	return mw ? &mw->mw : NULL;
+	if (!pr_unpack(&answer, "hI", &handle, &rkey))
+		mw = pr_alloc_for(sizeof(*mw), ctx, "ibv_alloc_mw", "dealloc_mw", handle);
+	pr_answer_free(&answer);
+	if (!mw)
+		return NULL;
+	mw->handle = handle;
+	mw->mw = (struct ibv_mw){.context = pd->context, .pd = pd, .rkey = rkey, .handle = rkey >> 8, .type = type};
+	return &mw->mw;
 }
 
 /* libibverbs' inline ibv_bind_mw checked the type (1) and the MR's PD; the QP's PD is the
@@ -75,7 +71,7 @@ int pr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind
 int pr_dealloc_mw(struct ibv_mw *mw)
 {
 	struct pr_mw *self = (struct pr_mw *)mw;
-	int ret = pr_destroy("ibv_dealloc_mw", "dealloc_mw", self->obj);
+	int ret = pr_run(pr_ctx(mw->context), "ibv_dealloc_mw", "dealloc_mw", "h", self->handle);
 
 	if (!ret)
 		free(self);

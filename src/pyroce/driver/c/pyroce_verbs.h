@@ -1,23 +1,23 @@
-/* pyroce's libibverbs.so.1: the objects the C library keeps beside the Python ones.
+/* pyroce's libibverbs.so.1: the objects the C library keeps beside the shared NIC's.
  *
- * Control verbs are calls into pyroce.driver.calls under the GIL (python_bridge.c); the data
- * path (post_send, post_recv, poll_cq in datapath.c) reads and writes the rings those calls
- * return, in mlx5's layouts (src/pyroce/nic/wqe.py, cqe.py), and rings the device's doorbell
- * by writing a record to its pipe (nic/handoff.py), with no GIL. The layouts and values come
- * from <infiniband/mlx5dv.h> where mlx5 defines them, else from pyroce_abi.h, which the build
+ * Control verbs are commands to the shared NIC (nic_client.c: the functions of
+ * pyroce.driver.calls, run by `pyroce nicd` on its verbs objects), each object of the NIC a
+ * handle here; the data path (post_send, post_recv, poll_cq in datapath.c) reads and writes the
+ * rings those commands return, in the connection's shared memory and mlx5's layouts
+ * (src/pyroce/nic/wqe.py, cqe.py), and rings the device's doorbell by writing a record to its
+ * pipe (nic/handoff.py). No interpreter runs in the program. The layouts and values come from
+ * <infiniband/mlx5dv.h> where mlx5 defines them, else from pyroce_abi.h, which the build
  * renders from the Python definitions (driver/abi.py): none is restated here.
  */
 #ifndef PYROCE_VERBS_H
 #define PYROCE_VERBS_H
-
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
 
+#include "nic_client.h"
 #include "pyroce_abi.h"
 
 #define PR_EXPORT __attribute__((visibility("default")))
@@ -27,9 +27,10 @@ struct pr_srq;
 
 struct pr_context {
 	struct verbs_context vctx; /* ibv_context last inside it, as libibverbs lays them out */
-	PyObject *obj;             /* pyroce.verbs.device.Context */
-	int doorbell_fd;
+	uint32_t handle;           /* the NIC's pyroce.verbs.device.Context */
+	int doorbell_fd;           /* this process's copy of the NIC's doorbell pipe */
 	unsigned int generation;   /* pr_generation at ibv_open_device */
+	unsigned int epoch;        /* the connection to the NIC it was opened on */
 	pthread_mutex_t lock;      /* the QP and CQ lists */
 	struct pr_qp *qps;
 	struct pr_cq *cqs;
@@ -38,17 +39,17 @@ struct pr_context {
 
 struct pr_pd {
 	struct ibv_pd pd;
-	PyObject *obj;
+	uint32_t handle;
 };
 
 struct pr_mr {
 	struct ibv_mr mr;
-	PyObject *obj;
+	uint32_t handle;
 };
 
 struct pr_channel {
-	struct ibv_comp_channel channel;
-	PyObject *obj;
+	struct ibv_comp_channel channel; /* fd: this process's copy of the NIC's event fd */
+	uint32_t handle;
 };
 
 struct pr_cq {
@@ -56,7 +57,7 @@ struct pr_cq {
 		struct ibv_cq cq;
 		struct ibv_cq_ex cq_ex; /* ibv_create_cq_ex's: begins as an ibv_cq (ibv_cq_ex_to_cq) */
 	};
-	PyObject *obj;
+	uint32_t handle;
 	struct pr_cq *next;        /* in the context's list */
 	uint32_t cqn;
 	pthread_spinlock_t lock;
@@ -74,7 +75,7 @@ struct pr_cq {
 
 struct pr_srq {
 	struct ibv_srq srq;
-	PyObject *obj;
+	uint32_t handle;
 	struct pr_srq *next;       /* in the context's list */
 	uint32_t srqn;
 	pthread_spinlock_t lock;
@@ -86,7 +87,7 @@ struct pr_srq {
 
 struct pr_ah {
 	struct ibv_ah ah;
-	PyObject *obj;             /* pyroce.verbs.ah.AH: its checks were made there */
+	uint32_t handle;           /* the NIC's pyroce.verbs.ah.AH: its checks were made there */
 	struct mlx5_wqe_av av;     /* the datagram segment but its Q_Key and QPN, which each WR names */
 };
 
@@ -103,7 +104,7 @@ struct pr_qp {
 		struct ibv_qp qp;
 		struct ibv_qp_ex qp_ex; /* ibv_create_qp_ex's: begins as an ibv_qp (ibv_qp_to_qp_ex) */
 	};
-	PyObject *obj;
+	uint32_t handle;
 	struct pr_qp *next;        /* in the context's list */
 	struct pr_context *ctx;
 	struct pr_cq *scq, *rcq;
@@ -124,19 +125,9 @@ struct pr_qp {
 	struct pr_wr_batch *batch; /* an extended QP's wr_* state (qp_ex.c), else NULL */
 };
 
-/* python_bridge.c */
-PyObject *pr_call(const char *verb, const char *function, const char *format, ...);
-/* Destroy a verbs object: ``function(obj)`` under the GIL; on success the C side's reference to
- * ``obj`` is dropped. 0 or the errno (the object stays whole on an error, e.g. EBUSY). */
-int pr_destroy(const char *verb, const char *function, PyObject *obj);
-/* The C side of an object Python just made (under the GIL): ``size`` zeroed bytes and a new
- * reference to ``obj`` for it to keep, or NULL with ENOMEM after ``undo(obj)`` destroyed it. */
-void *pr_alloc_for(size_t size, const char *verb, const char *undo, PyObject *obj);
-int pr_enter(PyGILState_STATE *state);
-void pr_leave(PyGILState_STATE state);
-int pr_nap_without_gil(void);
-PyThreadState *pr_release_gil(void);
-long long pr_long(PyObject *obj, const char *name);
+/* control.c: the C side of an object the NIC just made: ``size`` zeroed bytes, or NULL with
+ * ENOMEM after ``undo(handle)`` destroyed it on the NIC. */
+void *pr_alloc_for(size_t size, const struct pr_context *ctx, const char *verb, const char *undo, uint32_t handle);
 
 /* datapath.c */
 int pr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
@@ -151,9 +142,18 @@ void pr_qp_reset(struct pr_qp *qp, uint32_t scq_at, uint32_t rcq_at);
 void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone);
 
 /* control.c */
-PyObject *pr_ah_fields(const struct ibv_ah_attr *ah);
+/* An ibv_ah_attr as calls.modify_qp and create_ah read it: a mapping (the format's part and its
+ * arguments, for pr_command), the GID as 16 bytes. */
+#define PR_AH_FORMAT "{yIiiiiiiiii}"
+#define PR_AH_ARGS(ah)                                                                                               \
+	"dgid", (const void *)(ah)->grh.dgid.raw, sizeof((ah)->grh.dgid.raw), "flow_label", (ah)->grh.flow_label,    \
+		"sgid_index", (int)(ah)->grh.sgid_index, "hop_limit", (int)(ah)->grh.hop_limit, "traffic_class",      \
+		(int)(ah)->grh.traffic_class, "dlid", (int)(ah)->dlid, "sl", (int)(ah)->sl, "src_path_bits",          \
+		(int)(ah)->src_path_bits, "static_rate", (int)(ah)->static_rate, "is_global", (int)(ah)->is_global,   \
+		"port_num", (int)(ah)->port_num
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int pr_wait_event(int fd);
+int pr_nonblocking(int fd);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
@@ -184,7 +184,8 @@ static inline struct pr_context *pr_ctx(struct ibv_context *context)
 }
 
 /* The data path's fork check, one compare: EIO (said once on stderr) for a context a parent
- * opened, whose rings a child of fork() has only copies of and whose NIC stayed in the parent. */
+ * opened, whose objects belong to the parent's connection to the NIC (and whose rings are not
+ * mapped in the child). Every command on an object checks it too. */
 static inline int pr_stale(const struct pr_context *ctx)
 {
 	unsigned int now = __atomic_load_n(&pr_generation, __ATOMIC_RELAXED);

@@ -273,19 +273,17 @@ static void wr_abort(struct ibv_qp_ex *qpx)
 
 struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
-	PyGILState_STATE state;
-	PyObject *ops;
-	unsigned long long send_ops = 0;
+	struct pr_context *ctx = pr_ctx(context);
+	struct pr_answer answer;
+	uint64_t send_ops = 0;
+	int error;
 
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_create_qp_ex", "qp_ex_send_ops", "iIKI", (int)attr->qp_type, attr->comp_mask,
+		       (unsigned long long)attr->send_ops_flags, attr->create_flags))
 		return NULL;
-	ops = pr_call("ibv_create_qp_ex", "qp_ex_send_ops", "(iIKI)", attr->qp_type, attr->comp_mask,
-		      (unsigned long long)attr->send_ops_flags, attr->create_flags);
-	if (ops)
-		send_ops = PyLong_AsUnsignedLongLong(ops);
-	Py_XDECREF(ops);
-	pr_leave(state);
-	if (!ops)
+	error = pr_unpack(&answer, "K", &send_ops);
+	pr_answer_free(&answer);
+	if (error)
 		return NULL;
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		errno = EINVAL;

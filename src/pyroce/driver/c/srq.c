@@ -1,5 +1,5 @@
-/* Shared receive queues: the control verbs call pyroce.driver.calls (the SRQ's checks, limit
- * and resize are pyroce.verbs.srq's); ibv_post_srq_recv writes WQEs into its ring and the
+/* Shared receive queues: the control verbs are commands to the shared NIC (the SRQ's checks,
+ * limit and resize are pyroce.verbs.srq's); ibv_post_srq_recv writes WQEs into its ring and the
  * producer into its doorbell record, with no doorbell to ring: the NIC reads the record when a
  * message needs a WQE (nic/srq.py). */
 #include "pyroce_verbs.h"
@@ -19,17 +19,15 @@ struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn)
 	return srq;
 }
 
-/* The ring (and sizes) after a modify, from its call's result (GIL held). */
-static int take_ring(struct pr_srq *srq, PyObject *ring_info)
+/* The ring (and sizes) after a modify, from its command's answer: 0 or EIO. */
+static int take_ring(struct pr_srq *srq, struct pr_answer *answer)
 {
-	unsigned long long ring;
-	unsigned int count, stride;
+	void *ring;
+	uint32_t count, stride;
 
-	if (!PyArg_ParseTuple(ring_info, "KII", &ring, &count, &stride)) {
-		PyErr_Clear();
+	if (pr_unpack(answer, "AII", &ring, &count, &stride))
 		return EIO;
-	}
-	srq->ring = (uint8_t *)(uintptr_t)ring;
+	srq->ring = ring;
 	srq->count = count;
 	srq->stride = stride;
 	return 0;
@@ -40,39 +38,30 @@ PR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	struct pr_context *ctx = pr_ctx(pd->context);
 	struct pr_srq *srq = calloc(1, sizeof(*srq));
 	uint64_t *wr_ids = calloc(PR_SRQ_COUNTERS, sizeof(*wr_ids));
-	PyGILState_STATE state;
-	PyObject *result = NULL, *obj;
-	unsigned long long ring, doorbell;
-	unsigned int srqn, count, stride;
+	struct pr_answer answer;
+	void *ring, *doorbell;
+	uint32_t handle, srqn, count, stride;
+	int error = !srq || !wr_ids ? ENOMEM : 0;
 
-	if (!srq || !wr_ids || pr_enter(&state)) {
-		if (!srq || !wr_ids)
-			errno = ENOMEM;
+	if (!error)
+		error = pr_command(&answer, ctx, "ibv_create_srq", "create_srq", "hII", ((struct pr_pd *)pd)->handle,
+				   attr->attr.max_wr, attr->attr.max_sge);
+	if (srq && wr_ids && !error) {
+		error = pr_unpack(&answer, "hIAIIA", &handle, &srqn, &ring, &count, &stride, &doorbell);
+		pr_answer_free(&answer);
+	}
+	if (error) {
 		free(srq);
 		free(wr_ids);
+		errno = error;
 		return NULL;
 	}
-	result = pr_call("ibv_create_srq", "create_srq", "(OII)", ((struct pr_pd *)pd)->obj, attr->attr.max_wr,
-			 attr->attr.max_sge);
-	if (result && PyArg_ParseTuple(result, "OIKIIK", &obj, &srqn, &ring, &count, &stride, &doorbell)) {
-		Py_INCREF(obj);
-		srq->obj = obj;
-	} else if (result) {
-		PyErr_Clear();
-		errno = EIO;
-	}
-	Py_XDECREF(result);
-	pr_leave(state);
-	if (!srq->obj) {
-		free(srq);
-		free(wr_ids);
-		return NULL;
-	}
-	srq->ring = (uint8_t *)(uintptr_t)ring;
+	srq->handle = handle;
+	srq->ring = ring;
 	srq->count = count;
 	srq->stride = stride;
 	srq->srqn = srqn;
-	srq->doorbell = (volatile uint32_t *)(uintptr_t)doorbell;
+	srq->doorbell = doorbell;
 	srq->wr_ids = wr_ids;
 	srq->max_wr = attr->attr.max_wr;
 	srq->max_sge = attr->attr.max_sge ? attr->attr.max_sge : 1;
@@ -90,39 +79,39 @@ PR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 PR_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int attr_mask)
 {
 	struct pr_srq *srq = (struct pr_srq *)ibsrq;
-	PyGILState_STATE state;
-	PyObject *ring;
+	struct pr_answer answer;
 	int ret;
 
-	if (pr_enter(&state))
-		return errno;
 	pthread_spin_lock(&srq->lock); /* no post while the WQEs move to the new ring */
-	ring = pr_call("ibv_modify_srq", "modify_srq", "(OIIi)", srq->obj, attr->max_wr, attr->srq_limit, attr_mask);
-	ret = ring ? take_ring(srq, ring) : errno;
+	ret = pr_command(&answer, pr_ctx(ibsrq->context), "ibv_modify_srq", "modify_srq", "hIIi", srq->handle,
+			 attr->max_wr, attr->srq_limit, attr_mask);
+	if (!ret) {
+		ret = take_ring(srq, &answer);
+		pr_answer_free(&answer);
+	}
 	if (!ret && attr_mask & IBV_SRQ_MAX_WR)
 		srq->max_wr = attr->max_wr;
 	pthread_spin_unlock(&srq->lock);
-	Py_XDECREF(ring);
-	pr_leave(state);
 	return ret;
 }
 
 PR_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 {
-	PyGILState_STATE state;
-	PyObject *found;
-	int ret = 0;
+	struct pr_answer answer;
+	uint32_t max_wr, max_sge, srq_limit;
+	int ret;
 
-	if (pr_enter(&state))
-		return errno;
-	found = pr_call("ibv_query_srq", "query_srq", "(O)", ((struct pr_srq *)ibsrq)->obj);
-	if (!found)
-		ret = errno;
-	else if (!PyArg_ParseTuple(found, "III", &attr->max_wr, &attr->max_sge, &attr->srq_limit))
-		ret = EIO;
-	PyErr_Clear();
-	Py_XDECREF(found);
-	pr_leave(state);
+	ret = pr_command(&answer, pr_ctx(ibsrq->context), "ibv_query_srq", "query_srq", "h",
+			 ((struct pr_srq *)ibsrq)->handle);
+	if (ret)
+		return ret;
+	ret = pr_unpack(&answer, "III", &max_wr, &max_sge, &srq_limit);
+	pr_answer_free(&answer);
+	if (!ret) {
+		attr->max_wr = max_wr;
+		attr->max_sge = max_sge;
+		attr->srq_limit = srq_limit;
+	}
 	return ret;
 }
 
@@ -130,7 +119,7 @@ PR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 {
 	struct pr_srq *srq = (struct pr_srq *)ibsrq;
 	struct pr_context *ctx = pr_ctx(ibsrq->context);
-	int ret = pr_destroy("ibv_destroy_srq", "destroy_srq", srq->obj);
+	int ret = pr_run(ctx, "ibv_destroy_srq", "destroy_srq", "h", srq->handle);
 
 	if (ret)
 		return ret; /* EBUSY while a QP takes its receives from it */

@@ -1,5 +1,5 @@
-/* UD from C: address handles and the datagram segment. An AH is a pyroce.verbs.ah.AH (its
- * checks: a GRH, a GID table index, a GID the link reaches) and the 48 bytes of mlx5_wqe_av
+/* UD from C: address handles and the datagram segment. An AH is a pyroce.verbs.ah.AH of the
+ * shared NIC's (its checks: a GRH, a GID table index, a GID the link reaches) and the 48 bytes of mlx5_wqe_av
  * that post_send copies into each UD WQE after the control segment, with the WR's Q_Key and
  * remote QPN (nic/wqe.py AddressVector, as verbs/qp.py writes it). ibv_init_ah_from_wc reads
  * the network header before a datagram as pyroce.verbs.ah does (IPv4 in its last 20 bytes,
@@ -42,30 +42,20 @@ int pr_datagram_segment(uint8_t *seg, const struct ibv_send_wr *wr)
 
 PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-	PyGILState_STATE state;
-	PyObject *fields, *obj = NULL;
-	struct pr_ah *ah = calloc(1, sizeof(*ah));
+	struct pr_context *ctx = pr_ctx(pd->context);
+	struct pr_answer answer;
+	struct pr_ah *ah = NULL;
+	uint32_t handle;
 
-	if (!ah) {
-		errno = ENOMEM;
+	if (pr_command(&answer, ctx, "ibv_create_ah", "create_ah", "h" PR_AH_FORMAT, ((struct pr_pd *)pd)->handle,
+		       PR_AH_ARGS(attr)))
 		return NULL;
-	}
-	if (pr_enter(&state)) {
-		free(ah);
+	if (!pr_unpack(&answer, "h", &handle))
+		ah = pr_alloc_for(sizeof(*ah), ctx, "ibv_create_ah", "destroy_ah", handle);
+	pr_answer_free(&answer);
+	if (!ah)
 		return NULL;
-	}
-	fields = pr_ah_fields(attr);
-	if (fields)
-		obj = pr_call("ibv_create_ah", "create_ah", "(OO)", ((struct pr_pd *)pd)->obj, fields);
-	else
-		errno = ENOMEM;
-	Py_XDECREF(fields);
-	pr_leave(state);
-	if (!obj) {
-		free(ah);
-		return NULL;
-	}
-	ah->obj = obj;
+	ah->handle = handle;
 	ah->ah = (struct ibv_ah){.context = pd->context, .pd = pd};
 	write_av(&ah->av, attr);
 	return &ah->ah;
@@ -74,7 +64,7 @@ PR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 PR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 {
 	struct pr_ah *self = (struct pr_ah *)ah;
-	int ret = pr_destroy("ibv_destroy_ah", "destroy_ah", self->obj);
+	int ret = pr_run(pr_ctx(ah->context), "ibv_destroy_ah", "destroy_ah", "h", self->handle);
 
 	if (!ret)
 		free(self);
@@ -84,12 +74,11 @@ PR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 PR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
 				  struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
 {
-	PyGILState_STATE state;
-	PyObject *route;
-	const char *dgid;
-	Py_ssize_t dgid_len;
-	unsigned int flow_label;
-	int sgid_index, hop_limit, traffic_class, parsed;
+	struct pr_context *ctx = pr_ctx(context);
+	struct pr_answer answer;
+	uint8_t dgid[16];
+	uint32_t flow_label;
+	int sgid_index, hop_limit, traffic_class, error;
 
 	memset(ah_attr, 0, sizeof(*ah_attr)); /* libibverbs' generic fields first */
 	ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
@@ -100,25 +89,19 @@ PR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
 	if (!(wc->wc_flags & IBV_WC_GRH))
 		return 0; /* a non-global AH: ibv_create_ah refuses it on RoCE */
 	ah_attr->is_global = 1;
-	if (pr_enter(&state))
+	if (pr_command(&answer, ctx, "ibv_init_ah_from_wc", "route_from_header", "hy", ctx->handle, (const void *)grh,
+		       (size_t)GRH_BYTES))
 		return -1;
-	route = pr_call("ibv_init_ah_from_wc", "route_from_header", "(Oy#)", pr_ctx(context)->obj, (const char *)grh,
-			(Py_ssize_t)GRH_BYTES);
-	parsed = route && PyArg_ParseTuple(route, "y#Iiii", &dgid, &dgid_len, &flow_label, &sgid_index, &hop_limit,
-					   &traffic_class) && dgid_len == sizeof(ah_attr->grh.dgid.raw);
-	if (parsed) {
-		memcpy(ah_attr->grh.dgid.raw, dgid, sizeof(ah_attr->grh.dgid.raw));
-		ah_attr->grh.flow_label = flow_label;
-		ah_attr->grh.sgid_index = sgid_index;
-		ah_attr->grh.hop_limit = hop_limit;
-		ah_attr->grh.traffic_class = traffic_class;
-	} else if (route) {
-		PyErr_Clear();
-		errno = EIO;
-	}
-	Py_XDECREF(route);
-	pr_leave(state);
-	return parsed ? 0 : -1;
+	error = pr_unpack(&answer, "yIiii", dgid, sizeof(dgid), &flow_label, &sgid_index, &hop_limit, &traffic_class);
+	pr_answer_free(&answer);
+	if (error)
+		return -1;
+	memcpy(ah_attr->grh.dgid.raw, dgid, sizeof(ah_attr->grh.dgid.raw));
+	ah_attr->grh.flow_label = flow_label;
+	ah_attr->grh.sgid_index = sgid_index;
+	ah_attr->grh.hop_limit = hop_limit;
+	ah_attr->grh.traffic_class = traffic_class;
+	return 0;
 }
 
 PR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
