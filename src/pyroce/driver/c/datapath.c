@@ -1,6 +1,6 @@
 /* The data path, in C over the shared rings: post_send writes mlx5 send WQEs into the QP's ring,
  * post_recv receive WQEs, each publishes its producer counter in the doorbell record and
- * rings the doorbell (a record in the device's pipe, nic/handoff.py); poll_cq reads CQEs whose
+ * rings the doorbell (a record in the device's pipe, host/handoff.py); poll_cq reads CQEs whose
  * owner bit is valid and turns them into ibv_wc. The layouts are src/pyroce/nic/wqe.py and
  * cqe.py, mlx5dv.h's structs and values (pyroce_abi.h's for pyroce's own); the checks and
  * errnos are pyroce.verbs.qp's and recv_queue's, so a C program and a Python one are refused

@@ -5,7 +5,7 @@
  * handle here; the data path (post_send, post_recv, poll_cq in datapath.c) reads and writes the
  * rings those commands return, in the connection's shared memory and mlx5's layouts
  * (src/pyroce/nic/wqe.py, cqe.py), and rings the device's doorbell by writing a record to its
- * pipe (nic/handoff.py). No interpreter runs in the program. The layouts and values come from
+ * pipe (host/handoff.py). No interpreter runs in the program. The layouts and values come from
  * <infiniband/mlx5dv.h> where mlx5 defines them, else from pyroce_abi.h, which the build
  * renders from the Python definitions (driver/abi.py): none is restated here.
  */
