@@ -147,7 +147,8 @@ PR_EXPORT int ibv_close_device(struct ibv_context *context)
 	struct pr_context *ctx = pr_ctx(context);
 	struct pr_answer answer;
 
-	if (ctx->generation == __atomic_load_n(&pr_generation, __ATOMIC_RELAXED)) { /* a forked child: its copies only */
+	/* A child of fork() closes its copies only: the context is its parent's, on the NIC. */
+	if (ctx->generation == __atomic_load_n(&pr_generation, __ATOMIC_RELAXED)) {
 		/* the shared device outlives the program: its counters now, as a device of the
 		 * program's own would print them as it closed */
 		const char *print_stats = getenv("PYROCE_PRINT_STATS");
