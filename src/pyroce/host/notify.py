@@ -115,9 +115,10 @@ class EventFdQueue(Generic[T]):
 
 
 class EventFdQueues(Generic[T]):
-    """``EventQueues``: the asynchronous event queues of a device's open contexts (``ib_uverbs_async_event_file``
-    per open): ``open`` one per context, ``broadcast`` what concerns them all (port and device
-    events); an object's own events go to the queue it was created with. Each queue is bounded."""
+    """``EventQueues``: the asynchronous event queues of a device's open contexts
+    (``ib_uverbs_async_event_file`` per open): ``open`` one per context, ``broadcast`` what
+    concerns them all (port and device events); an object's own events go to the queue it was
+    created with. Each queue is bounded."""
 
     def __init__(self, maxlen: int) -> None:
         self._lock = threading.Lock()
