@@ -182,7 +182,8 @@ def get_cq_event(channel: CompChannel) -> int:
 def _cq_ring(cq: CQ) -> tuple[int, int, int]:
     """The CQ ring's address, its entries and the consumer record's address."""
     address = cq.ctx.driver_memory.address
-    return address(memoryview(cq._buf)), cq.ring.cqe_count, address(memoryview(cq._consumer_record))
+    ring, consumer = cq.driver_rings
+    return address(ring), cq.ring.cqe_count, address(consumer)
 
 
 def create_cq(ctx: Context, cqe: int, channel: CompChannel | None, comp_vector: int) -> tuple[Any, ...]:
@@ -252,8 +253,9 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
     qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
     ring = qp.rq.ring
     address = pd.ctx.driver_memory.address
-    return (qp, qp.qp_num, address(memoryview(qp._sq_buf)), qp.sq_wqebbs, address(ring.buf), ring.count,
-            ring.stride, address(memoryview(qp._doorbell_buf)))  # fmt: skip
+    send_ring, doorbell = qp.driver_rings
+    return (qp, qp.qp_num, address(send_ring), qp.sq_wqebbs, address(ring.buf), ring.count, ring.stride,
+            address(doorbell))  # fmt: skip
 
 
 def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
@@ -300,7 +302,7 @@ def _srq_ring(srq: SRQ) -> tuple[int, int, int]:
 def create_srq(pd: PD, max_wr: int, max_sge: int) -> tuple[Any, ...]:
     """``ibv_create_srq``: (SRQ, SRQN, ring address, WQEs, stride, doorbell record address)."""
     srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr, max_sge)))
-    return (srq, srq.hw.srqn, *_srq_ring(srq), pd.ctx.driver_memory.address(memoryview(srq._doorbell_buf)))
+    return (srq, srq.hw.srqn, *_srq_ring(srq), pd.ctx.driver_memory.address(srq.doorbell_record))
 
 
 def modify_srq(srq: SRQ, max_wr: int, srq_limit: int, mask: int) -> tuple[int, int, int]:

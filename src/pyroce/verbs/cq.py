@@ -257,6 +257,12 @@ class CQ(PyverbsObject):
         self.consumer = 0
         self.cqe = count - 1
 
+    @property
+    def driver_rings(self) -> tuple[memoryview, memoryview]:
+        """What another driver of this CQ (the C library) reads and writes: the CQE ring and the
+        consumer record."""
+        return memoryview(self._buf), memoryview(self._consumer_record)
+
     def _release(self) -> None:
         if self.num_events:
             self.ack_events(self.num_events)

@@ -545,6 +545,12 @@ class QP(PyverbsObject):
         self._check_open()
         mw.bind_type1(self.pd, self.qp_num, mw_bind)
 
+    @property
+    def driver_rings(self) -> tuple[memoryview, memoryview]:
+        """What another driver of this QP (the C library) writes: the send ring and the doorbell
+        record (the receive ring is ``rq.ring``)."""
+        return memoryview(self._sq_buf), memoryview(self._doorbell_buf)
+
     def _release(self) -> None:
         self.device.destroy_qp(self.qp_num)
         self.scq.qps.pop(self.qp_num, None)

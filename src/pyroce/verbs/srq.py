@@ -83,6 +83,11 @@ class SRQ(PyverbsObject):
                                     creator.ctx.async_queue)  # fmt: skip
         creator.add_ref(self)
 
+    @property
+    def doorbell_record(self) -> memoryview:
+        """The doorbell record another driver of this SRQ (the C library) writes."""
+        return memoryview(self._doorbell_buf)
+
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
         """``ibv_post_srq_recv``: ENOMEM when ``max_wr`` WQEs are outstanding, EINVAL for more
         than ``max_sge`` SGEs; the WRs before the failing one are posted."""
