@@ -355,8 +355,9 @@ def test_service_ids():
     for bad in (0x2000001, 0x1_0000_0106_0001, 0):
         with pytest.raises(ValueError, match="is not an rdma_cm IP service ID"):
             port_space_and_port(bad)
+    assert service_id(PortSpace.IPOIB, 1) == 0x20001  # (ps << 16) + port for every space, as Linux's cma_get_service_id
     with pytest.raises(ValueError):
-        service_id(0x0002, 1)  # IPoIB's port space has no IP CM service ID
+        service_id(0x0200, 1)  # not a port space
     with pytest.raises(ValueError, match="port 65536 does not fit 16 bits"):
         service_id(PortSpace.TCP, 65536)
 

@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from pyroce.ib.cm import PortSpace
 from pyroce.wire.errors import BadCmField, BadMadVersion, BuildError, UnknownAttribute, WrongMgmtClass
 from pyroce.wire.mad import MAD_BASE_VERSION, MAD_HEADER_LEN, MAD_LEN, MadHeader, MadMethod, MgmtClass
 
@@ -455,15 +456,6 @@ def parse_cm(data: bytes | bytearray | memoryview) -> tuple[MadHeader, CmMessage
     if header.attr_id not in _LAYOUTS:
         raise UnknownAttribute(f"CM attribute 0x{header.attr_id:04x} is not a message pyroce reads")
     return header, _parse_body(CmAttr(header.attr_id), bytes(data[MAD_HEADER_LEN:]))
-
-
-class PortSpace(enum.IntEnum):
-    """rdma_cm port spaces that map onto IB service IDs (Linux ``enum rdma_ucm_port_space``)."""
-
-    TCP = 0x0106
-    UDP = 0x0111
-    IB = 0x013F
-
 
 _PORT_BITS = 16
 
