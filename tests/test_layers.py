@@ -32,11 +32,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "link": frozenset({"wire"}),  # sockets, the in-memory wire, fault injection
     "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
-    "verbs": frozenset({"ib", "wire", "nic", "host"}),  # never the transport or the link (only the host's registry)
+    # never the transport or the link (only the host's registry); the shared NIC's device as a client of it
+    "verbs": frozenset({"ib", "wire", "nic", "host", "nicd.remote_device"}),
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
     "driver": frozenset({"ib", "nic", "host", "verbs"}),  # what the shared NIC runs for the C library, and its build
-    "nicd": frozenset({"nic", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
+    "nicd": frozenset({"ib", "wire", "nic", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
     "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path"}),

@@ -29,16 +29,35 @@ class ArenaFull(MemoryError):
 
 
 class Arena:
-    """The NIC's side of one connection's shared memory, and the driver memory of its objects
-    (``pyroce.verbs.driver_memory.DriverMemory``)."""
+    """One end's mapping of a connection's shared memory, and the driver memory of the objects
+    that allocate from it (``pyroce.verbs.driver_memory.DriverMemory``): the NIC's for a C
+    driver's objects, which its verbs objects allocate there; a Python driver's
+    (``nicd.remote_device``) allocates its own and names each piece by offset and length, which
+    the NIC sees through ``view``. A connection's pieces are allocated at one end only."""
 
     def __init__(self, name: str, size: int = ARENA_SIZE) -> None:
-        self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            os.ftruncate(self.fd, size)
-            self._map = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.ftruncate(fd, size)
         except OSError:
-            os.close(self.fd)
+            os.close(fd)
+            raise
+        self._attach(fd, size)
+
+    @classmethod
+    def attach(cls, fd: int, size: int) -> Arena:
+        """The other end's mapping of an arena whose memfd came across (``fd`` is the arena's now)."""
+        arena = cls.__new__(cls)
+        arena._attach(fd, size)
+        return arena
+
+    def _attach(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self._pid = os.getpid()  # a forked child's copy frees nothing: the pieces are its parent's
+        try:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            os.close(fd)
             raise
         self.size = size
         self.base = address_of(memoryview(self._map)[:PAGE])
@@ -75,10 +94,24 @@ class Arena:
         descriptor of its own."""
         return PassFd(fd)
 
+    @property
+    def mapping(self) -> mmap.mmap:
+        return self._map
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """The ``length`` bytes at ``offset`` (a piece the other end allocated); ValueError past the end."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ValueError(f"{length} bytes at offset {offset} are not in the connection's shared memory")
+        return memoryview(self._map)[offset : offset + length]
+
+    def holds(self, view: memoryview) -> bool:
+        """Whether ``view`` lies in this mapping."""
+        return 0 <= address_of(view) - self.base < self.size if len(view) else False
+
     # --- the free list -----------------------------------------------------------------
 
     def _release(self, offset: int, length: int) -> None:
-        if self._map.closed:
+        if self._map.closed or os.getpid() != self._pid:
             return
         try:
             self._map.madvise(mmap.MADV_REMOVE, offset, length)  # its pages back to the system

@@ -19,10 +19,10 @@ import time
 from typing import Any
 
 from pyroce import __version__
+from pyroce.nicd.arena import Arena
 from pyroce.nicd.launch import launch
 from pyroce.nicd.place import NicPlace, nic_place
 from pyroce.nicd.protocol import PROTOCOL, Handle, receive, send
-from pyroce.verbs.driver_memory import address_of
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -47,10 +47,10 @@ class Connection:
         self.base = 0
         self.fds: dict[int, int] = {}  # handle of a channel or context -> its event fd here
         greeting = self.call("hello", {"protocol": PROTOCOL, "version": __version__})
-        self.arena = mmap.mmap(greeting["arena"], greeting["arena_size"], mmap.MAP_SHARED,
-                               mmap.PROT_READ | mmap.PROT_WRITE)  # fmt: skip
-        os.close(greeting["arena"])
-        self.base = address_of(memoryview(self.arena)[:1])
+        # this end's mapping; a Python driver allocates its rings in it (nicd.remote_device)
+        self.memory = Arena.attach(greeting["arena"], greeting["arena_size"])
+        self.arena = self.memory.mapping
+        self.base = self.memory.base
 
     def call(self, command: str, *args: Any) -> Any:
         for value in _walk(args):
@@ -161,8 +161,7 @@ def _after_fork_in_child() -> None:
     if _connection is not None:
         try:
             _connection.sock.close()  # the child's copy: the parent's connection goes on
-            if _connection.arena is not None:
-                _connection.arena.close()
+            _connection.memory.close()
         except (OSError, BufferError):
             pass
         _connection = None

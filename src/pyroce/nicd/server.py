@@ -51,6 +51,7 @@ class NicServer:
         # The device is opened (its address bound, its engine thread started) before the first
         # driver comes, and held while the service runs: a driver's failure to bind is this one's.
         os.environ["PYROCE_ADDR"] = place.address
+        os.environ["PYROCE_NIC"] = "own"  # this process is the NIC: its Contexts are on its own device
         try:
             self.context = Context(name=place.device, progress="thread")
         except PyverbsError:

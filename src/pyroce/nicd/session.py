@@ -23,6 +23,7 @@ from pyroce import __version__
 from pyroce.driver import calls
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
+from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
 from pyroce.nicd.protocol import PROTOCOL, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
@@ -73,6 +74,7 @@ class Session:
         self.pid, self.uid, _ = peer_credentials(sock)
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
+        self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
         self.objects: dict[int, PyverbsObject] = {}
         self.numbers: dict[int, int] = {}  # id(object) -> handle
         self.next_handle = 1
@@ -146,6 +148,11 @@ class Session:
             return self._hello(*arguments)
         if not self.greeted:
             raise CommandError(errno.EPROTO, "the first request must be hello")
+        if command.startswith(DEVICE_PREFIX):
+            try:
+                return self.device_commands.run(command[len(DEVICE_PREFIX) :], arguments)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes the driver's errno
+                raise CommandError(*errno_of(command, exc)) from None
         function = COMMANDS.get(command)
         if function is None:
             raise CommandError(errno.EOPNOTSUPP, f"no command {command!r}")
@@ -198,6 +205,8 @@ class Session:
                     log.error("pid %d: closing its context failed:\n%s", self.pid, traceback.format_exc())
         self.objects.clear()
         self.numbers.clear()
+        for kind, count in self.device_commands.close().items():
+            left[kind] = left.get(kind, 0) + count
         self.sock.close()
         self.arena.close()
         return left

@@ -6,6 +6,7 @@ table (``pyroce.verbs.gids``: why it holds one GID) and its asynchronous events
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
@@ -140,6 +141,19 @@ class Device:
     guid: int = 0
 
 
+NIC_CHOICES = ("own", "shared")
+DEFAULT_NIC = "own"
+
+
+def nic_choice(nic: str | None = None) -> str:
+    """Where a Context's device lives: ``nic`` if given, else ``PYROCE_NIC``, else ``own``
+    (README, "Where a device lives"); EINVAL for anything else."""
+    choice = nic or os.environ.get("PYROCE_NIC") or DEFAULT_NIC
+    if choice not in NIC_CHOICES:
+        raise PyverbsRDMAError(f"PYROCE_NIC={choice!r} is not one of {', '.join(NIC_CHOICES)}", errno.EINVAL)
+    return choice
+
+
 def get_device_list() -> list[Device]:
     return [Device(name.encode()) for name in DEVICE_NAMES]
 
@@ -178,18 +192,28 @@ class Context(PyverbsObject):
     CLOSE_ORDER = 3
 
     def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None,
-                 driver_memory: DriverMemory = LOCAL, **kwargs: object) -> None:  # fmt: skip
+                 driver_memory: DriverMemory = LOCAL, nic: str | None = None, **kwargs: object) -> None:  # fmt: skip
         """``progress`` (pyroce's): the mode the device starts in when ``PYROCE_PROGRESS``
         names none (the C driver, whose program lends no thread, asks for ``thread``);
         ``driver_memory`` (pyroce's): where the rings of this context's objects live
-        (``verbs.driver_memory``: the shared NIC's connections give theirs)."""
+        (``verbs.driver_memory``: the shared NIC's connections give theirs); ``nic`` (pyroce's):
+        ``own`` (a NIC in this process) or ``shared`` (the address's ``pyroce nicd``), else
+        ``PYROCE_NIC``'s choice (``nic_choice``)."""
         super().__init__()
         self.driver_memory = driver_memory
         device_name = name.decode() if isinstance(name, bytes) else name
         if device_name not in DEVICE_NAMES:
             raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)
+        self.nic = nic_choice(nic)
         try:
-            self.device: NicDevice = open_device(device_name, progress)
+            if self.nic == "shared":
+                from pyroce.nicd.remote_device import RemoteDevice
+
+                remote = RemoteDevice(device_name)
+                self.driver_memory = remote.memory
+                self.device: NicDevice = remote  # type: ignore[assignment]
+            else:
+                self.device = open_device(device_name, progress)
         except LinkError as exc:
             raise PyverbsRDMAError(
                 f"Failed to open device {device_name}: {exc.strerror}", exc.errno or errno.EIO
@@ -208,7 +232,10 @@ class Context(PyverbsObject):
 
     def _release(self) -> None:
         self.device.close_async_events(self.async_queue)
-        release_device(self.device)
+        if self.nic == "shared":
+            self.device.close()
+        else:
+            release_device(self.device)
 
     @property
     def async_fd(self) -> int:
