@@ -46,6 +46,7 @@ class Connection:
         self.arena: mmap.mmap | None = None
         self.base = 0
         self.fds: dict[int, int] = {}  # handle of a channel or context -> its event fd here
+        self.lost = False  # the NIC closed the connection
         greeting = self.call("hello", {"protocol": PROTOCOL, "version": __version__})
         # this end's mapping; a Python driver allocates its rings in it (nicd.remote_device)
         self.memory = Arena.attach(greeting["arena"], greeting["arena_size"])
@@ -64,6 +65,7 @@ class Connection:
             except (BrokenPipeError, ConnectionResetError):
                 message = None
         if message is None:
+            self.lost = True
             raise NicError(errno.EIO, "the shared NIC closed the connection (stopped, or crashed: see its log)")
         answer = message.value
         if answer[0] == "err":
@@ -143,28 +145,30 @@ def ask(place: NicPlace, request: str) -> Any:
 
 
 _lock = threading.Lock()
-_connection: Connection | None = None
+_connections: dict[NicPlace, Connection] = {}
 
 
 def connection() -> Connection:
-    """This process's connection, made on first use."""
-    global _connection
+    """This process's connection to the NIC its settings name, made on first use (again once
+    that NIC closed it)."""
+    place = nic_place()
     with _lock:
-        if _connection is None:
-            _connection = connect(nic_place())
-        return _connection
+        current = _connections.get(place)
+        if current is None or current.lost:
+            current = _connections[place] = connect(place)
+        return current
 
 
 def _after_fork_in_child() -> None:
-    global _connection, _lock
+    global _lock
     _lock = threading.Lock()
-    if _connection is not None:
+    for conn in _connections.values():
         try:
-            _connection.sock.close()  # the child's copy: the parent's connection goes on
-            _connection.memory.close()
+            conn.sock.close()  # the child's copy: the parent's connection goes on
+            conn.memory.close()
         except (OSError, BufferError):
             pass
-        _connection = None
+    _connections.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -294,6 +294,10 @@ class DeviceCommands:
     def inject_cq_overrun(self, handle: Any, count: int) -> None:
         self._device().inject_cq_overrun(self._object(handle, HwCq), count)
 
+    def set_port_state(self, active: bool) -> None:
+        """The port down or up: every program on the NIC sees it, as a pulled cable."""
+        self._device().set_port_state(bool(active))
+
     # --- the end -----------------------------------------------------------------------------
 
     def close(self) -> dict[str, int]:

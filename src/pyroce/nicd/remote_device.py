@@ -344,3 +344,6 @@ class RemoteDevice:
 
     def inject_cq_overrun(self, cq: RemoteCq, count: int = 1) -> None:
         self.call("inject_cq_overrun", cq.handle, count)
+
+    def set_port_state(self, active: bool) -> None:
+        self.call("set_port_state", active)

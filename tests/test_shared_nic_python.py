@@ -1,0 +1,146 @@
+"""Python programs on the shared NIC (``PYROCE_NIC=shared``): with a C program on one address,
+two Python programs on one address, a killed one cleaned up (its peer's retries fail), a
+forked child on a connection of its own, and QPNs numbered by the one NIC. Real processes,
+a real ``pyroce nicd`` of the test's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import ROOT, SRC, free_port
+from tests.shared_nic import shared_nic
+from tests.test_c_driver import C_TOOL, ITERS, PYTHON_TOOL, driver_env, needs_tools  # noqa: F401 - a fixture
+from tests.test_shared_nic_programs import start_server
+from tests.waiting import spin_until
+
+RETRY_EXC_ERR = 12  # IBV_WC_RETRY_EXC_ERR
+
+
+@pytest.fixture
+def nic(tmp_path: Path):
+    """A shared NIC of the test's own and the environment of Python programs on it."""
+    with shared_nic(tmp_path / "stats") as (place, env, process):
+        path = os.pathsep.join((str(SRC), str(ROOT), env.get("PYTHONPATH", "")))
+        yield place, {**env, "PYROCE_NIC": "shared", "PYTHONPATH": path}, process
+
+
+def python_program(env: dict[str, str], script: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / script)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+
+
+def pingpong(server_argv: list[str], client_argv: list[str], server_env: dict[str, str],
+             client_env: dict[str, str], port: int) -> tuple[str, str]:  # fmt: skip
+    server = start_server([*server_argv, "-p", str(port), "-n", "200", "-s", "4096"], server_env, port)
+    try:
+        client = subprocess.run([*client_argv, "-p", str(port), "-n", "200", "-s", "4096", "127.0.0.1"],
+                                env=client_env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        server_out = server.communicate(timeout=120)[0]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert client.returncode == 0 and server.returncode == 0, (client.stdout, client.stderr, server_out)
+    return server_out, client.stdout
+
+
+def assert_one_address(place, *outputs: str) -> None:
+    for out in outputs:
+        assert f"GID ::ffff:{place.address}" in out, out  # every end: the NIC's one address
+        assert ITERS.search(out).group(1) == "200", out  # type: ignore[union-attr]
+
+
+@needs_tools
+@pytest.mark.parametrize("python_side", ["client", "server"])
+def test_python_and_c_programs_exchange_on_one_address(nic, driver_env, python_side: str) -> None:  # noqa: F811
+    place, env, _ = nic
+    c_env = {**driver_env, "PYROCE_STATS_DIR": env["PYROCE_STATS_DIR"], "PYROCE_ADDR": place.address}
+    c_argv, py_argv = [*C_TOOL, "-g", "0"], [*PYTHON_TOOL, "-g", "0"]
+    if python_side == "client":
+        outputs = pingpong(c_argv, py_argv, c_env, env, free_port(41))
+    else:
+        outputs = pingpong(py_argv, c_argv, env, c_env, free_port(42))
+    assert_one_address(place, *outputs)
+
+
+def test_two_python_programs_share_one_address(nic) -> None:
+    place, env, _ = nic
+    argv = [*PYTHON_TOOL, "-g", "0"]
+    assert_one_address(place, *pingpong(argv, argv, env, env, free_port(43)))
+
+
+def connected_peers(env: dict[str, str]) -> tuple[list[subprocess.Popen[str]], list[dict]]:
+    """Two ``shared_python_peer`` programs, connected to each other."""
+    peers = [python_program(env, "shared_python_peer.py") for _ in range(2)]
+    hello = [json.loads(peer.stdout.readline()) for peer in peers]  # type: ignore[union-attr]
+    for peer, other in zip(peers, reversed(hello)):
+        peer.stdin.write(json.dumps(other["info"]) + "\n")  # type: ignore[union-attr]
+        peer.stdin.flush()  # type: ignore[union-attr]
+    for peer in peers:
+        assert peer.stdout.readline().strip() == "connected"  # type: ignore[union-attr]
+    return peers, hello
+
+
+def ask(peer: subprocess.Popen[str], command: str) -> str:
+    peer.stdin.write(command + "\n")  # type: ignore[union-attr]
+    peer.stdin.flush()  # type: ignore[union-attr]
+    return peer.stdout.readline().split()[-1]  # type: ignore[union-attr]
+
+
+def test_python_programs_write_into_each_other_with_qpns_of_one_nic(nic) -> None:
+    _, env, _ = nic
+    peers, hello = connected_peers(env)
+    try:
+        assert [h["nic"] for h in hello] == ["shared", "shared"]
+        assert hello[0]["qpn"] != hello[1]["qpn"]  # numbered by the one NIC
+        for writer, reader, who in ((0, 1, hello[0]), (1, 0, hello[1])):
+            assert ask(peers[writer], "write") == "0"
+            assert ask(peers[reader], "show") == str(who["pid"])
+    finally:
+        for peer in peers:
+            peer.kill()
+            peer.communicate()
+
+
+def test_a_killed_python_program_is_cleaned_up_and_its_peer_retries_fail(nic, tmp_path: Path) -> None:
+    place, env, _ = nic
+    peers, hello = connected_peers(env)
+    victim, survivor = peers
+    try:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+        log = Path(place.folder) / "nicd.log"  # tests.shared_nic: the NIC in the foreground logs there
+        spin_until(lambda: f"pid {hello[0]['pid']} gone" in log.read_text(), "the NIC saw the program go")
+        assert re.search(rf"pid {hello[0]['pid']} gone: destroyed what it left: .*1 QP", log.read_text())
+        assert ask(survivor, "write") == str(RETRY_EXC_ERR)  # nobody answers for the destroyed QP
+    finally:
+        for peer in peers:
+            peer.kill()
+            peer.communicate()
+
+
+def test_a_forked_child_opens_the_device_anew_and_the_parents_objects_stay_the_parents(nic) -> None:
+    _, env, _ = nic
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "shared_python_fork.py")], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["parent before 0 before", "child parent-object errno 5 lines 1",
+                                        "child own 0 child!", "child exit 0", "parent after 0 after!"]  # fmt: skip
+
+
+def test_a_bad_pyroce_nic_is_einval(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyroce.verbs.device import Context
+    from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+
+    monkeypatch.setenv("PYROCE_NIC", "theirs")
+    with pytest.raises(PyverbsRDMAError) as failure:
+        Context(name="pyroce0")
+    assert failure.value.error_code == 22 and "own, shared" in str(failure.value)
