@@ -7,7 +7,8 @@ Python RoCEv2 pipeline), then pyroce over real RoCEv2/UDP on loopback between th
 and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte latency
 (perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
 bandwidth against message size, against the number of QPs and with many registered MRs, and
-CPU seconds per GB; then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
+CPU seconds per GB; the same Python verbs with both processes on one shared NIC
+(``PYROCE_NIC=shared``: latency, 64 KiB WRITE, message rate); then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
 ``ib_send_lat`` (2 bytes) through pyroce's C driver, both programs on one shared NIC
 (``perftest_rows.py``; skipped with a note where perftest, a C compiler or libibverbs-dev is
 missing). Each figure is printed beside its ceiling as a ratio.
@@ -35,6 +36,8 @@ import udp_ceiling
 from perftest_rows import perftest_rows
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
+from pyroce.nicd.client import ask
+from pyroce.nicd.place import nic_place
 from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
 from pyroce.verbs.mr import MR
 from pyroce.verbs.qp import QP, QPCap, QPInitAttr
@@ -414,11 +417,46 @@ def run(quick: bool) -> dict[str, Any]:
     finally:
         errors = client.errors
         client.close()
+    shared, shared_errors = shared_nic_rows(quick, seconds)
+    results.extend(shared)
+    errors += shared_errors
     perftest, note = perftest_rows(quick, port=20000 + os.getpid() % 20000)  # the Python server is gone
     results.extend(perftest)
     for row in results:
         row["ratio"] = ratio(row, ceiling)
     return {"ceiling": ceiling, "results": results, "errors": errors, "notes": [note] if note else [], "quick": quick}
+
+
+def shared_nic_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Latency, 64 KiB WRITE and message rate with both processes' Python verbs on one shared
+    NIC (``PYROCE_NIC=shared``, a ``pyroce nicd`` of this run's own address, stopped after),
+    to set beside the rows above, where each process has a NIC of its own."""
+    saved = {name: os.environ.get(name) for name in ("PYROCE_NIC", "PYROCE_ADDR")}
+    os.environ["PYROCE_NIC"] = "shared"
+    os.environ["PYROCE_ADDR"] = f"127.204.{os.getpid() >> 8 & 0xFF}.{os.getpid() & 0xFF or 1}"
+    rows: list[dict[str, Any]] = []
+    try:
+        client = Client(quick)
+        try:
+            for name in ("send", "write"):
+                rows.append(client.latency(name, 200 if quick else 2000))
+            rows.append(client.bandwidth("write", 65536, seconds))
+            row = client.bandwidth("write", 2, seconds)
+            row["metric"] = "rate"
+            rows.append(row)
+        finally:
+            errors = client.errors
+            client.close()
+        ask(nic_place(), "stop")
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    for row in rows:
+        row["series"] = "shared"
+    return rows, errors
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -437,7 +475,8 @@ def print_table(report: dict[str, Any]) -> None:
         )
     print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
     print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, both programs on "
-          "one shared NIC; the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
+          "one shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
+          "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     for note in report["notes"]:
         print(note)
     errors = report["errors"]
