@@ -10,10 +10,10 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
 from pyroce.ib.cm import RejectReason
-from pyroce.verbs.addr import AH
+
 from pyroce.verbs.addrinfo import AddrInfo
+from pyroce.verbs.ah import AH
 from pyroce.verbs.cm_enums import (
     RAI_PASSIVE,
     RDMA_OPTION_ID,
@@ -23,8 +23,8 @@ from pyroce.verbs.cm_enums import (
     rdma_port_space,
 )
 from pyroce.verbs.cmid import CMID, CMEvent, CMEventChannel, ConnParam, UDParam
-from pyroce.verbs.enums import ibv_qp_state, ibv_send_flags, ibv_wc_status
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
+from pyroce.verbs.enums import ibv_qp_state, ibv_send_flags, ibv_wc_status
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from tests.cm_pair import E, connected, expect, listen, request, resolved
 from tests.waiting import readable

@@ -15,8 +15,8 @@ from __future__ import annotations
 import errno
 import sys
 
-from pyroce.verbs.addr import AH
 from pyroce.verbs.addrinfo import AddrInfo, qp_type_of
+from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cm_channel import CMEventChannel
 from pyroce.verbs.cm_enums import RDMA_UDP_QKEY, rdma_event_str, rdma_port_space
@@ -307,4 +307,3 @@ class CMID(PyverbsObject):
     def _release(self) -> None:
         if self.id is not None:
             self.id.destroy()
-
