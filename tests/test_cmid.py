@@ -10,8 +10,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from pyroce.ib.cm import RejectReason
 
+from pyroce.ib.cm import RejectReason
 from pyroce.verbs.addrinfo import AddrInfo
 from pyroce.verbs.ah import AH
 from pyroce.verbs.cm_enums import (
@@ -23,8 +23,9 @@ from pyroce.verbs.cm_enums import (
     rdma_port_space,
 )
 from pyroce.verbs.cmid import CMID, CMEvent, CMEventChannel, ConnParam, UDParam
+from pyroce.verbs.enums import ibv_access_flags, ibv_qp_state, ibv_send_flags, ibv_wc_status
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
-from pyroce.verbs.enums import ibv_qp_state, ibv_send_flags, ibv_wc_status
+from pyroce.verbs.mr import MR
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from tests.cm_pair import E, connected, expect, listen, request, resolved
 from tests.waiting import readable
@@ -247,7 +248,7 @@ def test_private_data_over_the_limit_is_einval(channels) -> None:
 
 def test_listen_on_a_port_in_use_is_eaddrinuse(channels) -> None:
     server, _ = channels
-    listen(server, 7481)
+    holder = listen(server, 7481)  # held: a CMID dropped is destroyed, and its port free again
     with pytest.raises(PyverbsRDMAError) as taken:
         listen(server, 7481)
     assert taken.value.error_code == errno.EADDRINUSE
@@ -260,6 +261,8 @@ def test_listen_on_a_port_in_use_is_eaddrinuse(channels) -> None:
     with pytest.raises(PyverbsRDMAError) as listening:
         second.listen()
     assert listening.value.error_code == errno.EADDRINUSE
+    holder.close()
+    listen(server, 7481)  # the port is free once its listener is gone
 
 
 def test_addresses_no_pyroce_device_has(channels) -> None:
@@ -293,7 +296,7 @@ def test_errors_before_the_id_is_ready(channels) -> None:
         cmid.connect(ConnParam())
     assert early.value.error_code == errno.EINVAL
     with pytest.raises(PyverbsRDMAError) as no_qp:
-        cmid.post_send(None)  # type: ignore[arg-type]
+        cmid.post_send(MR(client.device.pd, 8, ibv_access_flags.IBV_ACCESS_LOCAL_WRITE))
     assert no_qp.value.error_code == errno.EINVAL
     with pytest.raises(PyverbsRDMAError) as bad_space:
         CMID(client, port_space=0x1234)

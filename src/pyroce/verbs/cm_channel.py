@@ -11,7 +11,7 @@ import os
 import select
 from typing import TYPE_CHECKING
 
-from pyroce.cm.manager import CmError
+from pyroce.cm.errors import CmError
 from pyroce.verbs import cm_device
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError

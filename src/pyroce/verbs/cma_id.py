@@ -17,8 +17,8 @@ import itertools
 import weakref
 from typing import NamedTuple
 
+from pyroce.cm.errors import CmError
 from pyroce.cm.ids import CmId
-from pyroce.cm.manager import CmError
 from pyroce.cm.records import Address, UdParam
 from pyroce.cm.records import ConnParam as NicConnParam
 from pyroce.ib.cm import PortSpace
