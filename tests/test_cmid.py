@@ -23,12 +23,15 @@ from pyroce.verbs.cm_enums import (
     rdma_port_space,
 )
 from pyroce.verbs.cmid import CMID, CMEvent, CMEventChannel, ConnParam, UDParam
-from pyroce.verbs.enums import ibv_access_flags, ibv_qp_state, ibv_send_flags, ibv_wc_status
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.enums import ibv_access_flags, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wc_status
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
 from pyroce.verbs.mr import MR
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.cm_pair import E, connected, expect, listen, request, resolved
-from tests.waiting import readable
+from tests.waiting import readable, spin_until
 
 UDP = rdma_port_space.RDMA_PS_UDP
 SIGNALED = ibv_send_flags.IBV_SEND_SIGNALED
@@ -334,3 +337,44 @@ def test_pyverbs_module_names() -> None:
     assert ce.RDMA_PS_TCP == 0x0106 and ce.RDMA_CM_EVENT_ESTABLISHED == 9 and ce.RAI_PASSIVE == 1
     assert new.rdma_cm_event_type.RDMA_CM_EVENT_TIMEWAIT_EXIT == 15
     assert ce.RDMA_OPTION_ID_ACK_TIMEOUT == 3
+
+
+def test_external_qps_moved_with_init_qp_attr(channels) -> None:
+    """rdma-core's ``with_ext_qp`` flow: QPs of the caller's own, moved to RTS with the CM's
+    ``init_qp_attr`` (the client after CONNECT_RESPONSE, then ``establish()`` for the RTU)."""
+    server, client = channels
+    listener = listen(server, 7485)
+    cmid = CMID(client)
+    cmid.resolve_addr(AddrInfo(dst=server.device.address, dst_service="7485"))
+    expect(client, E.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cmid.resolve_route()
+    expect(client, E.RDMA_CM_EVENT_ROUTE_RESOLVED)
+
+    def external_qp(owner: CMID) -> tuple[QP, CQ]:
+        cq = CQ(owner.context, 8)
+        init = QPInitAttr(qp_type=ibv_qp_type.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=2, max_recv_wr=2))
+        return QP(owner.pd, init, QPAttr()), cq
+
+    def to_rts(owner: CMID, qp: QP) -> None:
+        for state in (ibv_qp_state.IBV_QPS_INIT, ibv_qp_state.IBV_QPS_RTR, ibv_qp_state.IBV_QPS_RTS):
+            qp.modify(*owner.init_qp_attr(state))
+
+    client_qp, _ = external_qp(cmid)
+    cmid.connect(ConnParam(qp_num=client_qp.qp_num))
+    event = expect(server, E.RDMA_CM_EVENT_CONNECT_REQUEST)
+    child = CMID(event, listen_id=listener)
+    server_qp, server_cq = external_qp(child)
+    to_rts(child, server_qp)
+    child.accept(ConnParam(qp_num=server_qp.qp_num))
+    expect(client, E.RDMA_CM_EVENT_CONNECT_RESPONSE)
+    to_rts(cmid, client_qp)
+    cmid.establish()
+    expect(server, E.RDMA_CM_EVENT_ESTABLISHED)
+    assert client_qp.query(M.IBV_QP_DEST_QPN)[0].dest_qp_num == server_qp.qp_num
+
+    inbox, outbox = MR(child.pd, 16, ibv_access_flags.IBV_ACCESS_LOCAL_WRITE), MR(cmid.pd, 16, 0)
+    server_qp.post_recv(RecvWR(sg=[SGE(inbox.buf, 16, inbox.lkey)]))
+    outbox.write(b"external QPs ok!", 16)
+    client_qp.post_send(SendWR(sg=[SGE(outbox.buf, 16, outbox.lkey)]))
+    spin_until(lambda: server_cq.poll(1)[0] == 1, "the SEND's receive completion")
+    assert inbox.read(16, 0) == b"external QPs ok!"
