@@ -39,19 +39,18 @@ from typing import ClassVar
 
 from pyroce.cm.errors import CmError
 from pyroce.cm.ids import CONNECTED, CmChannel, CmId, IdState
+from pyroce.cm.messages import DEFAULT_PKEY, form_tid, make_rep, make_req
 from pyroce.cm.ports import PortTable
 from pyroce.cm.qp1 import Qp1, Route
 from pyroce.cm.qp_attrs import qp_attributes
 from pyroce.cm.records import Address, AhValues, CmEvent, CmRoute, ConnParam, PathValues, UdParam
 from pyroce.cm.timing import (
-    CA_ACK_DELAY,
     CM_RESPONSE_TIMEOUT,
     HOP_LIMIT,
     MAX_CM_RETRIES,
     MRA_SERVICE_TIMEOUT,
     PACKET_LIFE_TIME,
     TIMEWAIT_S,
-    ack_timeout,
     flow_label,
     time_of,
 )
@@ -60,7 +59,6 @@ from pyroce.ib.cm import (
     ACCEPT_PRIVATE_DATA_MAX,
     DISCONNECT_PRIVATE_DATA_MAX,
     PRIVATE_DATA_MAX,
-    QPT_RC,
     QPT_UD,
     REJECT_PRIVATE_DATA_MAX,
     SIDR_REP_PRIVATE_DATA_MAX,
@@ -95,8 +93,6 @@ from pyroce.wire.errors import WireError
 from pyroce.wire.mad import MadHeader
 
 E = CmEventType
-DEFAULT_PKEY = 0xFFFF
-PERMISSIVE_LID = 0xFFFF  # the LIDs a RoCE REQ carries
 ANY_V4 = "0.0.0.0"
 
 
@@ -132,7 +128,6 @@ class RdmaCm:
         self._exchanges: dict[CmId, _Exchange] = {}
         self._timers: Timers[CmId] = Timers()
         self._pending_timers: list[CmId] = []  # exchanges sent by a command: armed at the next pass
-        self._next_tid = self._rng.getrandbits(32)
 
     # --- channels and ids -------------------------------------------------------------------
 
@@ -295,22 +290,9 @@ class RdmaCm:
                 exchange=True,
             )
             return
-        path = cm_id.path
         cm_id.seq_num = self._rng.getrandbits(24)
         cm_id.responder_resources, cm_id.initiator_depth = param.responder_resources, param.initiator_depth
-        req = CmReq(local_comm_id=cm_id.local_comm_id, service_id=sid, local_ca_guid=self.node_guid,
-                    local_qpn=param.qp_num, responder_resources=param.responder_resources,
-                    initiator_depth=param.initiator_depth, remote_cm_response_timeout=self.response_timeout,
-                    transport_service_type=0 if cm_id.qp_type == QPT_RC else 1,
-                    end_to_end_flow_control=param.flow_control, starting_psn=cm_id.seq_num,
-                    local_cm_response_timeout=self.response_timeout, retry_count=param.retry_count,
-                    partition_key=DEFAULT_PKEY, path_mtu=path.mtu, rnr_retry_count=param.rnr_retry_count,
-                    max_cm_retries=self.max_retries, srq=param.srq, primary_local_lid=PERMISSIVE_LID,
-                    primary_remote_lid=PERMISSIVE_LID, primary_local_gid=self.gid, primary_remote_gid=path.dgid,
-                    primary_flow_label=path.flow_label, primary_traffic_class=path.traffic_class,
-                    primary_hop_limit=path.hop_limit,
-                    primary_local_ack_timeout=self._ack_timeout(cm_id, path.packet_life_time),
-                    private_data=private)  # fmt: skip
+        req = make_req(cm_id, param, self.node_guid, self.gid, private, self.response_timeout, self.max_retries)
         cm_id.req = req
         cm_id.state = IdState.REQ_SENT
         self._send(cm_id, req, new_tid=True, exchange=True)
@@ -344,11 +326,7 @@ class RdmaCm:
             )
         cm_id.qp_num = param.qp_num
         cm_id.responder_resources, cm_id.initiator_depth = param.responder_resources, param.initiator_depth
-        rep = CmRep(local_comm_id=cm_id.local_comm_id, remote_comm_id=cm_id.remote_comm_id, local_qpn=param.qp_num,
-                    starting_psn=cm_id.seq_num, responder_resources=param.responder_resources,
-                    initiator_depth=param.initiator_depth, target_ack_delay=CA_ACK_DELAY,
-                    end_to_end_flow_control=param.flow_control, rnr_retry_count=param.rnr_retry_count,
-                    srq=param.srq, local_ca_guid=self.node_guid, private_data=param.private_data)  # fmt: skip
+        rep = make_rep(cm_id, param, self.node_guid)
         cm_id.rep = rep
         cm_id.state = IdState.REP_SENT
         self._leave_listener(cm_id)
@@ -699,7 +677,7 @@ class RdmaCm:
     def _send(self, cm_id: CmId, message: CmMessage, new_tid: bool = False, exchange: bool = False) -> None:
         """Send ``message`` to the id's peer; with ``exchange``, resend it until answered."""
         if new_tid:
-            cm_id.tid = self._new_tid()
+            cm_id.tid = form_tid(cm_id.local_comm_id)
         gid = self._peer_gid(cm_id)
         mad = encode_cm(cm_id.tid, message)
         self.qp1.send(gid, mad)
@@ -779,19 +757,10 @@ class RdmaCm:
                 self._by_comm_id[comm_id] = cm_id
                 return comm_id
 
-    def _new_tid(self) -> int:
-        self._next_tid = (self._next_tid + 1) & 0xFFFFFFFF
-        return (self.node_guid & 0xFFFFFFFF) << 32 | self._next_tid
-
     def _path(self, dgid: bytes, source_port: int, dest_port: int, tos: int, mtu: int) -> PathValues:
         return PathValues(dgid=dgid, sgid=self.gid, flow_label=flow_label(source_port, dest_port), hop_limit=HOP_LIMIT,
                           traffic_class=tos, pkey=DEFAULT_PKEY, mtu=mtu, rate=0,
                           packet_life_time=PACKET_LIFE_TIME)  # fmt: skip
-
-    def _ack_timeout(self, cm_id: CmId, packet_life_time: int) -> int:
-        if cm_id.ack_timeout is not None:
-            return cm_id.ack_timeout
-        return ack_timeout(CA_ACK_DELAY, packet_life_time)
 
     def _cma_header(self, local: Address, remote: Address) -> bytes:
         src = ipaddress.ip_address(self.address if local[0] == ANY_V4 else local[0])
