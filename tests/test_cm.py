@@ -203,6 +203,9 @@ def test_udp_ids_resolve_their_peer_through_sidr(nics) -> None:
     assert established.event is E.ESTABLISHED
     assert (established.ud.qp_num, established.ud.qkey) == (0x32, UDP_QKEY)
     assert established.ud.ah.dgid[-4:] == bytes([10, 9, 0, 1])
+    client.cm.disconnect(active)  # a UD id has no connection: nothing is sent
+    clock.run()
+    assert client.counters["cm_mads_sent"] == 1 and events(server, s_channel) == []
 
 
 def test_sidr_to_a_port_nobody_listens_on_is_unreachable(nics) -> None:

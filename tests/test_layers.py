@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
     # never the transport or the link (only the host's registry); the shared NIC's device as a client of it
-    "verbs": frozenset({"ib", "wire", "nic", "host", "nicd.remote_device"}),
+    "verbs": frozenset({"ib", "wire", "nic", "host", "cm", "nicd.remote_device"}),
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
     "driver": frozenset({"ib", "nic", "host", "verbs"}),  # what the shared NIC runs for the C library, and its build

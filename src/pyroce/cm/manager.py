@@ -357,18 +357,14 @@ class RdmaCm:
                 errno.EINVAL, f"{len(private_data)} bytes of private data exceed {DISCONNECT_PRIVATE_DATA_MAX}"
             )
         state = cm_id.state
+        if cm_id.qp_type == QPT_UD and state is IdState.ESTABLISHED:
+            return  # a UD id has no connection to end (SIDR resolved a peer, nothing more)
         if state in (IdState.ESTABLISHED, IdState.REP_SENT):
             if state is IdState.REP_SENT:
                 self._end_exchange(cm_id)
             cm_id.state = IdState.DREQ_SENT
             self._send(cm_id, self._dreq(cm_id, private_data), new_tid=True, exchange=True)
-        elif (
-            state in (IdState.DREQ_SENT, IdState.DREQ_RCVD, IdState.TIMEWAIT, IdState.FAILED)
-            or cm_id.qp_type == QPT_UD
-            and state is IdState.ESTABLISHED
-        ):
-            return
-        else:
+        elif state not in (IdState.DREQ_SENT, IdState.DREQ_RCVD, IdState.TIMEWAIT, IdState.FAILED):
             raise CmError(errno.EINVAL, f"not connected: the id is {state.value}")
 
     def establish(self, cm_id: CmId) -> None:
