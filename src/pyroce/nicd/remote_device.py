@@ -179,6 +179,12 @@ class RemoteDevice:
     # --- the device --------------------------------------------------------------------
 
     @property
+    def cm(self) -> Any:
+        """The connection manager (``pyroce.cm``) is not reached through the shared NIC yet."""
+        raise PyverbsRDMAError("the connection manager (rdma_cm) of a Python program on the shared NIC is not "
+                               "there yet: use PYROCE_NIC=own", errno.EOPNOTSUPP)  # fmt: skip
+
+    @property
     def port_active(self) -> bool:
         return self.call("port_active")
 
