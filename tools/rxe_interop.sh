@@ -229,7 +229,8 @@ print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "n
 
 wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
   local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
-  ((ADDR_LINES)) || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN"
+  # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
+  ((ADDR_LINES)) || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
   guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
