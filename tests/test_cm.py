@@ -355,3 +355,23 @@ def deliver(device: NicDevice, mad: bytes, source: str) -> None:
     packet = Packet(BTH(Opcode.UD_SEND_ONLY, QP1, 0), mad, deth=Deth(0x80010000, QP1))
     size = sender.tx_path(link.address).build_into(buf, 0, packet, 0)
     sender.send(buf[:size], link.address)
+
+
+def test_a_req_for_a_connection_that_is_over_is_rejected_as_stale(nics) -> None:
+    server, client, clock = nics
+    s_channel, _listener, request, c_channel, active = connect_pair(nics)
+    server.cm.accept(request.cm_id, ConnParam(qp_num=0x31))
+    clock.run()
+    events(client, c_channel)
+    client.cm.accept(active, None)
+    clock.run()
+    server.cm.destroy_id(request.cm_id)  # established: one DREQ, and the connection's comm IDs wait out time wait
+    clock.run()
+    assert kinds(events(client, c_channel)) == [E.DISCONNECTED]
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)  # the old REQ again, as a restarted peer's might come
+    clock.run()
+    assert server.counters["cm_req_stale"] == 1 and events(server, s_channel) == []
+    clock.run(3.0)  # time wait over: the comm ID is forgotten
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)
+    clock.run()
+    assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
