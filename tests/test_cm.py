@@ -327,7 +327,7 @@ def test_a_flood_of_requests_fills_the_backlog_and_no_more(nics) -> None:
     assert len(requests) == 8
     for request in requests:  # the consumer catches up: the backlog empties
         server.cm.reject(request.cm_id)
-    c_channel, active = resolve(client, clock)
+    _c_channel, active = resolve(client, clock)
     client.cm.connect(active, ConnParam(qp_num=0x21))
     clock.run()
     assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
@@ -337,10 +337,9 @@ def test_a_flood_of_requests_fills_the_backlog_and_no_more(nics) -> None:
 @given(attr=st.sampled_from([0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]), body=st.binary(min_size=232,
        max_size=232))  # fmt: skip
 def test_any_cm_message_a_peer_sends_is_handled_or_dropped_never_raises(nics, attr: int, body: bytes) -> None:
-    server, client, clock = nics
-    if not hasattr(server, "fuzz_listener"):
-        server.fuzz_listener = listen(server)  # type: ignore[attr-defined]
-        server.fuzz_listener = listen(server, port=PORT + 1, qp_type=UD, space=PortSpace.UDP)  # type: ignore[attr-defined]
+    server, _client, clock = nics
+    if not hasattr(server, "fuzz_listeners"):  # a connected and a UD listener, for the messages to reach
+        server.fuzz_listeners = (listen(server), listen(server, PORT + 1, UD, PortSpace.UDP))  # type: ignore[attr-defined]
     header = bytes([1, 7, 2, 3, 0, 0, 0, 0]) + (7).to_bytes(8, "big") + attr.to_bytes(2, "big") + bytes(6)
     deliver(server, header + body, CLIENT)
     clock.run()
@@ -350,8 +349,28 @@ def test_any_cm_message_a_peer_sends_is_handled_or_dropped_never_raises(nics, at
 def deliver(device: NicDevice, mad: bytes, source: str) -> None:
     """A MAD to ``device``'s QP1 as if ``source`` had sent it (straight onto the wire)."""
     link = device.engine.port.link
-    sender = link._wire.links[source]  # noqa: SLF001 - the wire's other end, to send as it
+    sender = link._wire.links[source]  # the wire's other end, to send as it
     buf = memoryview(bytearray(4096))
     packet = Packet(BTH(Opcode.UD_SEND_ONLY, QP1, 0), mad, deth=Deth(0x80010000, QP1))
     size = sender.tx_path(link.address).build_into(buf, 0, packet, 0)
     sender.send(buf[:size], link.address)
+
+
+def test_a_req_for_a_connection_that_is_over_is_rejected_as_stale(nics) -> None:
+    server, client, clock = nics
+    s_channel, _listener, request, c_channel, active = connect_pair(nics)
+    server.cm.accept(request.cm_id, ConnParam(qp_num=0x31))
+    clock.run()
+    events(client, c_channel)
+    client.cm.accept(active, None)
+    clock.run()
+    server.cm.destroy_id(request.cm_id)  # established: one DREQ, and the connection's comm IDs wait out time wait
+    clock.run()
+    assert kinds(events(client, c_channel)) == [E.DISCONNECTED]
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)  # the old REQ again, as a restarted peer's might come
+    clock.run()
+    assert server.counters["cm_req_stale"] == 1 and events(server, s_channel) == []
+    clock.run(3.0)  # time wait over: the comm ID is forgotten
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)
+    clock.run()
+    assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
