@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pyroce.pyverbs_path import DIRECTORY
-from tests.shared_nic import private_address
+from tests.shared_nic import private_address, shared_nic
 from tests.waiting import readable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,15 +21,16 @@ DEADLINE_S = 60
 MESSAGE = "a message between two NICs"  # cm_peer.py's
 
 
-def peer_env(address: str) -> dict[str, str]:
+def peer_env(address: str, nic: str) -> dict[str, str]:
     paths = [str(DIRECTORY), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
-    return dict(os.environ, PYROCE_ADDR=address, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    return dict(os.environ, PYROCE_ADDR=address, PYROCE_NIC=nic, PYTHONPATH=os.pathsep.join(p for p in paths if p))
 
 
 @contextmanager
-def peer(role: str, own: str, *arguments: str) -> Iterator[subprocess.Popen[str]]:
-    """``cm_peer.py role *arguments`` on a NIC of address ``own``, stopped (by pid) at the end."""
-    process = subprocess.Popen([sys.executable, str(PEER), role, *arguments], env=peer_env(own), text=True,
+def peer(role: str, own: str, *arguments: str, nic: str = "own") -> Iterator[subprocess.Popen[str]]:
+    """``cm_peer.py role *arguments`` on a NIC of address ``own`` (its own, or the shared NIC
+    there), stopped (by pid) at the end."""
+    process = subprocess.Popen([sys.executable, str(PEER), role, *arguments], env=peer_env(own, nic), text=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         yield process
@@ -73,3 +74,19 @@ def test_reject_with_private_data_between_two_nics() -> None:
         with peer("rejected", client_address, server_address, "7472") as client:
             assert finish(client) == ["rejected connection rejected"]
         assert finish(server) == ["rejected"]
+
+
+def test_a_server_and_a_client_on_one_address_through_the_shared_nic(tmp_path: Path, monkeypatch) -> None:
+    """As on a real host: both programs on the host's one address, the server listening on a
+    port of it, the client naming it; the one shared NIC's CM serves both."""
+    with shared_nic(tmp_path) as (place, env, _process):
+        monkeypatch.setenv("PYROCE_STATS_DIR", env["PYROCE_STATS_DIR"])
+        on_one_nic(place.address)
+
+
+def on_one_nic(address: str) -> None:
+    with peer("server", address, address, "7473", "accept", nic="shared") as server:
+        assert line_of(server) == "listening"
+        with peer("client", address, address, "7473", nic="shared") as client:
+            assert finish(client) == ["established", f"echoed {MESSAGE[::-1]}", "disconnected"]
+        assert finish(server) == ["established", f"received {MESSAGE}", "disconnected"]

@@ -37,7 +37,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
     "driver": frozenset({"ib", "nic", "host", "verbs"}),  # what the shared NIC runs for the C library, and its build
-    "nicd": frozenset({"ib", "wire", "nic", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
+    "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
     "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path"}),

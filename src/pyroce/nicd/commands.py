@@ -26,8 +26,10 @@ from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import RecvRing
 from pyroce.nic.srq import HwSrq
 from pyroce.nicd.arena import Arena
+from pyroce.nicd.cm_commands import ConnectionManagerCommands
 from pyroce.nicd.process_memory import ForeignMemory
 from pyroce.nicd.protocol import Handle, PassFd
+from pyroce.nicd.refused import CommandRefused
 from pyroce.verbs.mr import memory_at
 from pyroce.wire.opcodes import Transport
 
@@ -38,14 +40,6 @@ MODIFIABLE = frozenset({"dqpn", "pmtu", "sq_psn", "rq_psn", "access", "max_rd_at
                         "retry_cnt", "rnr_retry", "min_rnr_timer", "pkey", "qkey", "sqd_notify"})  # fmt: skip
 
 
-class CommandRefused(Exception):
-    """A command refused with an errno (the session answers it as the driver's error)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = code
-
-
 # errnos of the device model's refusals; the client raises the same exception types again
 REFUSALS: tuple[tuple[type[Exception], int], ...] = (
     (BusyError, errno.EBUSY), (BindError, errno.EPERM), (KeyError, errno.ENOENT), (ValueError, errno.EINVAL),
@@ -54,7 +48,7 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
 Piece = tuple[int, int]  # (arena offset, length)
 
 
-class DeviceCommands:
+class DeviceCommands(ConnectionManagerCommands):
     """One connection's commands on the device: its handles, its QPNs, its arena."""
 
     def __init__(self, pid: int, arena: Arena) -> None:
@@ -307,6 +301,9 @@ class DeviceCommands:
         device = self.device
         if device is None:
             return left
+        ids = self.cm_close()  # the rdma_cm file first: connected ids send their DREQ
+        if ids:
+            left["CM id"] = ids
         for qpn in sorted(self.qpns):
             device.destroy_qp(qpn)
             left["QP"] = left.get("QP", 0) + 1
@@ -329,7 +326,8 @@ class DeviceCommands:
         return left
 
 
-DEVICE_COMMANDS = frozenset(name for name in vars(DeviceCommands) if not name.startswith("_") and name not in ("run", "close"))
+DEVICE_COMMANDS = frozenset(name for kind in DeviceCommands.__mro__[:-1] for name in vars(kind)
+                            if not name.startswith("_") and name not in ("run", "close", "cm_close"))  # fmt: skip
 """The NIC's command layer: every command a Python driver may send, and nothing else."""
 
 _QUEUE_TYPES = (EventFdQueue,)  # a completion channel or a context's async events, as the host makes them

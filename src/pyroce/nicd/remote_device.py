@@ -16,6 +16,7 @@ poll hints are nothing.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import select
 import struct
@@ -28,6 +29,7 @@ from pyroce.nic.memory import BindError, BusyError
 from pyroce.nic.rings import CqRing, RecvRing
 from pyroce.nicd.client import Connection, NicError, connection
 from pyroce.nicd.commands import DEVICE_PREFIX
+from pyroce.nicd.remote_cm import RemoteCm
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 
 _RECORD = struct.Struct("=I")  # a doorbell record, native byte order (host.handoff)
@@ -154,13 +156,17 @@ class RemoteDevice:
                                    exc.errno or errno.EIO) from None  # fmt: skip
         self.memory = SharedRings(self.conn)
 
-    def call(self, command: str, *args: Any) -> Any:
-        """Run a device command in the NIC; its refusal as the device model or the verbs raise it."""
+    def call_raw(self, command: str, *args: Any) -> Any:
+        """Run a device command in the NIC; a refusal is the NIC's ``NicError``."""
         if os.getpid() != self.pid:
             raise PyverbsRDMAError(f"{command}: the object belongs to the parent process's connection to the shared "
                                    "NIC (after fork()): open the device again", errno.EIO)  # fmt: skip
+        return self.conn.call(DEVICE_PREFIX + command, *args)
+
+    def call(self, command: str, *args: Any) -> Any:
+        """Run a device command in the NIC; its refusal as the device model or the verbs raise it."""
         try:
-            return self.conn.call(DEVICE_PREFIX + command, *args)
+            return self.call_raw(command, *args)
         except NicError as exc:
             if exc.errno == errno.EAGAIN:
                 raise BlockingIOError(errno.EAGAIN, exc.strerror) from None
@@ -178,11 +184,10 @@ class RemoteDevice:
 
     # --- the device --------------------------------------------------------------------
 
-    @property
-    def cm(self) -> Any:
-        """The connection manager (``pyroce.cm``) is not reached through the shared NIC yet."""
-        raise PyverbsRDMAError("the connection manager (rdma_cm) of a Python program on the shared NIC is not "
-                               "there yet: use PYROCE_NIC=own", errno.EOPNOTSUPP)  # fmt: skip
+    @functools.cached_property
+    def cm(self) -> RemoteCm:
+        """The NIC's connection manager (``pyroce.cm``), its commands sent as the device's are."""
+        return RemoteCm(self)
 
     @property
     def port_active(self) -> bool:
