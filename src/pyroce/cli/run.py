@@ -22,7 +22,7 @@ library is compiled on first use with the system's cc and libibverbs-dev's heade
 (PYROCE_CACHE_DIR, default ~/.cache/pyroce).
 --print-env prints the environment instead, as shell lines, for a harness that starts the
 program itself. A program linked statically, or setuid, ignores LD_LIBRARY_PATH."""
-VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")
+VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
