@@ -19,8 +19,8 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from pyroce.cm import CmChannel, CmEvent, CmId, CmRoute
-from pyroce.cm.records import ConnParam
+from pyroce.cm.ids import CmChannel, CmId
+from pyroce.cm.records import CmEvent, CmRoute, ConnParam
 from pyroce.driver.calls import PROGRESS
 from pyroce.host.registry import DEVICE_NAMES, open_device, release_device
 from pyroce.verbs.base import PyverbsObject

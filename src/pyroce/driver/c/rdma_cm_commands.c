@@ -454,16 +454,15 @@ static int query_route(const struct request *r, const void *in)
 		return ENOSPC;
 	if ((error = route_of(r, cmd->id, &answer)))
 		return error;
-	const struct pr_value *route = answer.value, *path = pr_field(route, "path");
+	const struct pr_value *route = answer.value, *paths = pr_field(route, "paths");
 	resp.node_guid = htobe64(pr_u64(pr_field(route, "node_guid")));
 	resp.port_num = (uint8_t)pr_u64(pr_field(route, "port_num"));
 	resp.ibdev_index = (uint32_t)NO_DEVICE_INDEX;
 	sockaddr_of(pr_field(route, "src"), &resp.src_addr, sizeof(resp.src_addr));
 	sockaddr_of(pr_field(route, "dst"), &resp.dst_addr, sizeof(resp.dst_addr));
-	if (path && path->tag == 'r') { /* the route is resolved: its path, as ucma_copy_iboe_route */
-		resp.num_paths = 1;
-		path_of(path, &resp.ib_route[0]);
-	} else { /* not yet: the GIDs of the addresses and the default P_Key */
+	for (uint32_t i = 0; paths && paths->tag == 'l' && i < paths->count && i < COUNT(resp.ib_route); i++)
+		path_of(pr_item(paths, i), &resp.ib_route[resp.num_paths++]); /* resolved: as ucma_copy_iboe_route */
+	if (!resp.num_paths) { /* not yet: the GIDs of the addresses and the default P_Key */
 		pr_bytes(pr_field(route, "sgid"), resp.ib_route[0].sgid, sizeof(resp.ib_route[0].sgid));
 		pr_bytes(pr_field(route, "dgid"), resp.ib_route[0].dgid, sizeof(resp.ib_route[0].dgid));
 		resp.ib_route[0].pkey = htobe16((uint16_t)pr_u64(pr_field(route, "pkey")));
