@@ -14,7 +14,24 @@ from conftest import DATA
 from pyroce.cli import main
 from pyroce.verbs.enums import ibv_wr_opcode
 from pyroce.verbs.wr import SGE, SendWR
-from pyroce.wire import BTH, Frame, IPv4Header, Opcode, Packet, PcapWriter, Reth, UdpHeader, build_frame
+from pyroce.wire import (
+    BTH,
+    QP1,
+    CmMra,
+    CmMsgResponse,
+    CmRej,
+    CmRtu,
+    Deth,
+    Frame,
+    IPv4Header,
+    Opcode,
+    Packet,
+    PcapWriter,
+    Reth,
+    UdpHeader,
+    build_frame,
+    encode_cm,
+)
 from tests.cli import assert_one_line_error, pyroce
 from tests.peer_process import peer_process
 
@@ -168,3 +185,65 @@ def test_an_unsupported_link_type_is_an_error(tmp_path):
 def test_stdin_that_is_not_a_pcap():
     result = pyroce("decode", "-", stdin=b"hello", timeout=60)
     assert_one_line_error(result, "pyroce decode: error: <stdin>: not a pcap file")
+
+
+def test_rping_cm_mads_show_by_name():
+    status, text = run("decode", str(DATA / "rping.pcap"))
+    assert status == 0
+    cm = [line.split(" cm ", 1)[1] for line in text.splitlines() if " cm " in line]
+    assert cm == [
+        "REQ tid=0x2a0083376 comm=0x763308a0 sid=0x1061c06 qpn=0x14 psn=0x7b91f5 cma(10.77.0.3:46422 > 10.77.0.2) "
+        "icrc=ok",
+        "REP tid=0x2a0083376 comm=0x69f49a45 remote=0x763308a0 qpn=0x14 psn=0x2fd57f icrc=ok",
+        "RTU tid=0x2a0083376 comm=0x763308a0 remote=0x69f49a45 icrc=ok",
+        "DREQ tid=0x2a0083376 comm=0x763308a0 remote=0x69f49a45 qpn=0x14 icrc=ok",
+        "DREP tid=0x2a0083376 comm=0x69f49a45 remote=0x763308a0 icrc=ok",
+    ]
+    assert all("qpn=0x000001 " in line for line in text.splitlines() if " cm " in line)
+    status, text = run("decode", str(DATA / "udaddy.pcap"))
+    assert "cm SIDR_REQ tid=0x2a0083377 req=0x773308a0 sid=0x1111c06 cma(10.77.0.3:34852 > 10.77.0.2)" in text
+    assert "cm SIDR_REP tid=0x2a0083377 req=0x773308a0 status=0x0 qpn=0x18 qkey=0x1234567" in text
+
+
+def qp1_capture(tmp_path: Path, payloads: list[bytes]) -> Path:
+    """A capture of UD SEND_ONLY packets to QP1 carrying ``payloads``."""
+    path = tmp_path / "qp1.pcap"
+    with open(path, "wb") as stream:
+        writer = PcapWriter(stream)
+        for psn, payload in enumerate(payloads):
+            pkt = Packet(BTH(Opcode.UD_SEND_ONLY, QP1, psn), payload, deth=Deth(0x80010000, QP1))
+            ip = IPv4Header(b"\x0a\0\0\1", b"\x0a\0\0\2")
+            writer.write(bytes(build_frame(Frame(ETH, ip, UdpHeader(0xC000), pkt, 0, False))))
+    return path
+
+
+def test_qp1_payloads_that_are_not_cm_mads_say_why(tmp_path):
+    lap = bytearray(encode_cm(5, CmRtu(local_comm_id=1, remote_comm_id=2)))
+    lap[16:18] = b"\x00\x19"
+    rej = CmRej(local_comm_id=1, remote_comm_id=2, reason=28, message_rejected=CmMsgResponse.REP)
+    mra = CmMra(local_comm_id=3, remote_comm_id=4, service_timeout=17)
+    path = qp1_capture(tmp_path, [encode_cm(1, rej), encode_cm(2, mra), b"\x01\x07\x02" + bytes(9), bytes(lap)])
+    status, text = run("decode", str(path))
+    lines = text.splitlines()
+    assert status == 0 and len(lines) == 5
+    assert lines[0].endswith(" cm REJ tid=0x1 comm=0x1 remote=0x2 reason=28 rejected=REP icrc=ok")
+    assert lines[1].endswith(" cm MRA tid=0x2 comm=0x3 remote=0x4 timeout=0x11 mraed=REQ icrc=ok")
+    assert lines[2].endswith(" cm? BadMadLength: MAD is 12 bytes, must be 256 icrc=ok")
+    assert lines[3].endswith(" cm? UnknownAttribute: CM attribute 0x0019 is not a message pyroce reads icrc=ok")
+    assert lines[4].endswith("4 icrc=ok, 0 icrc=BAD, 0 malformed, 0 other frames")  # a QP1 payload is not malformed RoCE
+    status, text = run("decode", "--json", str(path))
+    *packets, _ = [json.loads(line) for line in text.splitlines()]
+    assert packets[0]["headers"]["cm"]["message"] == "REJ" and packets[0]["headers"]["cm"]["reason"] == 28
+    assert packets[2]["headers"]["cm"] == {"error": "BadMadLength", "reason": "MAD is 12 bytes, must be 256"}
+
+
+def test_json_cm_fields():
+    status, text = run("decode", "--json", str(DATA / "rping.pcap"))
+    assert status == 0
+    cm = [p["headers"]["cm"] for p in map(json.loads, text.splitlines()) if "cm" in p.get("headers", {})]
+    assert [doc["message"] for doc in cm] == ["REQ", "REP", "RTU", "DREQ", "DREP"]
+    req = cm[0]
+    assert (req["tid"], req["local_qpn"], req["service_id"], req["primary_flow_label"]) == (
+        0x2A0083376, 0x14, 0x1061C06, 0x61170)  # fmt: skip
+    assert req["primary_local_gid"] == "00000000000000000000ffff0a4d0003" and len(req["private_data"]) == 2 * 92
+    assert req["cma"] == {"ip_version": 4, "port": 46422, "src": "10.77.0.3", "dst": "10.77.0.2"}

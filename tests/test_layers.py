@@ -28,8 +28,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "ib": frozenset(),  # the vocabulary every layer shares
     "wire": frozenset({"ib"}),
     "transport": frozenset({"ib", "wire"}),  # sans-IO: time comes in as ``now``
+    "cm": frozenset({"ib", "wire", "nic.events", "nic.timers"}),  # the connection manager on QP1, sans-IO
     "link": frozenset({"wire"}),  # sockets, the in-memory wire, fault injection
-    "nic": frozenset({"ib", "wire", "transport", "link.faults"}),  # the device model: the host gives it the rest
+    "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
     "verbs": frozenset({"ib", "wire", "nic", "host"}),  # never the transport or the link (only the host's registry)
     "apps": frozenset({"ib", "verbs"}),
@@ -43,7 +44,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "": frozenset(),  # pyroce/__init__.py
 }
 
-PURE = ("ib", "wire", "transport", "nic", "link.faults")
+PURE = ("ib", "wire", "transport", "cm", "nic", "link.faults")
 NO_IO = frozenset({
     "socket", "ssl", "select", "selectors", "asyncio",  # sockets and waiting on fds
     "threading", "_thread", "multiprocessing", "concurrent", "queue", "subprocess", "signal",  # threads, processes

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, NamedTuple, TextIO
 
+from pyroce.cli.decode_cm import cm_document, cm_of, describe_cm
 from pyroce.cli.errors import CliError
 from pyroce.wire import (
     MalformedPacket,
@@ -81,6 +82,9 @@ def describe_packet(pkt: Packet) -> str:
         parts.append(f"pkey=0x{bth.pkey:04x}")
     parts.append(f"pay={len(pkt.payload)} pad={pkt.pad}")
     parts.extend(show(value) for field, show in _HEADER_FORMATS if (value := getattr(pkt, field)) is not None)
+    cm = cm_of(pkt)
+    if cm is not None:
+        parts.append(describe_cm(cm))
     return " ".join(parts)
 
 
@@ -101,6 +105,9 @@ def frame_document(number: int, segment: int | None, frame: Frame) -> dict[str, 
             headers[field] = value._asdict() if hasattr(value, "_asdict") else value
     if pkt.aeth is not None:
         headers["aeth"]["text"] = describe_syndrome(pkt.aeth.syndrome)
+    cm = cm_of(pkt)
+    if cm is not None:
+        headers["cm"] = cm_document(cm)
     return {
         "type": "packet",
         "frame": number,

@@ -32,6 +32,7 @@ from pyroce.host.stats_file import summary_line
 from pyroce.link.faults import FaultConfig
 from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu
 from pyroce.nic.device import NicDevice
+from pyroce.wire.mtu import mtu_for_netdev
 
 DEVICE_NAMES = ("pyroce0",)
 LOOPBACK_BASE = int(ipaddress.IPv4Address("127.64.0.0"))
@@ -112,8 +113,11 @@ def _create(name: str, progress: str | None) -> NicDevice:
         settings = settings._replace(progress=progress)
 
     def make(address: str) -> NicDevice:
-        return build_device(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
-                            progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
+        device = build_device(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
+                              progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
+        if device.engine.cm is not None:  # the paths it offers have the port's MTU
+            device.engine.cm.path_mtu = mtu_for_netdev(netdev_mtu(device))
+        return device
 
     if settings.print_stats:
         _print_stats.add(name)

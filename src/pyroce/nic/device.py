@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from pyroce.cm.manager import RdmaCm
 from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
@@ -102,6 +103,37 @@ class Runner(Protocol):
         ...
 
 
+class CmCommands:
+    """``device.cm``: the connection manager's commands (``cm.manager.RdmaCm``), each run
+    under the device's lock, the engine woken after it (a command may have queued a MAD)."""
+
+    def __init__(self, cm: RdmaCm, lock: AbstractContextManager[object], runner: Runner) -> None:
+        self._cm = cm
+        self._lock = lock
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self._cm, name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+        lock, runner = self._lock, self._runner
+
+        def command(*args: object, **kwargs: object) -> object:
+            with lock:
+                result = attribute(*args, **kwargs)
+            runner.wake()
+            return result
+
+        command.__name__ = name
+        command.__doc__ = attribute.__doc__
+        return command
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Settings (``path_mtu``, ``response_timeout``, ``max_retries``) are the manager's."""
+        target = self if name.startswith("_") else self._cm
+        object.__setattr__(target, name, value)
+
+
 class NicDevice:
     """One pyroce device: ``engine`` and the commands on it, run by ``runner`` under ``lock``.
     It owns the engine's link and closes it, with ``doorbells`` and the event queues."""
@@ -123,6 +155,9 @@ class NicDevice:
         self.qp_owners: dict[int, int] = {}  # QPN -> pid of the program whose QP it is (a shared NIC's)
         self._next_srqn = 1
         self.verb_faults: Callable[[str], int] | None = None  # a fault plan: the errno a verb fails with, or 0
+        connection_manager = RdmaCm(self.address, new_channel, engine.counters)  # type: ignore[arg-type]
+        engine.attach_cm(connection_manager)
+        self.cm = CmCommands(connection_manager, lock, runner)
 
     @property
     def progress_mode(self) -> str:

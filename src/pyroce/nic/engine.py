@@ -21,6 +21,7 @@ from __future__ import annotations
 import traceback
 from collections import Counter
 
+from pyroce.cm.manager import RdmaCm
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
@@ -39,6 +40,7 @@ from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
 from pyroce.transport.ud import UdQp
 from pyroce.transport.work import RecvWork
+from pyroce.wire.bth import QP1
 
 MAX_DATAGRAM = 65536
 RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
@@ -79,6 +81,13 @@ class Engine:
         self._rx_buf = bytearray(MAX_DATAGRAM)
         self._rx_view = memoryview(self._rx_buf)
         self._tx_batch = TxBatch(memoryview(bytearray(MAX_DATAGRAM)), self.port, self.counters)
+        self.cm: RdmaCm | None = None  # the connection manager on QP1 (``attach_cm``)
+
+    def attach_cm(self, cm: RdmaCm) -> None:
+        """Give QP1's packets to ``cm`` and send its MADs in the passes."""
+        self.cm = cm
+        self.demux.datagram_qps[QP1] = cm.qp1  # type: ignore[assignment]
+        cm.attach(self.port.route)
 
     # --- queues ---------------------------------------------------------------------------
 
@@ -118,11 +127,13 @@ class Engine:
     @property
     def has_work(self) -> bool:
         """Whether a pass now would do something without anything new arriving."""
-        return bool(self.rung or self.active or self.receives or self.port.has_loopback)
+        return bool(self.rung or self.active or self.receives or self.port.has_loopback
+                    or (self.cm is not None and self.cm.has_output))  # fmt: skip
 
     def next_deadline(self) -> float | None:
         """When a pass next has work with nothing new arriving (a timer, a held datagram)."""
-        deadlines = [t for t in (self.timers.next_deadline(), self.port.next_due()) if t is not None]
+        cm_deadline = self.cm.next_deadline() if self.cm is not None else None
+        deadlines = [t for t in (self.timers.next_deadline(), self.port.next_due(), cm_deadline) if t is not None]
         return min(deadlines) if deadlines else None
 
     # --- passes ---------------------------------------------------------------------------
@@ -174,6 +185,8 @@ class Engine:
                 moved = self._service(qp, now) or moved
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "output")
+        if self.cm is not None:
+            moved = self._service_cm(self.cm, now) or moved
         self._tx_batch.flush()  # one GSO send for what the QPs had for the same peer
         if self._dirty:
             self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
@@ -278,6 +291,20 @@ class Engine:
             # packet, a doorbell or a timer makes the QP active again.
             self.active.discard(qp)
         return bool(sent)
+
+    def _service_cm(self, cm: RdmaCm, now: float) -> bool:
+        """The connection manager's timers and MADs; whether it sent any."""
+        deadline = cm.next_deadline()
+        if deadline is not None and deadline <= now:
+            cm.handle_timer(now)
+        if not cm.has_output:
+            return False
+        batch, port = self._tx_batch, self.port
+        datagrams = cm.output(now, TX_BUDGET, port.route)
+        for peer, packet in datagrams:
+            batch.start(peer, port.gso_to(peer))
+            batch.send(port.link.tx_path(peer), [packet])
+        return bool(datagrams)
 
     def _note_sending(self, qp: HwQp) -> None:
         """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""

@@ -9,6 +9,7 @@ import errno
 import ipaddress
 from collections.abc import Callable
 
+from pyroce.ib.addressing import roce_gid
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 
@@ -53,8 +54,7 @@ class GID:
 
 def gid_of_address(address: str) -> GID:
     """RoCEv2's GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6."""
-    ip = ipaddress.ip_address(address)
-    return GID(ip.packed if ip.version == 6 else ipaddress.IPv6Address(f"::ffff:{address}").packed)
+    return GID(roce_gid(address))
 
 
 class GlobalRoute:

@@ -9,6 +9,7 @@ import errno
 from dataclasses import dataclass, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
+from pyroce.ib.addressing import node_guid_of
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.device import NicDevice
 from pyroce.verbs.addr import GID, gid_of_address
@@ -229,7 +230,7 @@ class Context(PyverbsObject):
 
     def query_device(self) -> DeviceAttr:
         self._check_open()
-        guid = int.from_bytes(self.gid.raw[8:], "big")
+        guid = node_guid_of(self.gid.raw)
         return DeviceAttr(node_guid=guid, sys_image_guid=guid)
 
     def query_device_ex(self) -> DeviceAttrEx:

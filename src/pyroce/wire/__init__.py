@@ -18,17 +18,46 @@ from pyroce.wire.aeth import (
     syndrome_value,
 )
 from pyroce.wire.bth import BTH, DEFAULT_PKEY, QP1
+from pyroce.wire.cm import (
+    CM_CLASS_VERSION,
+    CMA_HEADER_LEN,
+    PRIVATE_DATA_LEN,
+    CmaHeader,
+    CmAttr,
+    CmDrep,
+    CmDreq,
+    CmMessage,
+    CmMra,
+    CmMsgResponse,
+    CmRej,
+    CmRep,
+    CmReq,
+    CmRtu,
+    CmSidrRep,
+    CmSidrReq,
+    PortSpace,
+    encode_cm,
+    parse_cm,
+    port_space_and_port,
+    service_id,
+)
 from pyroce.wire.errors import (
+    BadCmField,
+    BadMadLength,
+    BadMadVersion,
     BadPadCount,
     BadTransportVersion,
     BuildError,
     LengthMismatch,
+    MalformedMad,
     MalformedPacket,
     NotRoce,
     PcapError,
     TruncatedPacket,
+    UnknownAttribute,
     UnknownOpcode,
     WireError,
+    WrongMgmtClass,
 )
 from pyroce.wire.framing import (
     ROCE_UDP_PORT,
@@ -45,6 +74,7 @@ from pyroce.wire.framing import (
 from pyroce.wire.gso import gso_segment_size, split_gso_frame
 from pyroce.wire.headers import Aeth, AtomicAckEth, AtomicEth, Deth, Feth, Reth
 from pyroce.wire.icrc import compute_icrc, icrc_from_seed, icrc_seed, verify_icrc, verify_icrc_from_seed
+from pyroce.wire.mad import MAD_HEADER_LEN, MAD_LEN, MadHeader, MadMethod, MgmtClass
 from pyroce.wire.mtu import Mtu, mtu_for_netdev, mtu_from_bytes, mtu_to_bytes
 from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag, OpInfo, PayloadRule, Transport, opcode_name
 from pyroce.wire.packet import Packet, build_packet_into, packet_length, parse_packet

@@ -48,3 +48,28 @@ class BuildError(WireError):
 
 class PcapError(WireError):
     """A file that is not a pcap capture, or one cut short."""
+
+
+class MalformedMad(MalformedPacket):
+    """A management datagram (IBA 13.4) on QP1 that cannot be read: the base of the MAD errors."""
+
+
+class BadMadLength(MalformedMad):
+    """A MAD that is not exactly 256 bytes."""
+
+
+class BadMadVersion(MalformedMad):
+    """A MAD base version or class version this codec does not speak."""
+
+
+class WrongMgmtClass(MalformedMad):
+    """A MAD of another management class than the one asked for."""
+
+
+class UnknownAttribute(MalformedMad):
+    """A CM MAD whose attribute ID names no message pyroce reads (LAP and APR included)."""
+
+
+class BadCmField(MalformedMad):
+    """A CM message field with a value its layout cannot hold: an info length past its room,
+    an rdma_cm header of an unknown version."""
