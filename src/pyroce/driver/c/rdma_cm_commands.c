@@ -64,34 +64,31 @@ static uint32_t ids_size;
 static int id_number(uint32_t handle, int fd, uint32_t *number)
 {
 	uint32_t i, free_one = UINT32_MAX;
-	int error = 0;
 
 	pthread_mutex_lock(&ids_lock);
 	for (i = 0; i < ids_size && ids[i].handle != handle; i++)
 		if (!ids[i].handle && free_one == UINT32_MAX)
 			free_one = i;
-	if (i == ids_size && free_one == UINT32_MAX) {
-		uint32_t size = ids_size ? 2 * ids_size : 16;
-		struct cm_id *grown = realloc(ids, size * sizeof(*ids));
-		if (grown) {
+	if (i == ids_size) { /* a new one */
+		if (free_one == UINT32_MAX) {
+			uint32_t size = ids_size ? 2 * ids_size : 16;
+			struct cm_id *grown = realloc(ids, size * sizeof(*ids));
+			if (!grown) {
+				pthread_mutex_unlock(&ids_lock);
+				return ENOMEM;
+			}
 			memset(grown + ids_size, 0, (size - ids_size) * sizeof(*ids));
 			ids = grown;
 			free_one = ids_size;
 			ids_size = size;
-		} else {
-			error = ENOMEM;
 		}
-	}
-	if (i == ids_size && !error) {
 		i = free_one;
-		ids[i] = (struct cm_id){.handle = handle, .fd = fd};
+		ids[i].handle = handle;
 	}
-	if (!error) {
-		ids[i].fd = fd; /* an id migrated to another file is on that one now */
-		*number = i;
-	}
+	ids[i].fd = fd; /* an id migrated to another file is on that one now */
+	*number = i;
 	pthread_mutex_unlock(&ids_lock);
-	return error;
+	return 0;
 }
 
 /* The handle of the id the program numbers `number`: 0 or ENOENT (the kernel's answer). */
