@@ -10,8 +10,10 @@ installed."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from pyroce.driver.build import RDMA_CM_LIBRARY
+from pyroce.driver.environment import driver_environment
 from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
@@ -27,7 +31,9 @@ TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream",
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
-NOT_LISTENING = re.compile(r"REJECTED|Connection refused|ECONNREFUSED|UNREACHABLE", re.IGNORECASE)
+# a client's words for "nobody listens there (yet)": rdma_cm's event names, rsockets' errno, and
+# perftest's for RDMA_CM_EVENT_REJECTED (8)
+NOT_LISTENING = re.compile(r"REJECTED|Connection refused|UNREACHABLE|Unexpected CM event bl blka 8", re.IGNORECASE)
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +48,30 @@ def run(*argv: str) -> list[str]:
     return command("run", "--", *argv)
 
 
+def connect(client_argv: list[str], env: dict[str, str],
+            server: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The client run to its end, again while its server is not listening yet (its output:
+    stdout and stderr)."""
+    deadline = time.monotonic() + 60
+    while True:
+        client = subprocess.run(client_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                timeout=TIMEOUT, check=False)  # fmt: skip
+        if client.returncode == 0 or not NOT_LISTENING.search(client.stdout) or server.poll() is not None:
+            return client
+        assert time.monotonic() < deadline, f"the server never listened: {client.stdout}"
+        time.sleep(0.2)
+
+
 def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str]) -> tuple[int, str, int, str]:
     """The server started, its client run (again while the server is not listening yet), both
     to their ends: each one's exit status and output (stdout and stderr)."""
     server = subprocess.Popen(server_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            client = subprocess.run(client_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    timeout=TIMEOUT, check=False)  # fmt: skip
-            if client.returncode == 0 or not NOT_LISTENING.search(client.stdout) or server.poll() is not None:
-                break
-            assert time.monotonic() < deadline, f"the server never listened: {client.stdout}"
-            time.sleep(0.2)
+        client = connect(client_argv, env, server)
         server_out = server.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise AssertionError(f"the server did not end: {server.communicate()[0]}\nits client: {client}") from None
     finally:
         if server.poll() is None:
             server.kill()
@@ -142,7 +158,7 @@ def test_rsockets_stream(nic: tuple[str, dict[str, str]], tool: str) -> None:
     server_rc, server_out, client_rc, client_out = pair(run(tool, "-b", address, *options),
                                                         run(tool, "-s", address, *options), env)  # fmt: skip
     assert client_rc == 0 and server_rc == 0, (server_out, client_out)
-    assert re.search(r"^4k\s+", client_out, re.MULTILINE), client_out
+    assert re.search(r"^custom\s+4k\s+100\s+1\s+800k\s", client_out, re.MULTILINE), client_out
 
 
 def test_the_rdma_cm_file_is_a_character_device_readable_by_events(tmp_path: Path,
@@ -172,3 +188,35 @@ def test_the_rdma_cm_file_is_a_character_device_readable_by_events(tmp_path: Pat
         "destroy_id: 1 events reported",
         "destroy_id again: No such file or directory",
     ], done
+
+
+def test_a_killed_servers_port_is_free_again(nic: tuple[str, dict[str, str]]) -> None:
+    """A program killed while its id listens: the NIC closes its rdma_cm file with its
+    connection, so the port, refused to a second server while the first listened, is free for
+    the next one, which a client then reaches."""
+    address, env = nic
+    options = ("-a", address, "-p", "7178", "-C", "2")
+    victim = subprocess.Popen(run("rping", "-s", "-P", *options), env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        first = connect(run("rping", "-c", *options), env, victim)  # the persistent server serves it and goes on
+        assert first.returncode == 0, first.stdout
+        second = subprocess.run(run("rping", "-s", *options), env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                                check=False)  # fmt: skip
+        assert second.returncode != 0 and "rdma_bind_addr: Address already in use" in second.stderr, second
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate()
+    server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
+                                                        env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+
+
+def test_the_shim_is_preloaded_after_the_programs_own_preloads(driver_env: dict[str, str]) -> None:  # noqa: F811
+    """``pyroce run`` appends libpyroce_rdmacm.so to LD_PRELOAD, once: the program's own come
+    first, as it asked."""
+    folder = Path(driver_env["LD_LIBRARY_PATH"].split(os.pathsep)[0])
+    shim = str(folder / RDMA_CM_LIBRARY)
+    assert driver_env["LD_PRELOAD"].split(":")[-1] == shim and Path(shim).is_file()
+    again = driver_environment(folder, {"LD_PRELOAD": f"/opt/librspreload.so {shim}"})
+    assert again["LD_PRELOAD"] == f"/opt/librspreload.so:{shim}"
