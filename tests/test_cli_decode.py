@@ -192,8 +192,7 @@ def test_rping_cm_mads_show_by_name():
     assert status == 0
     cm = [line.split(" cm ", 1)[1] for line in text.splitlines() if " cm " in line]
     assert cm == [
-        "REQ tid=0x2a0083376 comm=0x763308a0 sid=0x1061c06 qpn=0x14 psn=0x7b91f5 cma(10.77.0.3:46422 > 10.77.0.2) "
-        "icrc=ok",
+        "REQ tid=0x2a0083376 comm=0x763308a0 sid=0x1061c06 qpn=0x14 psn=0x7b91f5 cma(10.77.0.3:46422 > 10.77.0.2) icrc=ok",
         "REP tid=0x2a0083376 comm=0x69f49a45 remote=0x763308a0 qpn=0x14 psn=0x2fd57f icrc=ok",
         "RTU tid=0x2a0083376 comm=0x763308a0 remote=0x69f49a45 icrc=ok",
         "DREQ tid=0x2a0083376 comm=0x763308a0 remote=0x69f49a45 qpn=0x14 icrc=ok",
@@ -230,7 +229,7 @@ def test_qp1_payloads_that_are_not_cm_mads_say_why(tmp_path):
     assert lines[1].endswith(" cm MRA tid=0x2 comm=0x3 remote=0x4 timeout=0x11 mraed=REQ icrc=ok")
     assert lines[2].endswith(" cm? BadMadLength: MAD is 12 bytes, must be 256 icrc=ok")
     assert lines[3].endswith(" cm? UnknownAttribute: CM attribute 0x0019 is not a message pyroce reads icrc=ok")
-    assert lines[4].endswith("4 icrc=ok, 0 icrc=BAD, 0 malformed, 0 other frames")  # a QP1 payload is not malformed RoCE
+    assert lines[4].endswith("4 icrc=ok, 0 icrc=BAD, 0 malformed, 0 other frames")  # not malformed RoCE packets
     status, text = run("decode", "--json", str(path))
     *packets, _ = [json.loads(line) for line in text.splitlines()]
     assert packets[0]["headers"]["cm"]["message"] == "REJ" and packets[0]["headers"]["cm"]["reason"] == 28

@@ -9,6 +9,8 @@ import select
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyroce.cm.manager import CmError
 from pyroce.cm.records import CmEvent, ConnParam
@@ -18,7 +20,7 @@ from pyroce.ib.enums import ibv_qp_attr_mask, ibv_qp_state
 from pyroce.link.memory import MemoryWire
 from pyroce.nic.device import NicDevice
 from pyroce.wire import BTH, QP1, Deth, Opcode, Packet
-from pyroce.wire.cm import CmReq, encode_cm
+from pyroce.wire.cm import CmaHeader, CmReq, encode_cm
 from pyroce.wire.framing import RocePath
 
 E = CmEventType
@@ -201,6 +203,9 @@ def test_udp_ids_resolve_their_peer_through_sidr(nics) -> None:
     assert established.event is E.ESTABLISHED
     assert (established.ud.qp_num, established.ud.qkey) == (0x32, UDP_QKEY)
     assert established.ud.ah.dgid[-4:] == bytes([10, 9, 0, 1])
+    client.cm.disconnect(active)  # a UD id has no connection: nothing is sent
+    clock.run()
+    assert client.counters["cm_mads_sent"] == 1 and events(server, s_channel) == []
 
 
 def test_sidr_to_a_port_nobody_listens_on_is_unreachable(nics) -> None:
@@ -305,5 +310,67 @@ def test_malformed_and_stray_mads_are_dropped_and_counted_and_qp1_keeps_serving(
     # the listener still serves
     _c_channel, active = resolve(client, clock)
     client.cm.connect(active, ConnParam(qp_num=0x21))
+    clock.run()
+    assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
+
+
+def test_a_flood_of_requests_fills_the_backlog_and_no_more(nics) -> None:
+    server, client, clock = nics
+    s_channel, listener = listen(server, backlog=8)
+    cma = CmaHeader(4, 40000, bytes([10, 9, 0, 2]), bytes([10, 9, 0, 1])).encode()
+    for comm_id in range(1, 1001):
+        req = CmReq(local_comm_id=comm_id, service_id=0x1061C06, local_qpn=comm_id, starting_psn=0, private_data=cma)
+        deliver(server, encode_cm(comm_id, req), CLIENT)
+    clock.run()
+    assert len(listener.pending) == 8 and server.counters["cm_req_backlog_full"] == 992
+    requests = events(server, s_channel)
+    assert len(requests) == 8
+    for request in requests:  # the consumer catches up: the backlog empties
+        server.cm.reject(request.cm_id)
+    _c_channel, active = resolve(client, clock)
+    client.cm.connect(active, ConnParam(qp_num=0x21))
+    clock.run()
+    assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(attr=st.sampled_from([0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]), body=st.binary(min_size=232,
+       max_size=232))  # fmt: skip
+def test_any_cm_message_a_peer_sends_is_handled_or_dropped_never_raises(nics, attr: int, body: bytes) -> None:
+    server, _client, clock = nics
+    if not hasattr(server, "fuzz_listeners"):  # a connected and a UD listener, for the messages to reach
+        server.fuzz_listeners = (listen(server), listen(server, PORT + 1, UD, PortSpace.UDP))  # type: ignore[attr-defined]
+    header = bytes([1, 7, 2, 3, 0, 0, 0, 0]) + (7).to_bytes(8, "big") + attr.to_bytes(2, "big") + bytes(6)
+    deliver(server, header + body, CLIENT)
+    clock.run()
+    assert server.engine.last_error == "" and server.counters["engine_errors"] == 0
+
+
+def deliver(device: NicDevice, mad: bytes, source: str) -> None:
+    """A MAD to ``device``'s QP1 as if ``source`` had sent it (straight onto the wire)."""
+    link = device.engine.port.link
+    sender = link._wire.links[source]  # the wire's other end, to send as it
+    buf = memoryview(bytearray(4096))
+    packet = Packet(BTH(Opcode.UD_SEND_ONLY, QP1, 0), mad, deth=Deth(0x80010000, QP1))
+    size = sender.tx_path(link.address).build_into(buf, 0, packet, 0)
+    sender.send(buf[:size], link.address)
+
+
+def test_a_req_for_a_connection_that_is_over_is_rejected_as_stale(nics) -> None:
+    server, client, clock = nics
+    s_channel, _listener, request, c_channel, active = connect_pair(nics)
+    server.cm.accept(request.cm_id, ConnParam(qp_num=0x31))
+    clock.run()
+    events(client, c_channel)
+    client.cm.accept(active, None)
+    clock.run()
+    server.cm.destroy_id(request.cm_id)  # established: one DREQ, and the connection's comm IDs wait out time wait
+    clock.run()
+    assert kinds(events(client, c_channel)) == [E.DISCONNECTED]
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)  # the old REQ again, as a restarted peer's might come
+    clock.run()
+    assert server.counters["cm_req_stale"] == 1 and events(server, s_channel) == []
+    clock.run(3.0)  # time wait over: the comm ID is forgotten
+    deliver(server, encode_cm(active.tid, active.req), CLIENT)
     clock.run()
     assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]

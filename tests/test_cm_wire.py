@@ -88,6 +88,10 @@ def test_an_rping_exchange_is_rxes_byte_for_byte() -> None:
     while response is not None and response.event is not CmEventType.CONNECT_RESPONSE:
         response = client.get_event(c_channel)
     assert response is not None and isinstance(active.rep, CmRep)
+    # each side sends from the PSN the other's message named, as the capture's data packets do
+    assert client.init_qp_attr(active, 3)[0]["sq_psn"] == 0x2FD57F
+    assert server.init_qp_attr(request.cm_id, 3)[0]["sq_psn"] == 0x7B91F5
+    assert client.init_qp_attr(active, 2)[0]["rq_psn"] == 0x7B91F5
     client.accept(active, None)
     assert sent(client) == rtu
     deliver(server, rtu, CLIENT, SERVER)

@@ -32,7 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "link": frozenset({"wire"}),  # sockets, the in-memory wire, fault injection
     "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
-    "verbs": frozenset({"ib", "wire", "nic", "host"}),  # never the transport or the link (only the host's registry)
+    "verbs": frozenset({"ib", "wire", "nic", "host", "cm"}),  # never the transport or the link (only the host's registry)
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
     "driver": frozenset({"ib", "nic", "host", "verbs", "cm"}),  # what the shared NIC runs for the C library, and its build

@@ -5,12 +5,16 @@ round-trips; and whatever bytes arrive, parsing raises a ``MalformedMad`` or ret
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyroce.wire import (
+    BTH,
     CMA_HEADER_LEN,
     MAD_HEADER_LEN,
     MAD_LEN,
@@ -22,7 +26,6 @@ from pyroce.wire import (
     CmAttr,
     CmDrep,
     CmDreq,
-    CmMessage,
     CmMra,
     CmMsgResponse,
     CmRej,
@@ -31,14 +34,22 @@ from pyroce.wire import (
     CmRtu,
     CmSidrRep,
     CmSidrReq,
+    Deth,
+    Frame,
+    IPv4Header,
     MadHeader,
     MadMethod,
     MalformedMad,
     MgmtClass,
     NotRoce,
+    Opcode,
+    Packet,
+    PcapWriter,
     PortSpace,
+    UdpHeader,
     UnknownAttribute,
     WrongMgmtClass,
+    build_frame,
     encode_cm,
     parse_cm,
     parse_frame,
@@ -88,8 +99,9 @@ def test_golden_mads_parse_and_encode_back_byte_for_byte(capture_records, name, 
 
 def test_rping_connection_fields(capture_records):
     """The values tshark 4.0 shows for rping's exchange (``tshark -r rping.pcap -V``)."""
-    (h1, req), (h2, rep), (h3, rtu), (h4, dreq), (h5, drep) = map(parse_cm, cm_mads(capture_records, "rping.pcap"))
-    assert h1.tid == h2.tid == h3.tid == 0x2A0083376  # a connection's messages share the REQ's TID
+    parsed = [parse_cm(mad) for mad in cm_mads(capture_records, "rping.pcap")]
+    assert {header.tid for header, _ in parsed} == {0x2A0083376}  # a connection's messages share the REQ's TID
+    req, rep, rtu, dreq, drep = (message for _, message in parsed)
     assert isinstance(req, CmReq) and isinstance(rep, CmRep)
     assert (req.local_comm_id, req.service_id, req.local_ca_guid) == (0x763308A0, 0x1061C06, 0x505400FFFE770003)
     assert (req.local_qkey, req.local_qpn, req.starting_psn) == (0, 0x14, 0x7B91F5)
@@ -255,6 +267,7 @@ def test_every_message_round_trips(attr_and_message, tid):
         CmReq(local_comm_id=1, service_id=2, local_qpn=3, starting_psn=0, primary_local_gid=bytes(4)),
         CmRej(local_comm_id=1, remote_comm_id=2, reason=28, ari=bytes(73)),
         CmSidrRep(request_id=-1),
+        CmDrep(local_comm_id=1, remote_comm_id=2, private_data=5),  # type: ignore[arg-type]  # not 5 zero bytes
     ],
 )
 def test_values_that_do_not_fit_are_value_errors(message):
@@ -353,3 +366,36 @@ def test_service_ids():
 def test_mad_header_round_trips(header):
     mad = header.encode() + bytes(MAD_LEN - MAD_HEADER_LEN)
     assert len(header.encode()) == MAD_HEADER_LEN and MadHeader.parse(mad) == header
+
+
+def test_tshark_reads_what_we_encode(tmp_path: Path):
+    """REJ, REP and DREQ with every small field set, as tshark's InfiniBand dissector reads them
+    (the captures hold no REJ, and their REP flags are all zero)."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    messages = [
+        CmRej(local_comm_id=0x11, remote_comm_id=0x22, message_rejected=CmMsgResponse.REP, reason=28, ari=b"abc"),
+        CmRep(local_comm_id=0x33, remote_comm_id=0x44, local_qpn=0x123, starting_psn=0xABCDEF, target_ack_delay=9,
+              failover_accepted=1, end_to_end_flow_control=True, rnr_retry_count=6, srq=True,
+              local_ca_guid=0x1122334455667788),
+        CmDreq(local_comm_id=0x55, remote_comm_id=0x66, remote_qpn=0x789),
+    ]  # fmt: skip
+    path = tmp_path / "cm.pcap"
+    with open(path, "wb") as stream:
+        writer = PcapWriter(stream)
+        for psn, message in enumerate(messages):
+            pkt = Packet(BTH(Opcode.UD_SEND_ONLY, 1, psn), encode_cm(psn, message), deth=Deth(0x80010000, 1))
+            ip = IPv4Header(b"\x0a\0\0\1", b"\x0a\0\0\2")
+            writer.write(bytes(build_frame(Frame(bytes(12) + b"\x08\x00", ip, UdpHeader(0xC000), pkt, 0, False))))
+    fields = ["rej.msgrej", "rej.rejinfolen", "rej.reason", "rep.localqpn", "rep.startpsn", "rep.tgtackdelay",
+              "rep.failoveracc", "rep.e2eflowctrl", "rep.rnrretrcount", "rep.srq", "rep.localcaguid",
+              "req.remoteqpneecn", "dreq.remotecommid"]  # fmt: skip
+    argv = ["tshark", "-r", str(path), "-T", "fields", "-E", "separator=,"]
+    for field in fields:
+        argv += ["-e", f"infiniband.cm.{field}"]
+    shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert shown == [
+        "0x01,0x03,0x001c,,,,,,,,,,",
+        ",,,0x000123,0xabcdef,0x09,0x01,0x01,0x06,0x01,0x1122334455667788,,",
+        ",,,,,,,,,,,0x000789,0x00000066",  # tshark files DREQ's remote QPN under "req"
+    ]

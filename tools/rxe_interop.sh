@@ -12,6 +12,9 @@
 # (ud: at each of its sizes, which a UD message's one packet must fit: -S); with --c also perftest's RC tools
 # (send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat: guest `ib_TOOL -d rxe0 -x 1 -F`, host
 # `pyroce run -- ib_TOOL -d pyroce0 -x 0 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
+# With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
+# system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
+# perftest's ib_send_bw -R (-t send_bw_cm), each both ways; their servers are started by address, not TCP port.
 # pyroce runs with its default settings (ICRC checking on). The script prints both sides' output and checks that
 # both exited 0, that each side's "remote address" lines are the other's "local address" lines, that the runs
 # finished (pingpong: both sides' "ITERS iters in" line; perftest: the client's result row of SIZE and ITERS)
@@ -26,9 +29,11 @@
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
 #   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
+#   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm    # the rdma_cm programs
 #
-# Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat)
-#   -n ITERS (1000)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
+# Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
+#   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm)
+#   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
 #   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)
 #   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
@@ -55,8 +60,9 @@ GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 PINGPONGS=(rc uc srq ud)
 PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
+CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm)
 
-TOOLS_ARG=""; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000
+TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -64,6 +70,7 @@ while (($#)); do
   case "$1" in
     -t) TOOLS_ARG="$2"; shift 2;;
     -n) ITERS="$2"; shift 2;;
+    -C) CM_ITERS="$2"; shift 2;;
     -s) SIZES_ARG="$2"; shift 2;;
     -S) UD_SIZES_ARG="$2"; shift 2;;
     -P) PERF_SIZES_ARG="$2"; shift 2;;
@@ -85,15 +92,16 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
-if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
+if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
+is_cmtest() { [[ " ${CMTESTS[*]} " == *" $1 "* ]]; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  if is_perftest "$T"; then
-    ((C_MODE)) || die "perftest's '$T' runs with --c only (pyroce has no Python perftest)"
+  if is_perftest "$T" || is_cmtest "$T"; then
+    ((C_MODE)) || die "'$T' runs with --c only (the C program through pyroce run)"
   elif [[ " ${PINGPONGS[*]} " != *" $T "* ]]; then
-    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]})"
+    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]} ${CMTESTS[*]})"
   fi
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
@@ -109,7 +117,13 @@ HOST_ENV=(env PYROCE_ADDR="$HOST_IP" PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHON
 WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 
 # the host side's programs (--c): each tool's, all there and the C driver built, before the VM boots
-guest_program() { if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi; }
+guest_program() {
+  case "$1" in
+    send_bw_cm) echo ib_send_bw;;
+    rping|ucmatose|udaddy|rdma_server) echo "$1";;
+    *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
+  esac
+}
 if ((C_MODE)); then
   for T in "${TOOLS[@]}"; do
     command -v "$(guest_program "$T")" >/dev/null || die "$(guest_program "$T") is not installed on this host (apt-get install ibverbs-utils perftest)"
@@ -190,21 +204,41 @@ check() {
     if grep -q 'invalid data' "$out"; then echo "  FAIL: $label found invalid data"; ok=0; fi
   done
   local gout="$WORK/guest.out" hout="$WORK/pyroce.out"
-  grep -Eq "icrc_errors 0(,|$)" "$hout" || { echo "  FAIL: pyroce counted ICRC errors (or printed no counters)"; ok=0; }
-  if [[ "$(addr_of local "$gout")" != "$(addr_of remote "$hout")" || -z "$(addr_of local "$gout")" ]] \
-     || [[ "$(addr_of local "$hout")" != "$(addr_of remote "$gout")" || -z "$(addr_of local "$hout")" ]]; then
+  if grep -q "icrc_errors" "$hout"; then
+    grep -Eq "icrc_errors 0(,|$)" "$hout" || { echo "  FAIL: pyroce counted ICRC errors"; ok=0; }
+  elif ((C_MODE)); then  # a program that never closes its device (librdmacm's) prints none: ask the shared NIC
+    [[ "$(shared_nic_icrc_errors)" == 0 ]] || { echo "  FAIL: the shared NIC counted ICRC errors (or has no counters)"; ok=0; }
+  else
+    echo "  FAIL: pyroce printed no counters"; ok=0
+  fi
+  if ((ADDR_LINES)) && { [[ "$(addr_of local "$gout")" != "$(addr_of remote "$hout")" || -z "$(addr_of local "$gout")" ]] \
+     || [[ "$(addr_of local "$hout")" != "$(addr_of remote "$gout")" || -z "$(addr_of local "$hout")" ]]; }; then
     echo "  FAIL: the local/remote address lines of the two sides do not match"; ok=0
   fi
   if ((ok)); then echo "  PASS: $name"; PASSED+=("$name"); return 0; fi
   echo "  FAILED: $name"; FAILURES+=("$name"); return 1
 }
 
-wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens on TCP PORT, 1 if JOB ended first
-  guest --timeout 70 "for i in \$(seq 1 300); do ss -Hltn 'sport = :$PORT' | grep -q . && exit 0;
+shared_nic_icrc_errors() {  # the ICRC errors the shared NIC at HOST_IP has counted (its stats file, published each second)
+  sleep 1.2
+  "${NSX[@]}" "${HOST_ENV[@]}" "$PYTHON" -m pyroce stats --json 2>/dev/null | "$PYTHON" -c '
+import json, sys
+rows = [row for row in json.load(sys.stdin) if row["address"] == sys.argv[1]]
+print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "none")' "$HOST_IP"
+}
+
+wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
+  local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
+  # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
+  ((ADDR_LINES)) || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
+  if ((!ADDR_LINES)); then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
+    sleep 3; kill -0 "$SERVER_PID" 2>/dev/null; return
+  fi
   for i in $(seq 1 150); do
     "${NSX[@]}" ss -Hltn "sport = :$PORT" | grep -q . && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || return 1
@@ -232,6 +266,41 @@ pingpong_pair() {
     HOST_LABEL="pyroce $tool.py"
   fi
   SERVER_DONE="^$ITERS iters in "; CLIENT_DONE="$SERVER_DONE"
+  same_program_both_roles
+}
+
+# same_program_both_roles: a server is GUEST_CMD / HOST_CMD, a client the same with the server's address last
+same_program_both_roles() {
+  ADDR_LINES=1
+  G_SERVER="$GUEST_CMD"; G_CLIENT="$GUEST_CMD $HOST_IP"
+  H_SERVER=("${HOST_CMD[@]}"); H_CLIENT=("${HOST_CMD[@]}" "$GUEST_IP")
+}
+
+# cm_pair T SIZE: an rdma_cm program's server and client (SIZE: rping's -S, ib_send_bw's -s; else unused)
+cm_pair() {
+  local host_run=("$PYTHON" -m pyroce run --)
+  ADDR_LINES=0
+  case "$1" in
+    rping)  # the server binds the address; -V makes both sides check every ping's data
+      G_SERVER="rping -s -a $GUEST_IP -C $CM_ITERS -S $2 -v -V"; G_CLIENT="rping -c -a $HOST_IP -C $CM_ITERS -S $2 -v -V"
+      H_SERVER=("${host_run[@]}" rping -s -a "$HOST_IP" -C "$CM_ITERS" -S "$2" -v -V)
+      H_CLIENT=("${host_run[@]}" rping -c -a "$GUEST_IP" -C "$CM_ITERS" -S "$2" -v -V)
+      SERVER_DONE="server ping data: rdma-ping-$((CM_ITERS - 1)): "; CLIENT_DONE="^ping data: rdma-ping-$((CM_ITERS - 1)): ";;
+    ucmatose|udaddy)
+      G_SERVER="$1 -b $GUEST_IP -C $CM_ITERS"; G_CLIENT="$1 -s $HOST_IP -C $CM_ITERS"
+      H_SERVER=("${host_run[@]}" "$1" -b "$HOST_IP" -C "$CM_ITERS"); H_CLIENT=("${host_run[@]}" "$1" -s "$GUEST_IP" -C "$CM_ITERS")
+      SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
+    rdma_server)
+      G_SERVER="rdma_server -s $GUEST_IP"; G_CLIENT="rdma_client -s $HOST_IP"
+      H_SERVER=("${host_run[@]}" rdma_server -s "$HOST_IP"); H_CLIENT=("${host_run[@]}" rdma_client -s "$GUEST_IP")
+      SERVER_DONE="^rdma_server: end 0"; CLIENT_DONE="^rdma_client: end 0";;
+    send_bw_cm)  # perftest connecting through rdma_cm (-R) instead of its TCP exchange
+      local common=(-R -F -p "$PORT" -n "$PERF_ITERS" -s "$2")
+      G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
+      H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 0 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
+      SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
+  esac
+  GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
 }
 
 # perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
@@ -244,6 +313,7 @@ perftest_pair() {
   HOST_LABEL="pyroce run -- ib_$1"
   # the client's result row: "#bytes #iterations ..."; a server may print none (read_lat's)
   SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS "
+  same_program_both_roles
 }
 
 # run_pair SHORT SIZE: both directions of GUEST_CMD / HOST_CMD
@@ -253,13 +323,13 @@ run_pair() {
   echo
   echo "=== $short run 1 ($size bytes): guest $GUEST_LABEL server <- $HOST_LABEL client"
   start_capture "${short}1-$size"
-  echo "--- guest ($GUEST_IP, rxe0): $GUEST_CMD"
-  JOB="$(guest --bg "$GUEST_CMD")" || die "cannot start the guest server"
+  echo "--- guest ($GUEST_IP, rxe0): $G_SERVER"
+  JOB="$(guest --bg "$G_SERVER")" || die "cannot start the guest server"
   if wait_guest_listen "$JOB" >/dev/null 2>&1; then
-    "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" "$GUEST_IP" >"$WORK/pyroce.out" 2>&1
+    "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${H_CLIENT[@]}" >"$WORK/pyroce.out" 2>&1
     HRC=$?
   else
-    echo "guest server is not listening on TCP $PORT" >"$WORK/pyroce.out"; HRC=2
+    echo "guest server is not listening" >"$WORK/pyroce.out"; HRC=2
   fi
   # the server finishes right after the client; if the client failed, it may never (blocked in accept)
   guest --wait "$JOB" --timeout "$( ((HRC == 0)) && echo "$TIMEOUT" || echo 15)" >"$WORK/guest.out" 2>&1
@@ -268,7 +338,7 @@ run_pair() {
   JOB=""
   stop_capture
   sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
-  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]} $GUEST_IP"
+  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${H_CLIENT[*]}"
   sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
   check "$short $size bytes: guest server / pyroce client" server "$GRC" "$WORK/guest.out" client "$HRC" "$WORK/pyroce.out"
 
@@ -276,16 +346,16 @@ run_pair() {
   echo
   echo "=== $short run 2 ($size bytes): $HOST_LABEL server <- guest $GUEST_LABEL client"
   start_capture "${short}2-$size"
-  "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${HOST_CMD[@]}" >"$WORK/pyroce.out" 2>&1 &
+  "${NSX[@]}" "${HOST_ENV[@]}" timeout "$TIMEOUT" "${H_SERVER[@]}" >"$WORK/pyroce.out" 2>&1 &
   SERVER_PID=$!
   if wait_host_listen; then
-    JOB="$(guest --bg "$GUEST_CMD $HOST_IP")" || die "cannot start the guest client"
+    JOB="$(guest --bg "$G_CLIENT")" || die "cannot start the guest client"
     guest --wait "$JOB" --timeout "$TIMEOUT" >"$WORK/guest.out" 2>&1
     GRC=$?
     if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
     JOB=""
   else
-    echo "pyroce server is not listening on TCP $PORT" >"$WORK/guest.out"; GRC=2
+    echo "pyroce server is not listening" >"$WORK/guest.out"; GRC=2
   fi
   # likewise: a server whose client failed may wait for it forever; give it 15 s
   if ((GRC != 0)); then
@@ -296,20 +366,24 @@ run_pair() {
   HRC=$?
   SERVER_PID=""
   stop_capture
-  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${HOST_CMD[*]}"
+  echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${H_SERVER[*]}"
   sed 's/^/    /' "$WORK/pyroce.out"; echo "    [exit $HRC]"
-  echo "--- guest ($GUEST_IP, rxe0): $GUEST_CMD $HOST_IP"
+  echo "--- guest ($GUEST_IP, rxe0): $G_CLIENT"
   sed 's/^/    /' "$WORK/guest.out"; echo "    [exit $GRC]"
   check "$short $size bytes: pyroce server / guest client" client "$GRC" "$WORK/guest.out" server "$HRC" "$WORK/pyroce.out"
 }
 
 for T in "${TOOLS[@]}"; do
-  if is_perftest "$T"; then
+  if [[ "$T" == rping ]]; then SIZES=(64)
+  elif [[ "$T" == ucmatose || "$T" == udaddy || "$T" == rdma_server ]]; then SIZES=(0)
+  elif [[ "$T" == send_bw_cm ]]; then IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"
+  elif is_perftest "$T"; then
     if [[ "$T" == atomic_bw ]]; then SIZES=(8); else IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"; fi
   elif [[ "$T" == ud ]]; then IFS=, read -ra SIZES <<<"$UD_SIZES_ARG"
   else IFS=, read -ra SIZES <<<"$SIZES_ARG"; fi
   for SIZE in "${SIZES[@]}"; do
-    if is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
+    if is_cmtest "$T"; then cm_pair "$T" "$SIZE"
+    elif is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
     run_pair "$T" "$SIZE"
   done
 done

@@ -128,6 +128,7 @@ class RdmaCm:
         self._exchanges: dict[CmId, _Exchange] = {}
         self._timers: Timers[CmId] = Timers()
         self._pending_timers: list[CmId] = []  # exchanges sent by a command: armed at the next pass
+        self._now = 0.0  # the engine's time at its last pass: a command's time (commands get none)
 
     # --- channels and ids -------------------------------------------------------------------
 
@@ -357,18 +358,14 @@ class RdmaCm:
                 errno.EINVAL, f"{len(private_data)} bytes of private data exceed {DISCONNECT_PRIVATE_DATA_MAX}"
             )
         state = cm_id.state
+        if cm_id.qp_type == QPT_UD and state is IdState.ESTABLISHED:
+            return  # a UD id has no connection to end (SIDR resolved a peer, nothing more)
         if state in (IdState.ESTABLISHED, IdState.REP_SENT):
             if state is IdState.REP_SENT:
                 self._end_exchange(cm_id)
             cm_id.state = IdState.DREQ_SENT
             self._send(cm_id, self._dreq(cm_id, private_data), new_tid=True, exchange=True)
-        elif (
-            state in (IdState.DREQ_SENT, IdState.DREQ_RCVD, IdState.TIMEWAIT, IdState.FAILED)
-            or cm_id.qp_type == QPT_UD
-            and state is IdState.ESTABLISHED
-        ):
-            return
-        else:
+        elif state not in (IdState.DREQ_SENT, IdState.DREQ_RCVD, IdState.TIMEWAIT, IdState.FAILED):
             raise CmError(errno.EINVAL, f"not connected: the id is {state.value}")
 
     def establish(self, cm_id: CmId) -> None:
@@ -419,6 +416,7 @@ class RdmaCm:
 
     def output(self, now: float, budget: int, route: Route) -> list[tuple[str, object]]:
         """The engine's pass: MADs to send (retry timers start now for what commands sent)."""
+        self._now = now
         for cm_id in self._pending_timers:
             exchange = self._exchanges.get(cm_id)
             if exchange is not None:
@@ -440,6 +438,7 @@ class RdmaCm:
     def handle_timer(self, now: float) -> None:
         """Resend what is still unanswered, give up what has run out of retries, forget
         connections whose time wait is over."""
+        self._now = now
         for cm_id in self._timers.due(now):
             exchange = self._exchanges.get(cm_id)
             if exchange is None:
@@ -459,6 +458,7 @@ class RdmaCm:
     # --- MADs in ----------------------------------------------------------------------------
 
     def _on_mad(self, gid: bytes, header: MadHeader, message: CmMessage, now: float) -> None:
+        self._now = now
         handler = self._HANDLERS.get(type(message))
         if handler is None:
             self.counters["cm_drop_unhandled"] += 1
@@ -482,6 +482,7 @@ class RdmaCm:
                 )
             return
         if key in self._timewait:
+            self.counters["cm_req_stale"] += 1
             self._answer_rej(gid, header.tid, req.local_comm_id, RejectReason.STALE_CONN, CmMsgResponse.REQ)
             return
         listener = self._listener(req.service_id)
@@ -655,7 +656,7 @@ class RdmaCm:
         self._end_exchange(cm_id)
         self._forget_comm_id(cm_id)
         if cm_id.state in CONNECTED and cm_id.remote_comm_id:
-            self._timewait[(cm_id.remote_comm_id, self._peer_gid(cm_id))] = float("-inf")
+            self._timewait[(cm_id.remote_comm_id, self._peer_gid(cm_id))] = self._now + TIMEWAIT_S
 
     def _end_exchange(self, cm_id: CmId) -> None:
         if self._exchanges.pop(cm_id, None) is not None:

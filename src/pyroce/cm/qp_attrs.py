@@ -51,14 +51,14 @@ def qp_attributes(cm_id: CmId, qp_state: int) -> tuple[dict[str, object], int]:
         attrs.update(ah_attr=AhValues(path.dgid, hop_limit=path.hop_limit, traffic_class=path.traffic_class,
                                       flow_label=path.flow_label),
                      path_mtu=req.path_mtu, dest_qp_num=cm_id.peer_qpn,
-                     rq_psn=rep.starting_psn if active else req.starting_psn)  # type: ignore[union-attr]  # fmt: skip
+                     rq_psn=cm_id.seq_num)  # fmt: skip
         mask = M.IBV_QP_STATE | M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN | M.IBV_QP_RQ_PSN
         if cm_id.qp_type == QPT_RC:
             attrs.update(max_dest_rd_atomic=cm_id.responder_resources, min_rnr_timer=0)
             mask |= M.IBV_QP_MAX_DEST_RD_ATOMIC | M.IBV_QP_MIN_RNR_TIMER
         return attrs, mask
     if qp_state == ibv_qp_state.IBV_QPS_RTS:
-        attrs["sq_psn"] = cm_id.seq_num
+        attrs["sq_psn"] = rep.starting_psn if active else req.starting_psn  # type: ignore[union-attr]
         mask = M.IBV_QP_STATE | M.IBV_QP_SQ_PSN
         if cm_id.qp_type == QPT_RC:
             timeout = req.primary_local_ack_timeout

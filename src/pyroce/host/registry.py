@@ -147,6 +147,12 @@ def netdev_ifindex(device: NicDevice) -> int:
     return interface_index(device.address)
 
 
+def host_holds(address: str) -> bool:
+    """Whether an interface of this host holds ``address`` (all of 127/8 is loopback's): an
+    address no device has is ENODEV to rdma_cm when the host holds it, EADDRNOTAVAIL when not."""
+    return interface_index(address) != 0
+
+
 def open_device(name: str, progress: str | None = None) -> NicDevice:
     """The running device ``name``, started if needed (``LinkError`` if it cannot bind), in
     ``progress`` mode when it starts here and ``PYROCE_PROGRESS`` names none."""

@@ -360,6 +360,9 @@ class Engine:
         qp = self.qps.get(qpn)
         if qp is not None:
             self._fail(qp, exc, "receive")
+        else:  # QP1 (the connection manager): counted and kept, the packet dropped
+            self.counters["engine_errors"] += 1
+            self.last_error = "".join(traceback.format_exception(exc))
 
     def fail_device(self, exc: Exception) -> None:
         """An exception outside any one QP's work: counted, kept, and reported as

@@ -244,13 +244,14 @@ class _Bits(NamedTuple):
 
 
 class _Blob(NamedTuple):
-    """A bytes field: a GID (exactly ``size``), private data (padded) or a counted blob whose
-    length goes in the bits at ``length_at`` (byte, bit, width)."""
+    """A bytes field: a GID (``exact``: always ``size`` bytes), private data (padded to ``size``)
+    or a counted blob whose length goes in the bits at ``length_at`` (byte, bit, width)."""
 
     name: str
     offset: int
     size: int
     length_at: tuple[int, int, int] | None = None
+    exact: bool = False
 
 
 def _bits(name: str, byte: int, width: int, bit: int = 0) -> _Bits:
@@ -262,8 +263,8 @@ def _req_path(prefix: str, at: int) -> tuple[_Bits | _Blob, ...]:
     return (
         _bits(f"{prefix}_local_lid", at, 16),
         _bits(f"{prefix}_remote_lid", at + 2, 16),
-        _Blob(f"{prefix}_local_gid", at + 4, _GID_LEN),
-        _Blob(f"{prefix}_remote_gid", at + 20, _GID_LEN),
+        _Blob(f"{prefix}_local_gid", at + 4, _GID_LEN, exact=True),
+        _Blob(f"{prefix}_remote_gid", at + 20, _GID_LEN, exact=True),
         _bits(f"{prefix}_flow_label", at + 36, 20),
         _bits(f"{prefix}_packet_rate", at + 39, 6, bit=2),
         _bits(f"{prefix}_traffic_class", at + 40, 8),
@@ -394,9 +395,11 @@ def _encode_body(message: CmMessage, fields: tuple[_Bits | _Blob, ...]) -> bytes
                 total -= width
                 word |= ((value >> total) & ((1 << width) - 1)) << _shift(byte, bit, width)
             continue
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise BuildError(f"{type(message).__name__}.{field.name} must be bytes, not {type(value).__name__}")
         data = bytes(value)
-        if len(data) > field.size or (field.size == _GID_LEN and len(data) != _GID_LEN):
-            limit = "exactly" if field.size == _GID_LEN else "at most"
+        if len(data) > field.size or (field.exact and len(data) != field.size):
+            limit = "exactly" if field.exact else "at most"
             raise BuildError(f"{type(message).__name__}.{field.name} is {len(data)} bytes, {limit} {field.size} fit")
         if field.length_at is not None:
             word |= len(data) << _shift(*field.length_at)
@@ -450,14 +453,9 @@ def parse_cm(data: bytes | bytearray | memoryview) -> tuple[MadHeader, CmMessage
         raise WrongMgmtClass(f"MAD class 0x{header.mgmt_class:02x} is not CM (0x{MgmtClass.CM:02x})")
     if header.class_version != CM_CLASS_VERSION:
         raise BadMadVersion(f"CM class version {header.class_version}, expected {CM_CLASS_VERSION}")
-    try:
-        attr = CmAttr(header.attr_id)
-        if attr not in _LAYOUTS:
-            raise ValueError
-    except ValueError:
-        raise UnknownAttribute(f"CM attribute 0x{header.attr_id:04x} is not a message pyroce reads") from None
-    return header, _parse_body(attr, bytes(data[MAD_HEADER_LEN:]))
-
+    if header.attr_id not in _LAYOUTS:
+        raise UnknownAttribute(f"CM attribute 0x{header.attr_id:04x} is not a message pyroce reads")
+    return header, _parse_body(CmAttr(header.attr_id), bytes(data[MAD_HEADER_LEN:]))
 
 _PORT_BITS = 16
 
