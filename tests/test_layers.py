@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "verbs": frozenset({"ib", "wire", "nic", "host", "cm", "nicd.remote_device"}),
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
-    "driver": frozenset({"ib", "nic", "host", "verbs"}),  # what the shared NIC runs for the C library, and its build
+    "driver": frozenset({"ib", "nic", "host", "verbs", "cm"}),  # what the shared NIC runs for the C library, and its build
     "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin

@@ -17,12 +17,14 @@ from pyroce.driver.environment import driver_environment
 DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 0, ...) with pyroce's
 libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on the
 shared NIC of its address (PYROCE_ADDR, default 127.0.0.1: `pyroce nicd`, started by the first
-program that finds none; programs on one address share it). No Python runs in the program. The
+program that finds none; programs on one address share it). librdmacm programs (rping, ucmatose,
+ib_send_bw -R, ...) run too: libpyroce_rdmacm.so, preloaded, serves the kernel's rdma_cm file
+from the shared NIC's connection manager. No Python runs in the program. The
 library is compiled on first use with the system's cc and libibverbs-dev's headers, and cached
 (PYROCE_CACHE_DIR, default ~/.cache/pyroce).
 --print-env prints the environment instead, as shell lines, for a harness that starts the
 program itself. A program linked statically, or setuid, ignores LD_LIBRARY_PATH."""
-VARIABLES = ("LD_LIBRARY_PATH", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")
+VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYROCE_PYTHONPATH", "PYROCE_PYTHON")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

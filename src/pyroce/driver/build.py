@@ -7,7 +7,9 @@ protocol itself (``c/nic_client.c``), and only names this Python as the one that
 when ``PYROCE_PYTHON`` is unset. Beside it
 the stub provider libraries of ``c/stubs/`` (``libmlx5.so.1``, ``libefa.so.1``: the direct verbs
 perftest links against, each answering "not this device"), since the real ones cannot load
-against a libibverbs without libibverbs' private provider interface.
+against a libibverbs without libibverbs' private provider interface; and ``libpyroce_rdmacm.so``
+(``c/rdma_cm*.c``), which ``pyroce run`` preloads: the kernel's rdma_cm file for the system's
+librdmacm, served by the shared NIC over the connection of the library above.
 
 The result is cached under ``PYROCE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pyroce`` or
 ``~/.cache/pyroce``) in a folder named by a hash of everything that goes into it: the sources,
@@ -32,6 +34,8 @@ from pyroce.driver import abi
 
 SOURCES = Path(__file__).resolve().parent / "c"
 LIBRARY = "libibverbs.so.1"
+RDMA_CM_LIBRARY = "libpyroce_rdmacm.so"  # preloaded: the rdma_cm file for librdmacm (c/rdma_cm*.c)
+RDMA_CM_SOURCES = "rdma_cm*.c"
 VERSION_SCRIPT = "libibverbs.map"
 DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniband/verbs.h>
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
@@ -39,7 +43,7 @@ STUBS = SOURCES / "stubs"
 STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its <stem>*.c and <stem>.map in STUBS
 # The Python the C library speaks to: the commands it sends (``calls``), the protocol, and the
 # session that answers them. Their text is in the sources digest, which the NIC compares.
-PEERS = (Path(__file__).with_name("calls.py"), *(Path(__file__).resolve().parent.parent / "nicd" / name
+PEERS = (*(Path(__file__).with_name(name) for name in ("calls.py", "cm_calls.py")), *(Path(__file__).resolve().parent.parent / "nicd" / name
                                                   for name in ("protocol.py", "session.py")))  # fmt: skip
 
 
@@ -98,6 +102,7 @@ def library_dir(include: str | None = None) -> Path:
     abi_text = abi.render()
     cc = compiler()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
+    rdma_cm = sorted(SOURCES.glob(RDMA_CM_SOURCES))
     stubs = sorted(STUBS.glob("*.[ch]")) + sorted(STUBS.glob("*.map"))
     digest = hashlib.sha256()
     for part in (cc, sys.executable, __version__, include, *FLAGS):
@@ -115,9 +120,12 @@ def library_dir(include: str | None = None) -> Path:
     defines = {"PYROCE_SOURCES_DIGEST": sources_digest(), "PYROCE_VERSION": __version__,
                "PYROCE_DEFAULT_PYTHON": sys.executable}  # fmt: skip
     commands = [[cc, *FLAGS, *(f"-D{name}={c_string(value)}" for name, value in defines.items()), f"-I{work}",
-                 f"-I{include}", *(str(path) for path in sources if path.suffix == ".c"),
+                 f"-I{include}", *(str(path) for path in sources if path.suffix == ".c" and path not in rdma_cm),
                  f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
-                 str(work / LIBRARY)]]  # fmt: skip
+                 str(work / LIBRARY)],
+                # linked against the library above (its PYROCE_PRIVATE_1 functions: the program's connection)
+                [cc, *FLAGS, f"-I{include}", *map(str, rdma_cm), f"-Wl,-soname,{RDMA_CM_LIBRARY}", str(work / LIBRARY),
+                 "-ldl", "-lpthread", "-o", str(work / RDMA_CM_LIBRARY)]]  # fmt: skip
     for library, stem in STUB_LIBRARIES.items():
         commands.append([cc, *FLAGS, *map(str, sorted(STUBS.glob(f"{stem}*.c"))),
                          f"-Wl,--version-script={STUBS / f'{stem}.map'}",

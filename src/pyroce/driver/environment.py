@@ -1,6 +1,7 @@
 """The environment a program needs to run on the C driver, with or without ``pyroce run``.
 
-``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's; the library runs no
+``LD_LIBRARY_PATH`` puts pyroce's ``libibverbs.so.1`` before the system's, ``LD_PRELOAD`` adds
+``libpyroce_rdmacm.so`` (the kernel's rdma_cm file, for the system's librdmacm); the library runs no
 Python itself, but starts the shared NIC (``pyroce nicd``) when none serves: ``PYROCE_PYTHON`` is
 the Python it starts, ``PYROCE_PYTHONPATH`` where that Python finds pyroce and its dependencies
 (this Python's ``sys.path``: a venv's site-packages is not where a bare interpreter looks).
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pyroce
+from pyroce.driver.build import RDMA_CM_LIBRARY
 
 
 def search_path() -> list[str]:
@@ -29,9 +31,18 @@ def search_path() -> list[str]:
     return list(dict.fromkeys(folders))
 
 
+def preload(library_dir: Path, current: str | None) -> str:
+    """``LD_PRELOAD`` with ``libpyroce_rdmacm.so`` after the program's own preloads (theirs
+    come first, as the program asked), once."""
+    shim = str(library_dir / RDMA_CM_LIBRARY)
+    entries = (current or "").replace(" ", ":").split(":")
+    return ":".join([entry for entry in entries if entry and entry != shim] + [shim])
+
+
 def driver_environment(library_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with what the C driver needs: its folder first on ``LD_LIBRARY_PATH``, and
+    """``env`` with what the C driver needs: its folder first on ``LD_LIBRARY_PATH``,
+    ``libpyroce_rdmacm.so`` on ``LD_PRELOAD`` (the rdma_cm file, for librdmacm), and
     ``PYROCE_PYTHONPATH``."""
     library_path = os.pathsep.join(filter(None, (str(library_dir), env.get("LD_LIBRARY_PATH"))))
-    return {**env, "LD_LIBRARY_PATH": library_path, "PYROCE_PYTHONPATH": os.pathsep.join(search_path()),
-            "PYROCE_PYTHON": sys.executable}  # fmt: skip
+    return {**env, "LD_LIBRARY_PATH": library_path, "LD_PRELOAD": preload(library_dir, env.get("LD_PRELOAD")),
+            "PYROCE_PYTHONPATH": os.pathsep.join(search_path()), "PYROCE_PYTHON": sys.executable}  # fmt: skip

@@ -20,7 +20,8 @@ import traceback
 from typing import Any
 
 from pyroce import __version__
-from pyroce.driver import calls
+from pyroce.cm.ids import CmId
+from pyroce.driver import calls, cm_calls
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
 from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
@@ -30,8 +31,15 @@ from pyroce.verbs.device import Context
 
 log = logging.getLogger("pyroce.nicd")
 
-COMMANDS = {name: function for name, function in inspect.getmembers(calls, inspect.isfunction)
-            if function.__module__ == calls.__name__ and not name.startswith("_")}  # fmt: skip
+COMMANDS = {name: function for module in (calls, cm_calls)  # the verbs, and the rdma_cm file's commands
+            for name, function in inspect.getmembers(module, inspect.isfunction)
+            if function.__module__ == module.__name__ and not name.startswith("_")}  # fmt: skip
+CLOSING = ("close_", "destroy_", "dealloc_", "dereg_", "cm_close", "cm_destroy_")  # objects may be gone after these
+
+
+def gone(obj: PyverbsObject | CmId) -> bool:
+    """The object was closed (a verbs object, an rdma_cm file) or destroyed (an rdma_cm id)."""
+    return obj.destroyed if isinstance(obj, CmId) else obj.closed
 
 
 class CommandError(Exception):
@@ -75,7 +83,7 @@ class Session:
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
         self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
-        self.objects: dict[int, PyverbsObject] = {}
+        self.objects: dict[int, PyverbsObject | CmId] = {}
         self.numbers: dict[int, int] = {}  # id(object) -> handle
         self.next_handle = 1
         self.greeted = False
@@ -86,8 +94,8 @@ class Session:
     # --- handles ---------------------------------------------------------------------
 
     def handle_of(self, obj: Any) -> int | None:
-        """The handle of a verbs object an answer names (numbered on first sight)."""
-        if not isinstance(obj, PyverbsObject):
+        """The handle of a verbs object or rdma_cm id an answer names (numbered on first sight)."""
+        if not isinstance(obj, (PyverbsObject, CmId)):
             return None
         number = self.numbers.get(id(obj))
         if number is None:
@@ -111,7 +119,7 @@ class Session:
 
     def _forget_closed(self) -> None:
         for number, obj in list(self.objects.items()):
-            if obj.closed:
+            if gone(obj):
                 del self.objects[number]
                 del self.numbers[id(obj)]
 
@@ -157,7 +165,7 @@ class Session:
         if function is None:
             raise CommandError(errno.EOPNOTSUPP, f"no command {command!r}")
         args = self._resolve(arguments)
-        if command == "open_context":
+        if command in ("open_context", "cm_open"):
             args = (*args, self.memory)
         elif command in EVENT_QUEUES:  # the driver waits on the fd: the NIC never blocks
             function = _take_event(EVENT_QUEUES[command])
@@ -168,7 +176,7 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - every failure becomes the driver's errno
             raise CommandError(*errno_of(command, exc)) from None
         finally:
-            if command.startswith(("close_", "destroy_", "dealloc_", "dereg_")):
+            if command.startswith(CLOSING):
                 self._forget_closed()
         if command == "create_qp":  # `pyroce stats --qp` says whose it is
             qp = result[0]
@@ -195,14 +203,18 @@ class Session:
         Returns how many objects of each kind went (for the log)."""
         left: dict[str, int] = {}
         for obj in self.objects.values():
-            if not obj.closed:
+            if not gone(obj):
                 left[type(obj).__name__] = left.get(type(obj).__name__, 0) + 1
-        for obj in reversed(list(self.objects.values())):
-            if isinstance(obj, Context) and not obj.closed:
-                try:
-                    obj.close()  # its PDs, MRs, CQs, QPs ... in pyverbs' order
-                except Exception:  # noqa: BLE001 - one bad object must not keep the rest alive
-                    log.error("pid %d: closing its context failed:\n%s", self.pid, traceback.format_exc())
+        # rdma_cm files first (their ids: a connected one sends its DREQ), then contexts (their
+        # PDs, MRs, CQs, QPs ... in pyverbs' order)
+        for kind in (cm_calls.CmFile, Context):
+            for obj in reversed(list(self.objects.values())):
+                if isinstance(obj, kind) and not obj.closed:
+                    try:
+                        obj.close()
+                    except Exception:  # noqa: BLE001 - one bad object must not keep the rest alive
+                        log.error("pid %d: closing its %s failed:\n%s", self.pid, kind.__name__,
+                                  traceback.format_exc())
         self.objects.clear()
         self.numbers.clear()
         for kind, count in self.device_commands.close().items():

@@ -5,6 +5,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <rdma/rdma_user_cm.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,13 +469,21 @@ PR_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
 	return IBV_FORK_UNNEEDED;
 }
 
-PR_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
-{
-	errno = ENOENT; /* pyroce0 has no sysfs: what a program reads there it does without */
-	return -1;
-}
-
 PR_EXPORT const char *ibv_get_sysfs_path(void)
 {
 	return "/sys";
 }
+
+/* pyroce0 has no sysfs: what a program reads there it does without, but for the ABI of the
+ * rdma_cm file, which libpyroce_rdmacm.so serves (librdmacm reads it when the kernel's netlink
+ * does not answer: rdma_cm_file.c). As libibverbs' own: the text without its newline, its length. */
+PR_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	if (strcmp(dir, ibv_get_sysfs_path()) || strcmp(file, "class/misc/rdma_cm/abi_version")) {
+		errno = ENOENT;
+		return -1;
+	}
+	snprintf(buf, size, "%d", RDMA_USER_CM_ABI_VERSION);
+	return size ? (int)strlen(buf) : 0;
+}
+

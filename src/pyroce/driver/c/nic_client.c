@@ -741,7 +741,8 @@ static int failed(const char *verb, int error, const char *why, int connecting)
 	return error;
 }
 
-static int vcommand(struct pr_answer *answer, const struct pr_context *ctx, const char *verb, const char *command,
+/* The command on the connection `epoch` (0: any, made if there is none). */
+static int vcommand(struct pr_answer *answer, unsigned int epoch, const char *verb, const char *command,
 		    const char *format, va_list *args)
 {
 	struct writer request = {0};
@@ -749,10 +750,6 @@ static int vcommand(struct pr_answer *answer, const struct pr_context *ctx, cons
 	int error, connecting = 0;
 
 	memset(answer, 0, sizeof(*answer));
-	if (ctx && (error = pr_stale(ctx))) { /* a child of fork() and its parent's objects: said once */
-		errno = error;
-		return error;
-	}
 	encode_request(&request, command, format, args);
 	if (request.failed) {
 		free(request.data);
@@ -760,7 +757,7 @@ static int vcommand(struct pr_answer *answer, const struct pr_context *ctx, cons
 		return failed(verb, ENOMEM, why, 0);
 	}
 	pthread_mutex_lock(&conn.lock);
-	if (ctx && (ctx->epoch != conn.epoch || conn.fd < 0)) {
+	if (epoch && (epoch != conn.epoch || conn.fd < 0)) {
 		snprintf(why, sizeof(why), LOST);
 		error = EIO;
 	} else if (conn.fd < 0 && (error = connect_nic(why, sizeof(why)))) {
@@ -782,14 +779,39 @@ static int vcommand(struct pr_answer *answer, const struct pr_context *ctx, cons
 	return 0;
 }
 
+/* A context's objects: a child of fork() is told once (pr_stale), then EIO. */
+static int stale(struct pr_answer *answer, const struct pr_context *ctx)
+{
+	int error = ctx ? pr_stale(ctx) : 0;
+
+	memset(answer, 0, sizeof(*answer));
+	if (error)
+		errno = error;
+	return error;
+}
+
 int pr_command(struct pr_answer *answer, const struct pr_context *ctx, const char *verb, const char *command,
 	       const char *format, ...)
+{
+	va_list args;
+	int error = stale(answer, ctx);
+
+	if (error)
+		return error;
+	va_start(args, format);
+	error = vcommand(answer, ctx ? ctx->epoch : 0, verb, command, format, &args);
+	va_end(args);
+	return error;
+}
+
+int pr_command_on(struct pr_answer *answer, unsigned int epoch, const char *verb, const char *command,
+		  const char *format, ...)
 {
 	va_list args;
 	int error;
 
 	va_start(args, format);
-	error = vcommand(answer, ctx, verb, command, format, &args);
+	error = vcommand(answer, epoch, verb, command, format, &args);
 	va_end(args);
 	return error;
 }
@@ -798,10 +820,12 @@ int pr_run(const struct pr_context *ctx, const char *verb, const char *command, 
 {
 	struct pr_answer answer;
 	va_list args;
-	int error;
+	int error = stale(&answer, ctx);
 
+	if (error)
+		return error;
 	va_start(args, format);
-	error = vcommand(&answer, ctx, verb, command, format, &args);
+	error = vcommand(&answer, ctx ? ctx->epoch : 0, verb, command, format, &args);
 	va_end(args);
 	if (!error)
 		pr_answer_free(&answer);

@@ -53,35 +53,50 @@ struct pr_answer {
 
 struct pr_context;
 
+/* What libpyroce_rdmacm.so (rdma_cm*.c) uses of this library: the program's one connection to the
+ * NIC, shared with its verbs. Exported under the version node PYROCE_PRIVATE_1 (libibverbs.map);
+ * everything else stays local. */
+#define PR_SHARED __attribute__((visibility("default")))
+
 /* Send `command` with the arguments `format` describes and wait for its answer. `ctx`: the
  * context the objects named belong to (NULL for none): a parent's after fork(), or one of a
  * connection the NIC closed, is EIO at once. 0 with `answer` filled (pr_answer_free it), or the
  * errno (also set in errno; with PYROCE_VERBOSE=1 "pyroce: <verb>: <why>" on stderr). */
 int pr_command(struct pr_answer *answer, const struct pr_context *ctx, const char *verb, const char *command,
 	       const char *format, ...);
+/* pr_command for objects that are no verbs context's (libpyroce_rdmacm.so's): `epoch` is the
+ * connection they were made on (an answer's), 0 for none; another connection (a child of fork(),
+ * or the NIC closed it) is EIO at once, as for a context's. */
+PR_SHARED int pr_command_on(struct pr_answer *answer, unsigned int epoch, const char *verb, const char *command,
+			    const char *format, ...);
 /* pr_command for a command whose answer is not needed: 0 or the errno. */
 int pr_run(const struct pr_context *ctx, const char *verb, const char *command, const char *format, ...);
 /* Free what the answer holds, closing the descriptors not taken. */
-void pr_answer_free(struct pr_answer *answer);
+PR_SHARED void pr_answer_free(struct pr_answer *answer);
 
 /* Unpack the answer's value: a sequence, one item per format character, or (one character) a
  * value alone. h: uint32_t *; I: uint32_t *; i: int *; K: uint64_t *; A: void ** (an arena
  * address); f: int * (a descriptor, the caller's from now); y: (void *, size_t) exactly that many
  * bytes; O: const struct pr_value ** (anything). 0, or EIO when the answer has another shape (then
  * nothing was taken). */
-int pr_unpack(struct pr_answer *answer, const char *format, ...);
+PR_SHARED int pr_unpack(struct pr_answer *answer, const char *format, ...);
 
-const struct pr_value *pr_field(const struct pr_value *value, const char *name); /* of d or r, else NULL */
-const struct pr_value *pr_item(const struct pr_value *value, uint32_t index);   /* of l, else NULL */
-uint64_t pr_u64(const struct pr_value *value); /* i, u, T, F, h, a as a number; 0 for NULL or another tag */
+PR_SHARED const struct pr_value *pr_field(const struct pr_value *value, const char *name); /* of d or r, else NULL */
+PR_SHARED const struct pr_value *pr_item(const struct pr_value *value, uint32_t index);   /* of l, else NULL */
+PR_SHARED uint64_t pr_u64(const struct pr_value *value); /* i, u, T, F, h, a as a number; 0 for NULL or another tag */
 /* exactly `size` bytes of b into `out`: 0, else -1 */
-int pr_bytes(const struct pr_value *value, void *out, size_t size);
+PR_SHARED int pr_bytes(const struct pr_value *value, void *out, size_t size);
 /* s into `out`, cut to `size` - 1 bytes and terminated: 0, else -1 */
-int pr_text(const struct pr_value *value, char *out, size_t size);
+PR_SHARED int pr_text(const struct pr_value *value, char *out, size_t size);
 /* The descriptor of an f of the answer, the caller's from now: -1 if it is none */
 int pr_take_fd(struct pr_answer *answer, const struct pr_value *value);
 
+/* control.c: waiting on an event fd the NIC sent as a read(2) of the kernel's event file waits;
+ * whether the program made it non-blocking. */
+PR_SHARED int pr_wait_event(int fd);
+PR_SHARED int pr_nonblocking(int fd);
+
 /* PYROCE_VERBOSE is set (and not 0). */
-int pr_verbose(void);
+PR_SHARED int pr_verbose(void);
 
 #endif

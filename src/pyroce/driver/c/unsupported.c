@@ -1,6 +1,5 @@
 /* The verbs pyroce does not offer to C programs (yet): each fails as a real provider's
- * unsupported verb does, EOPNOTSUPP returned or in errno with NULL, never a crash. The ones
- * that only copy kernel ABI structures do nothing: pyroce has no kernel part. */
+ * unsupported verb does, EOPNOTSUPP returned or in errno with NULL, never a crash. */
 #include "pyroce_verbs.h"
 
 #include <errno.h>
@@ -88,20 +87,4 @@ PR_EXPORT int ibv_dontfork_range(void *base, size_t size)
 PR_EXPORT int ibv_dofork_range(void *base, size_t size)
 {
 	return 0;
-}
-
-PR_EXPORT void ibv_copy_qp_attr_from_kern(void *dst, void *src)
-{
-}
-
-PR_EXPORT void ibv_copy_ah_attr_from_kern(void *dst, void *src)
-{
-}
-
-PR_EXPORT void ibv_copy_path_rec_from_kern(void *dst, void *src)
-{
-}
-
-PR_EXPORT void ibv_copy_path_rec_to_kern(void *dst, void *src)
-{
 }

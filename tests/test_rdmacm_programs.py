@@ -1,0 +1,224 @@
+"""Unmodified librdmacm programs (Debian's rdmacm-utils and perftest's ``-R``) through ``pyroce
+run``: the system's librdmacm on pyroce's rdma_cm file (``libpyroce_rdmacm.so``), served by the
+shared NIC's connection manager. Both ends of each pair run on one shared NIC of the test's own
+address, as two programs on one host share the kernel's rdma_cm.
+
+A server listens only once it has started, and nothing outside it says when: its client is run
+again while the NIC rejects it (no listener yet: REJECTED, the invalid service ID's REJ), as a
+user would. Skipped only where rdmacm-utils, perftest, the C compiler or libibverbs-dev are not
+installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyroce.driver.build import RDMA_CM_LIBRARY
+from pyroce.driver.environment import driver_environment
+from tests.cli import command
+from tests.shared_nic import shared_nic
+from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
+
+TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "ib_send_bw")
+ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
+pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
+TIMEOUT = 120
+# a client's words for "nobody listens there (yet)": rdma_cm's event names, rsockets' errnos (a
+# non-blocking connect that was refused is ENOTCONN at the next rpoll), and perftest's for
+# RDMA_CM_EVENT_REJECTED (8)
+NOT_LISTENING = re.compile(r"REJECTED|Connection refused|Transport endpoint is not connected|UNREACHABLE"
+                           r"|Unexpected CM event bl blka 8", re.IGNORECASE)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def nic(tmp_path_factory: pytest.TempPathFactory, driver_env: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:  # noqa: F811
+    """A shared NIC of the module's own: its address, and the environment of ``pyroce run``."""
+    folder = tmp_path_factory.mktemp("stats")
+    with shared_nic(folder) as (place, env, _):
+        yield place.address, {**driver_env, "PYROCE_STATS_DIR": env["PYROCE_STATS_DIR"], "PYROCE_ADDR": place.address}
+
+
+def run(*argv: str) -> list[str]:
+    return command("run", "--", *argv)
+
+
+def connect(client_argv: list[str], env: dict[str, str],
+            server: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The client run to its end, again while its server is not listening yet (its output:
+    stdout and stderr)."""
+    deadline = time.monotonic() + 60
+    while True:
+        client = subprocess.run(client_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                timeout=TIMEOUT, check=False)  # fmt: skip
+        if client.returncode == 0 or not NOT_LISTENING.search(client.stdout) or server.poll() is not None:
+            return client
+        assert time.monotonic() < deadline, f"the server never listened: {client.stdout}"
+        time.sleep(0.2)
+
+
+def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str]) -> tuple[int, str, int, str]:
+    """The server started, its client run (again while the server is not listening yet), both
+    to their ends: each one's exit status and output (stdout and stderr)."""
+    server = subprocess.Popen(server_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        client = connect(client_argv, env, server)
+        server_out = server.communicate(timeout=TIMEOUT)[0]
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise AssertionError(f"the server did not end: {server.communicate()[0]}\nits client: {client}") from None
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    return server.returncode, server_out, client.returncode, client.stdout
+
+
+def test_rping_verifies_its_pings(nic: tuple[str, dict[str, str]]) -> None:
+    """rping: RC SEND and RDMA READ/WRITE through a CM connection, the data checked (-V) and
+    shown (-v) on both sides, ten times; both disconnect and exit 0."""
+    address, env = nic
+    options = ("-a", address, "-p", "7171", "-C", "10", "-v", "-V")
+    server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
+                                                        env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    assert len(re.findall(r"^ping data: rdma-ping-\d+: ", client_out, re.MULTILINE)) == 10, client_out
+    assert len(re.findall(r"^server ping data: rdma-ping-\d+: ", server_out, re.MULTILINE)) == 10, server_out
+    assert "error" not in (server_out + client_out).lower()
+
+
+def test_rping_to_a_port_nobody_listens_on_is_rejected(nic: tuple[str, dict[str, str]]) -> None:
+    """The NIC answers a REQ for a service nobody listens on with a REJ (invalid service ID, 8):
+    rping says REJECTED and exits non-zero, at once."""
+    address, env = nic
+    started = time.monotonic()
+    done = subprocess.run(run("rping", "-c", "-a", address, "-p", "7172", "-C", "1", "-v"), env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert done.returncode != 0, done
+    assert "RDMA_CM_EVENT_REJECTED, error 8" in done.stdout + done.stderr, done
+    assert time.monotonic() - started < 30
+
+
+def test_ucmatose_connects_and_exchanges(nic: tuple[str, dict[str, str]]) -> None:
+    """ucmatose: two connections on one listener, 10 messages each way on each, disconnected."""
+    address, env = nic
+    server_rc, server_out, client_rc, client_out = pair(
+        run("ucmatose", "-b", address, "-p", "7173", "-c", "2", "-C", "10"),
+        run("ucmatose", "-s", address, "-p", "7173", "-c", "2", "-C", "10"), env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    for out in (server_out, client_out):
+        assert "test complete" in out and "error" not in out.lower(), out
+
+
+def test_udaddy_resolves_its_peer_through_sidr(nic: tuple[str, dict[str, str]]) -> None:
+    """udaddy: UD ids (the UDP port space): SIDR finds the server's QPN and Q_Key, and
+    datagrams go both ways to the address handle the CM's event described."""
+    address, env = nic
+    server_rc, server_out, client_rc, client_out = pair(run("udaddy", "-b", address, "-C", "10"),
+                                                        run("udaddy", "-s", address, "-C", "10"), env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    for out in (server_out, client_out):
+        assert "test complete" in out and "error" not in out.lower(), out
+
+
+def test_rdma_server_and_client(nic: tuple[str, dict[str, str]]) -> None:
+    """rdma_server/rdma_client: librdmacm's synchronous ids (rdma_create_ep, rdma_get_request,
+    each id's own event channel) and rdma_verbs.h's SEND/RECV helpers."""
+    address, env = nic
+    server_rc, server_out, client_rc, client_out = pair(run("rdma_server", "-s", address, "-p", "7174"),
+                                                        run("rdma_client", "-s", address, "-p", "7174"), env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    for out in (server_out, client_out):
+        assert "rdma_" in out and "error" not in out.lower(), out  # both print their steps and end
+
+
+def test_perftest_connects_through_rdma_cm(nic: tuple[str, dict[str, str]]) -> None:
+    """``ib_send_bw -R``: perftest's server and client meet through rdma_cm instead of its TCP
+    exchange, and the run ends with its final table."""
+    address, env = nic
+    options = ("-d", "pyroce0", "-R", "-p", "7175", "-s", "4096", "-n", "100")
+    server_rc, server_out, client_rc, client_out = pair(run("ib_send_bw", *options),
+                                                        run("ib_send_bw", *options, address), env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    for out in (server_out, client_out):
+        assert re.search(r"^\s*4096\s+100\s", out, re.MULTILINE), out
+
+
+@pytest.mark.parametrize("tool", ["rstream", "riostream"])
+def test_rsockets_stream(nic: tuple[str, dict[str, str]], tool: str) -> None:
+    """rsockets (librdmacm's sockets over RC, nonblocking channel fds in poll): a verified
+    transfer of 100 messages of 4 KiB."""
+    address, env = nic
+    options = ("-p", "7176" if tool == "rstream" else "7177", "-S", "4096", "-C", "100", "-T", "v")
+    server_rc, server_out, client_rc, client_out = pair(run(tool, "-b", address, *options),
+                                                        run(tool, "-s", address, *options), env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    assert re.search(r"^custom\s+4k\s+100\s+1\s+800k\s", client_out, re.MULTILINE), client_out
+
+
+def test_the_rdma_cm_file_is_a_character_device_readable_by_events(tmp_path: Path,
+                                                                   nic: tuple[str, dict[str, str]]) -> None:  # fmt: skip
+    """A program of its own that writes ucma commands as librdmacm does (tests/c/rdma_cm_file.c):
+    the file's fstat, short writes, unknown commands, read, and an event seen with poll."""
+    address, env = nic
+    program = tmp_path / "rdma_cm_file"
+    source = Path(__file__).resolve().parent / "c" / "rdma_cm_file.c"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(source)], check=True)
+    done = subprocess.run(run(str(program), address), env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines() == [
+        "fstat: character device",
+        "short write: Invalid argument",
+        "unknown command: Invalid argument",
+        "get_option: Function not implemented",
+        "read: Invalid argument",
+        "create_id: id 0",
+        "af_ib bind: Address family not supported by protocol",
+        "no room for the answer: No space left on device",
+        "nonblocking get_event: Resource temporarily unavailable",
+        "resolve_ip: ok",
+        "poll: readable",
+        "get_event: ADDR_RESOLVED status 0 uid 42 id 0",
+        "destroy_id: 1 events reported",
+        "destroy_id again: No such file or directory",
+    ], done
+
+
+def test_a_killed_servers_port_is_free_again(nic: tuple[str, dict[str, str]]) -> None:
+    """A program killed while its id listens: the NIC closes its rdma_cm file with its
+    connection, so the port, refused to a second server while the first listened, is free for
+    the next one, which a client then reaches."""
+    address, env = nic
+    options = ("-a", address, "-p", "7178", "-C", "2")
+    victim = subprocess.Popen(run("rping", "-s", "-P", *options), env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        first = connect(run("rping", "-c", *options), env, victim)  # the persistent server serves it and goes on
+        assert first.returncode == 0, first.stdout
+        second = subprocess.run(run("rping", "-s", *options), env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                                check=False)  # fmt: skip
+        assert second.returncode != 0 and "rdma_bind_addr: Address already in use" in second.stderr, second
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate()
+    server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
+                                                        env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+
+
+def test_the_shim_is_preloaded_after_the_programs_own_preloads(driver_env: dict[str, str]) -> None:  # noqa: F811
+    """``pyroce run`` appends libpyroce_rdmacm.so to LD_PRELOAD, once: the program's own come
+    first, as it asked."""
+    folder = Path(driver_env["LD_LIBRARY_PATH"].split(os.pathsep)[0])
+    shim = str(folder / RDMA_CM_LIBRARY)
+    assert driver_env["LD_PRELOAD"].split(":")[-1] == shim and Path(shim).is_file()
+    again = driver_environment(folder, {"LD_PRELOAD": f"/opt/librspreload.so {shim}"})
+    assert again["LD_PRELOAD"] == f"/opt/librspreload.so:{shim}"
