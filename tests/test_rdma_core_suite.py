@@ -17,6 +17,7 @@ from pyroce.cli.errors import CliError
 from pyroce.cli.rdma_core_tests import ensure_suite
 from pyroce.cli.unittest_log import CaseResult, parse, tally
 from tests.cli import ROOT, SHARED_NIC_ADDRESS, pyroce
+from tests.netns import two_hosts  # noqa: F401 - a fixture (ruff: F811 below is its use)
 
 PYTHON = "/usr/bin/python3"  # the Python Debian's pyverbs is built for
 SUBSET = (
@@ -66,6 +67,26 @@ def test_a_subset_of_rdma_core_tests_passes_on_pyroce(pyverbs: None, tmp_path: P
         test for test in found["tests"] if test["id"].startswith("tests.test_pd.") and test["outcome"] != "pass"
     ] == []
     assert "| **total** |" in done.stdout
+
+
+def test_rdma_cores_rdmacm_tests_pass_on_the_shared_nic(pyverbs: None, two_hosts: tuple[str, str],  # noqa: F811
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    """test_rdmacm forks a passive and an active side on the first address of the device's
+    netdev, which the suite finds in sysfs (served by pyroce run) and `ip addr`: in a network
+    namespace of its own, the veth holding the NIC's address; both processes' CMs are the one
+    shared NIC's there."""
+    report = tmp_path / "report.json"
+    done = pyroce("rdma-core-tests", "-k", "tests.test_rdmacm.", "--work-dir", str(tmp_path), "--json", str(report),
+                  netns=two_hosts[0], timeout=600, env={"PYROCE_ADDR": "10.199.0.1"})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = {test["id"].rpartition(".")[2]: test["outcome"] for test in json.loads(report.read_text())["tests"]}
+    passing = ("test_rdmacm_sync_traffic", "test_rdmacm_async_traffic", "test_rdmacm_async_read",
+               "test_rdmacm_async_write", "test_rdmacm_async_reject_traffic", "test_rdmacm_async_udp_traffic",
+               "test_rdmacm_async_traffic_external_qp")  # fmt: skip
+    assert {name: outcomes.get(name) for name in passing} == dict.fromkeys(passing, "pass")
+    assert [name for name, outcome in outcomes.items() if outcome == "skip"] == [
+        name for name in outcomes if "multicast" in name
+    ]  # multicast: the NIC has none yet
 
 
 def test_pyverbs_rc_ping_pong_through_the_c_driver(pyverbs: None) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pyroce
 from pyroce.driver.build import RDMA_CM_LIBRARY
+from pyroce.driver.sysfs import write_sysfs
+from pyroce.host.registry import SHARED_NIC_ADDRESS
 
 
 def search_path() -> list[str]:
@@ -41,8 +43,10 @@ def preload(library_dir: Path, current: str | None) -> str:
 
 def driver_environment(library_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with what the C driver needs: its folder first on ``LD_LIBRARY_PATH``,
-    ``libpyroce_rdmacm.so`` on ``LD_PRELOAD`` (the rdma_cm file, for librdmacm), and
-    ``PYROCE_PYTHONPATH``."""
+    ``libpyroce_rdmacm.so`` on ``LD_PRELOAD`` (the rdma_cm file, for librdmacm, and sysfs's RDMA
+    folders from ``PYROCE_SYSFS``, written here for the NIC's address), and ``PYROCE_PYTHONPATH``."""
     library_path = os.pathsep.join(filter(None, (str(library_dir), env.get("LD_LIBRARY_PATH"))))
+    sysfs = write_sysfs(library_dir.parent, env.get("PYROCE_ADDR") or SHARED_NIC_ADDRESS)
     return {**env, "LD_LIBRARY_PATH": library_path, "LD_PRELOAD": preload(library_dir, env.get("LD_PRELOAD")),
-            "PYROCE_PYTHONPATH": os.pathsep.join(search_path()), "PYROCE_PYTHON": sys.executable}  # fmt: skip
+            "PYROCE_PYTHONPATH": os.pathsep.join(search_path()), "PYROCE_PYTHON": sys.executable,
+            "PYROCE_SYSFS": str(sysfs)}  # fmt: skip

@@ -30,7 +30,7 @@ from pyroce.host.assembly import build_device
 from pyroce.host.progress import MODES
 from pyroce.host.stats_file import summary_line
 from pyroce.link.faults import FaultConfig
-from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu
+from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu, interface_name
 from pyroce.nic.device import NicDevice
 from pyroce.wire.mtu import mtu_for_netdev
 
@@ -41,6 +41,14 @@ LOOPBACK_SIZE = 1 << 22  # 127.64.0.0/10: room for every pid Linux can hand out
 _lock = threading.Lock()
 _open: dict[str, tuple[NicDevice, int]] = {}
 _print_stats: set[str] = set()  # devices opened with PYROCE_PRINT_STATS=1
+
+
+SHARED_NIC_ADDRESS = "127.0.0.1"  # the shared NIC's address with no PYROCE_ADDR: programs on one host meet there
+
+
+def netdev_name(address: str) -> str | None:
+    """The network interface that holds ``address`` (None if none does): a device's netdev."""
+    return interface_name(address)
 
 
 def configured_address() -> str | None:

@@ -186,6 +186,11 @@ def interface_mtu(address: str) -> int:
     return int(struct.unpack_from("i", mtu, 16)[0])
 
 
+def interface_name(address: str) -> str | None:
+    """The name of the interface that holds ``address`` (None if none does)."""
+    return _interface_of(address)
+
+
 def interface_index(address: str) -> int:
     """The ifindex of the interface that holds ``address`` (0 if none does): a GID
     entry's ``ndev_ifindex``."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from pyroce.host.registry import SHARED_NIC_ADDRESS as DEFAULT_ADDRESS
 from pyroce.host.registry import configured_address, stats_dir
 
-DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_DEVICE = "pyroce0"
 
 

@@ -38,6 +38,10 @@ ssize_t pr_cm_write(int fd, const struct pr_cm_file *file, const void *buf, size
 /* close(): the channel goes, and its ids with it (the NIC destroys them). */
 void pr_cm_close(int fd, const struct pr_cm_file *file);
 
+/* rdma_cm_sysfs.c: where `path` is read from: under /sys/class/infiniband, infiniband_verbs or
+ * misc/rdma_cm, the same path in PYROCE_SYSFS's tree (written into `buf`); else `path`. */
+const char *pr_sysfs_path(const char *path, char *buf, size_t size);
+
 /* rdma_cm_file.c: the open file behind `fd`, or NULL if it is none of ours. */
 const struct pr_cm_file *pr_cm_file_of(int fd);
 

@@ -10,11 +10,13 @@
  * librdmacm would ask the kernel for its rdma_cm device, and the kernel's answer (on a machine
  * with an RDMA stack) names a device number this file does not have; refused, librdmacm reads
  * the ABI version from sysfs (ibv_read_sysfs_file: pyroce's libibverbs answers 4), as on a
- * kernel without netlink's RDMA family. */
+ * kernel without netlink's RDMA family. A path under sysfs's RDMA folders opens in pyroce's own
+ * tree (rdma_cm_sysfs.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/netlink.h>
 #include <stdarg.h>
 #include <string.h>
@@ -92,27 +94,43 @@ static int open_file(int flags)
 
 PR_INTERPOSE int open(const char *path, int flags, ...)
 {
+	char buf[PATH_MAX];
 	MODE(flags, flags);
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(open)(path, flags, mode);
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(open)(path, flags, mode);
 }
 
 PR_INTERPOSE int open64(const char *path, int flags, ...)
 {
+	char buf[PATH_MAX];
 	MODE(flags, flags);
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(open64)(path, flags, mode);
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(open64)(path, flags, mode);
 }
 
 /* openat: the path is absolute, so the directory does not matter */
 PR_INTERPOSE int openat(int dirfd, const char *path, int flags, ...)
 {
+	char buf[PATH_MAX];
 	MODE(flags, flags);
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(openat)(dirfd, path, flags, mode);
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(openat)(dirfd, path, flags, mode);
 }
 
 PR_INTERPOSE int openat64(int dirfd, const char *path, int flags, ...)
 {
+	char buf[PATH_MAX];
 	MODE(flags, flags);
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(openat64)(dirfd, path, flags, mode);
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(openat64)(dirfd, path, flags, mode);
 }
 
 /* _FORTIFY_SOURCE's open */
@@ -123,22 +141,38 @@ int __openat64_2(int dirfd, const char *path, int flags);
 
 PR_INTERPOSE int __open_2(const char *path, int flags)
 {
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(__open_2)(path, flags);
+	char buf[PATH_MAX];
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(__open_2)(path, flags);
 }
 
 PR_INTERPOSE int __open64_2(const char *path, int flags)
 {
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(__open64_2)(path, flags);
+	char buf[PATH_MAX];
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(__open64_2)(path, flags);
 }
 
 PR_INTERPOSE int __openat_2(int dirfd, const char *path, int flags)
 {
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(__openat_2)(dirfd, path, flags);
+	char buf[PATH_MAX];
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(__openat_2)(dirfd, path, flags);
 }
 
 PR_INTERPOSE int __openat64_2(int dirfd, const char *path, int flags)
 {
-	return is_rdma_cm(path) ? open_file(flags) : NEXT(__openat64_2)(dirfd, path, flags);
+	char buf[PATH_MAX];
+	if (is_rdma_cm(path))
+		return open_file(flags);
+	path = pr_sysfs_path(path, buf, sizeof buf);
+	return NEXT(__openat64_2)(dirfd, path, flags);
 }
 
 /* The eventfd's own status, made the character device the kernel's file is. */
