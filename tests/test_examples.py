@@ -41,3 +41,24 @@ def test_two_processes() -> None:
     assert server.returncode == 0, err
     written = client.stdout.split("wrote ")[1].split(" bytes")[0]  # the client's address varies in length
     assert f"SEND says 'I wrote {written} bytes'; my memory holds 'written by process at 127." in out
+
+
+def test_rdma_cm_echo_on_one_address_of_the_shared_nic(tmp_path: Path) -> None:
+    """The README's rdma_cm example: a server and a client on one address, through the shared NIC."""
+    from tests.shared_nic import shared_nic  # (a test's own NIC: its own address and stats folder)
+
+    with shared_nic(tmp_path) as (place, env, _process):
+        env = {**env, "PYROCE_NIC": "shared"}
+        server = subprocess.Popen([sys.executable, str(EXAMPLES / "rdma_cm_echo.py"), "server", place.address, "7471"],
+                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline().startswith("listening on")
+            client = run(str(EXAMPLES / "rdma_cm_echo.py"), "client", place.address, "7471", env=env)
+            assert client.returncode == 0, client.stderr
+            out, err = server.communicate(timeout=30)
+        finally:
+            server.kill()
+    assert server.returncode == 0, err
+    assert out == "received 'hello over rdma_cm'\n"
+    assert client.stdout == "the server sent back 'mc_amdr revo olleh'\n"
