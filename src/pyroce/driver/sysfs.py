@@ -9,6 +9,7 @@ this module writes, the one ``PYROCE_SYSFS`` names, as rxe's look for the same a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -54,11 +55,13 @@ def sysfs_files(address: str) -> dict[str, str]:
 
 
 def write_sysfs(folder: Path, address: str) -> Path:
-    """The tree for ``address`` under ``folder`` (written once, whole: a tree is replaced by a
-    rename, so a program never reads half of one)."""
-    target = folder / f"sysfs-{address}"
+    """The tree for ``address`` under ``folder``, named by a digest of what it holds (an
+    address's netdev can change: a new tree, never a stale one); written whole in a temporary
+    folder and renamed into place, so a program never reads half of one."""
     files = sysfs_files(address)
-    if target.is_dir() and all((target / name).is_file() for name in files):
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    target = folder / f"sysfs-{digest}"
+    if target.is_dir():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sysfs-", dir=folder))
