@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from pyroce import __version__
-from pyroce.driver import abi, providers
+from pyroce.driver import abi, private_abi, providers
 
 SOURCES = Path(__file__).resolve().parent / "c"
 LIBRARY = "libibverbs.so.1"
@@ -107,7 +107,8 @@ def library_dir(include: str | None = None) -> Path:
     generated = {provider: providers.stubs_of(provider, STUBS / f"{provider.stem}.symbols",
                                               providers.system_library(provider.library), Path(include))
                  for provider in providers.PROVIDERS}  # fmt: skip
-    digest = hashlib.sha256()
+    private_nodes = private_abi.private_nodes(providers.system_library(LIBRARY))
+    digest = hashlib.sha256("".join(private_nodes).encode())
     for provider, provider_stubs in generated.items():  # the system's libraries are part of what it is
         digest.update(providers.c_source(provider_stubs).encode() + providers.version_script(provider_stubs).encode())
     for part in (cc, sys.executable, __version__, include, *FLAGS):
@@ -122,11 +123,15 @@ def library_dir(include: str | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     (work / abi.HEADER).write_text(abi_text)
+    private_source, script = work / "private_abi.c", work / VERSION_SCRIPT
+    private_source.write_text(private_abi.c_source(private_nodes))
+    script.write_text((SOURCES / VERSION_SCRIPT).read_text() + private_abi.version_script(private_nodes))
     defines = {"PYROCE_SOURCES_DIGEST": sources_digest(), "PYROCE_VERSION": __version__,
                "PYROCE_DEFAULT_PYTHON": sys.executable}  # fmt: skip
     commands = [[cc, *FLAGS, *(f"-D{name}={c_string(value)}" for name, value in defines.items()), f"-I{work}",
-                 f"-I{include}", *(str(path) for path in sources if path.suffix == ".c" and path not in rdma_cm),
-                 f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
+                 f"-I{SOURCES}", f"-I{STUBS}", f"-I{include}",
+                 *(str(path) for path in [*sources, private_source] if path.suffix == ".c" and path not in rdma_cm),
+                 f"-Wl,--version-script={script}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
                  str(work / LIBRARY)],
                 # linked against the library above (its PYROCE_PRIVATE_1 functions: the program's connection)
                 [cc, *FLAGS, f"-I{include}", *map(str, rdma_cm), f"-Wl,-soname,{RDMA_CM_LIBRARY}", str(work / LIBRARY),

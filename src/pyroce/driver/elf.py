@@ -26,12 +26,14 @@ class ElfError(ValueError):
 
 @dataclass
 class VersionNode:
-    """One ``VERSION { global: ...; } PARENT;`` of a library: its name, the node it inherits, and
-    the functions and objects defined in it."""
+    """One ``VERSION { global: ...; } PARENT;`` of a library: its name, the node it inherits, the
+    functions and objects defined in it, and which of them are there only as an older, non-default
+    version (``symbol@VERSION``: libibverbs 1.0's compatibility functions, say)."""
 
     name: str
     parent: str | None = None
     symbols: list[str] = field(default_factory=list)
+    hidden: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ def version_nodes(path: Path) -> list[VersionNode]:
             symbol = c_string(data, strings.offset + name)
             if symbol != node.name:  # the node's own absolute symbol
                 node.symbols.append(symbol)
+                if version & VERSYM_HIDDEN:
+                    node.hidden.add(symbol)
     for node in nodes.values():
         node.symbols.sort()
     return list(nodes.values())
