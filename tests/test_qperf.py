@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,38 +26,46 @@ RESULT = re.compile(r"^\s+(bw|latency)\s+=\s+[\d.]+ (KB|MB|GB)?(/sec|us|ms|sec)$
 
 
 @pytest.fixture(scope="module")
-def server(nic: tuple[str, dict[str, str]]) -> Iterator[tuple[str, str, dict[str, str]]]:  # noqa: F811
+def server(nic: tuple[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+           ) -> Iterator[tuple[str, str, dict[str, str], Path]]:  # fmt: skip
     """A qperf server on the module's shared NIC, serving each test in turn: its address, its
-    listen port and the environment of ``pyroce run``."""
+    listen port, the environment of ``pyroce run`` and its output's file."""
     address, env = nic
     port = str(free_port(1))
-    process = subprocess.Popen(command("run", "--", "qperf", "-lp", port), env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    log = tmp_path_factory.mktemp("qperf") / "server.out"
+    with log.open("w") as out:
+        process = subprocess.Popen(command("run", "--", "qperf", "-lp", port), env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        yield address, port, env
+        yield address, port, env, log
     finally:
         process.kill()
-        process.communicate()
+        process.wait()
 
 
-def qperf(server: tuple[str, str, dict[str, str]], test: str, *options: str) -> subprocess.CompletedProcess[str]:
+def qperf(server: tuple[str, str, dict[str, str], Path], test: str,
+          *options: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """The client (it waits for its server to listen): one test of one second."""
-    address, port, env = server
+    address, port, env, _ = server
     return subprocess.run(command("run", "--", "qperf", "-lp", port, "-t", "1", *options, address, test), env=env,
                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT,
                           check=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("test", ["rc_bw", "rc_lat", "rc_rdma_read_bw", "rc_rdma_write_lat"])
-def test_qperf_rc_tests_over_rdma_cm(server: tuple[str, str, dict[str, str]], test: str) -> None:
+def test_qperf_rc_tests_over_rdma_cm(server: tuple[str, str, dict[str, str], Path], test: str) -> None:
     done = qperf(server, test, "-cm1")
     assert done.returncode == 0, done.stdout
     assert done.stdout.startswith(f"{test}:\n") and len(RESULT.findall(done.stdout)) == 1, done.stdout
 
 
-def test_qperf_without_rdma_cm_is_refused_as_on_every_roce_device(server: tuple[str, str, dict[str, str]]) -> None:
+def test_qperf_without_rdma_cm_is_refused_as_on_every_roce_device(
+    server: tuple[str, str, dict[str, str], Path],
+) -> None:
     """qperf's own exchange gives the QP the peer's LID only (0 on RoCE) and no GRH: the modify
-    to RTR is EINVAL, qperf's words as on rxe; the server serves the next client all the same."""
+    to RTR is EINVAL, qperf's words as on rxe (the client's, or the server's if it came first);
+    the server serves the next client all the same."""
     refused = qperf(server, "rc_lat")
-    assert refused.returncode != 0 and "failed to modify QP to RTR: Invalid argument" in refused.stdout, refused
+    said = refused.stdout + server[3].read_text()
+    assert refused.returncode != 0 and "failed to modify QP to RTR: Invalid argument" in said, (refused, said)
     assert qperf(server, "rc_lat", "-cm1").returncode == 0
