@@ -27,7 +27,7 @@ from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
 
-TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "ib_send_bw")
+TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "ib_send_bw")
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
@@ -222,3 +222,21 @@ def test_the_shim_is_preloaded_after_the_programs_own_preloads(driver_env: dict[
     assert driver_env["LD_PRELOAD"].split(":")[-1] == shim and Path(shim).is_file()
     again = driver_environment(folder, {"LD_PRELOAD": f"/opt/librspreload.so {shim}"})
     assert again["LD_PRELOAD"] == f"/opt/librspreload.so:{shim}"
+
+
+def test_cmtime_times_each_step_of_many_connections(nic: tuple[str, dict[str, str]]) -> None:
+    """cmtime: 20 connections made and ended at once through one listener, each step timed (the
+    server serves until it is stopped)."""
+    address, env = nic
+    server = subprocess.Popen(run("cmtime", "-b", address, "-p", "7178"), env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        client = connect(run("cmtime", "-s", address, "-p", "7178", "-c", "20"), env, server)
+    finally:
+        server.kill()
+        server.communicate()
+    assert client.returncode == 0, client.stdout
+    steps = re.findall(r"^(\w[\w ]*?)\s*:\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", client.stdout, re.MULTILINE)
+    assert steps == ["create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"], (
+        client.stdout
+    )
