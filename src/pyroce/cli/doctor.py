@@ -93,7 +93,7 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     finally:
         link.close()
     checks.append(
-        Check("gid", True, str(gid_of_address(address)), "the address (IPv4-mapped for IPv4): RoCEv2 GID index 0")
+        Check("gid", True, str(gid_of_address(address)), "the address (IPv4-mapped for IPv4): RoCEv2 GID index 3")
     )
     netdev = interface_mtu(address)
     try:

@@ -14,7 +14,7 @@ from pyroce.cli.errors import CliError
 from pyroce.driver.build import BuildError, library_dir
 from pyroce.driver.environment import driver_environment
 
-DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 0, ...) with pyroce's
+DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 3, ...) with pyroce's
 libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on the
 shared NIC of its address (PYROCE_ADDR, default 127.0.0.1: `pyroce nicd`, started by the first
 program that finds none; programs on one address share it). librdmacm programs (rping, ucmatose,

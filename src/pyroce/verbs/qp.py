@@ -358,8 +358,9 @@ class QP(PyverbsObject):
         if mask & M.IBV_QP_AV:
             if attr.ah_attr.port_num not in (0, 1):
                 raise invalid(f"ah_attr port {attr.ah_attr.port_num} does not exist")
-            if attr.ah_attr.gr.sgid_index != 0:
-                raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} is outside the 1-entry GID table")
+            if not self.ctx.gids.valid(attr.ah_attr.gr.sgid_index):
+                raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} names no GID (indices 0.."
+                              f"{len(self.ctx.gids.entries) - 1} hold one)")
             peer = attr.ah_attr.peer_address(self.device.route)
         return changes, peer
 
