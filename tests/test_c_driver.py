@@ -369,7 +369,7 @@ def test_event_waits_end_on_a_signal_as_a_read_does(driver_env: dict[str, str], 
 
 
 def test_a_missing_header_is_one_line(tmp_path: Path) -> None:
-    result = pyroce("run", "--", "ibv_devices", env={"PYROCE_VERBS_INCLUDE": str(tmp_path),
+    result = pyroce("run", "--", "true", env={"PYROCE_VERBS_INCLUDE": str(tmp_path),
                                                       "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
     assert_one_line_error(result, "<infiniband/verbs.h> not found: install libibverbs-dev")
     assert result.stderr == ("pyroce run: error: <infiniband/verbs.h> not found: install libibverbs-dev "
@@ -379,14 +379,17 @@ def test_a_missing_header_is_one_line(tmp_path: Path) -> None:
 def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
     if not Path("/usr/include/infiniband/verbs.h").is_file():
         pytest.skip("libibverbs-dev is not installed: the header is what is missing first")
-    result = pyroce("run", "--", "ibv_devices", env={"CC": str(tmp_path / "no-cc"),
+    result = pyroce("run", "--", "true", env={"CC": str(tmp_path / "no-cc"),
                                                       "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
     assert_one_line_error(result, "no C compiler", "install gcc")
 
 
-def test_run_needs_a_program() -> None:
+def test_run_needs_a_program(tmp_path: Path) -> None:
     assert_one_line_error(pyroce("run"), "nothing to run")
     assert_one_line_error(pyroce("run", "--", "no-such-program-here"), "no-such-program-here: command not found")
+    script = tmp_path / "not_executable.sh"
+    script.write_text("#!/bin/sh\n")
+    assert_one_line_error(pyroce("run", "--", str(script)), f"{script}: Permission denied (not executable")
 
 
 @needs_tools

@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if not program and not args.print_env:
         raise CliError("nothing to run: pyroce run -- PROGRAM [ARGS...]")
     if program and shutil.which(program[0]) is None:
-        raise CliError(f"{program[0]}: command not found")
+        raise CliError(_not_runnable(program[0]))
     try:
         env = driver_environment(library_dir(), os.environ)
     except BuildError as exc:
@@ -51,3 +51,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     out.flush()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it; the program must not inherit that
     os.execvpe(program[0], program, env)
+
+
+def _not_runnable(name: str) -> str:
+    """Why ``name`` cannot run, as a shell says it: a path that exists but is not an executable
+    file is not "not found"."""
+    if "/" in name and os.path.exists(name):
+        return f"{name}: {'Is a directory' if os.path.isdir(name) else 'Permission denied (not executable: chmod +x)'}"
+    return f"{name}: command not found"

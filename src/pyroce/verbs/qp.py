@@ -255,8 +255,8 @@ class QP(PyverbsObject):
         rcq.qps[self.qp_num] = self
         for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
             parent.add_ref(self)
-        if qp_attr is not None:
-            self.to_init(qp_attr)
+        if qp_attr is not None:  # as pyverbs: a connected QP to INIT, a UD QP (needing no peer) to RTS
+            (self.to_rts if self.qp_type == ibv_qp_type.IBV_QPT_UD else self.to_init)(qp_attr)
 
     # --- state machine ------------------------------------------------------------------
 
