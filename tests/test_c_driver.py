@@ -144,6 +144,18 @@ def test_print_stats_prints_a_c_programs_counters_when_its_device_closes(driver_
 
 
 @needs_tools
+def test_print_stats_prints_the_counters_of_a_program_that_exits_with_its_device_open(
+    driver_env: dict[str, str],
+) -> None:
+    """ibv_rc_pingpong returns from main without closing its device when it cannot reach its
+    server: the counters are printed at exit all the same."""
+    done = subprocess.run([*C_TOOL, "-p", str(free_port(20)), "127.0.0.1"], env={**driver_env, "PYROCE_PRINT_STATS": "1"},
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode != 0 and "Couldn't connect" in done.stderr, done.stderr
+    assert len(COUNTERS.findall(done.stderr)) == 1, done.stderr
+
+
+@needs_tools
 @pytest.mark.parametrize(("tool", "offset"), [("ibv_uc_pingpong", 3), ("ibv_srq_pingpong", 4)])
 def test_uc_and_srq_pingpong_between_two_c_programs(driver_env: dict[str, str], tool: str, offset: int) -> None:
     """UC SENDs, and RC SENDs to 16 QPs taking their receives from one SRQ."""
@@ -382,6 +394,13 @@ def test_a_missing_compiler_is_one_line(tmp_path: Path) -> None:
     result = pyroce("run", "--", "true", env={"CC": str(tmp_path / "no-cc"),
                                                       "PYROCE_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
     assert_one_line_error(result, "no C compiler", "install gcc")
+
+
+@pytest.mark.parametrize(("variable", "value"), [("PYROCE_ADDR", "10.0.0.300"), ("PYROCE_GSO", "maybe"),
+                                                  ("PYROCE_PROGRESS", "fast")])  # fmt: skip
+def test_run_checks_the_pyroce_variables_at_start(variable: str, value: str) -> None:
+    """Said before the program runs, whether or not a shared NIC already serves the address."""
+    assert_one_line_error(pyroce("run", "--", "true", env={variable: value}), f"{variable}={value!r}")
 
 
 def test_run_needs_a_program(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
 from pyroce.driver.build import BuildError, library_dir
+from pyroce.host.registry import LinkError, configured_address, device_settings
 from pyroce.driver.environment import driver_environment
 
 DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 3, ...) with pyroce's
@@ -41,6 +42,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError("nothing to run: pyroce run -- PROGRAM [ARGS...]")
     if program and shutil.which(program[0]) is None:
         raise CliError(_not_runnable(program[0]))
+    try:  # a bad PYROCE_* value said now, not as "Failed to open device" (or not at all: a running NIC's)
+        configured_address()
+        device_settings()
+    except LinkError as exc:
+        raise CliError(exc.strerror or str(exc)) from None
     try:
         env = driver_environment(library_dir(), os.environ)
     except BuildError as exc:
