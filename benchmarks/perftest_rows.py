@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyroce.driver.build import BuildError, library_dir
@@ -31,19 +32,29 @@ MIB = 1 << 20
 def perftest_rows(quick: bool, port: int) -> tuple[list[dict[str, Any]], str | None]:
     """run.py's rows for ``ib_write_bw -s 65536``, ``ib_write_bw -s 2`` and ``ib_send_lat -s 2``
     on each NIC, or none and the reason they were skipped."""
-    missing = [tool for tool in ("ib_write_bw", "ib_send_lat") if shutil.which(tool) is None]
+    return rows_on_a_shared_nic(
+        ("ib_write_bw", "ib_send_lat"), "perftest", lambda env: shared_nic_rows(quick, env, port)
+    )
+
+
+def rows_on_a_shared_nic(tools: tuple[str, ...], package: str,
+                         rows: Callable[[dict[str, str]], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], str | None]:  # fmt: skip
+    """``rows`` of programs run through ``pyroce run`` on a shared NIC of their own (an address
+    of this run's, stopped after), given that NIC's environment; or none and the reason they were
+    skipped (``tools`` not installed, or the C driver not built)."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
-        return [], f"perftest rows skipped: {', '.join(missing)} not found (apt-get install perftest)"
+        return [], f"{package} rows skipped: {', '.join(missing)} not found (apt-get install {package})"
     try:
         folder = library_dir()
     except BuildError as exc:
-        return [], f"perftest rows skipped: {exc}"
+        return [], f"{package} rows skipped: {exc}"
     env = {name: value for name, value in driver_environment(folder, os.environ).items()
            if name not in ("PYROCE_ADDR", "PYROCE_PROGRESS")}  # fmt: skip
     with tempfile.TemporaryDirectory() as stats:
         nic_env = {**env, "PYROCE_STATS_DIR": stats, "PYROCE_ADDR": f"127.201.{os.getpid() % 250}.1"}
         try:
-            return shared_nic_rows(quick, nic_env, port), None
+            return rows(nic_env), None
         finally:
             subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=nic_env, capture_output=True,
                            check=False)  # fmt: skip

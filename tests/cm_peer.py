@@ -4,6 +4,8 @@ between two processes, each with its own NIC (``PYROCE_ADDR``):
     cm_peer.py server ADDRESS PORT accept|reject   synchronous listener (rdma_create_ep)
     cm_peer.py client ADDRESS PORT                 synchronous client: SEND, echo, disconnect
     cm_peer.py rejected ADDRESS PORT               asynchronous client expecting REJECTED
+    cm_peer.py hold ADDRESS PORT                   synchronous client: connect, then wait to be killed
+    cm_peer.py watch ADDRESS PORT                  asynchronous server: accept, then name the next event
 
 It prints one line per step; the test reads them. Exit status 0 when every check passed.
 """
@@ -95,10 +97,35 @@ def rejected(address: str, port: str) -> None:
     channel.close()
 
 
+def hold(address: str, port: str) -> None:
+    cmid = CMID(creator=AddrInfo(dst=address, dst_service=port, port_space=ce.RDMA_PS_TCP),
+                qp_init_attr=qp_init_attr())  # fmt: skip
+    cmid.connect()
+    say("established")
+    sys.stdin.read()  # until killed (the test holds stdin open)
+
+
+def watch(address: str, port: str) -> None:
+    channel = CMEventChannel()
+    listener = CMID(creator=channel, port_space=ce.RDMA_PS_TCP)
+    listener.bind_addr(AddrInfo(src=address, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE))
+    listener.listen()
+    say("listening")
+    request = CMEvent(channel)
+    conn = CMID(creator=request, listen_id=listener)
+    request.ack_cm_event()
+    conn.create_qp(qp_init_attr())
+    conn.accept(ConnParam())
+    for _ in range(2):  # ESTABLISHED, then whatever the peer's end brings
+        event = CMEvent(channel)
+        say(event.event_str())
+        event.ack_cm_event()
+
+
 if __name__ == "__main__":
     role, *arguments = sys.argv[1:]
     try:
-        {"server": server, "client": client, "rejected": rejected}[role](*arguments)
+        {"server": server, "client": client, "rejected": rejected, "hold": hold, "watch": watch}[role](*arguments)
     except PyverbsRDMAError as exc:
         say("error", exc.error_code, exc)
         sys.exit(1)

@@ -199,11 +199,13 @@ def test_ud_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, 
     assert results.pop("create_ah_to_gid_zero") == eopnotsupp  # no link reaches it (pyroce.verbs.ah)
     assert set(results.values()) == {"0"}, results
     completions = [line for line in done.stdout.splitlines() if line.startswith("wc ")]
-    expected = [  # SEND (0) and RECV (128), in either order: 40 bytes of GRH room counted, from the peer QP
+    # SEND (0) and RECV (128), in either order: 40 bytes of GRH room counted, from the peer QP; a
+    # receive's sl is RoCEv2's packet type as libmlx5 reads it from a ConnectX's CQE: UDP | IPv4 (10)
+    expected = [
         "wc wr_id=100 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
-        "wc wr_id=1 status=success opcode=128 byte_len=140 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0xabcd0123",
+        "wc wr_id=1 status=success opcode=128 byte_len=140 grh=1 src_qp_is_peer=1 sl=10 pkey_index=0 imm=0xabcd0123",
         "wc wr_id=50 status=success opcode=0 byte_len=0 grh=0 src_qp_is_peer=0 sl=0 pkey_index=0 imm=0x00000000",
-        "wc wr_id=2 status=success opcode=128 byte_len=90 grh=1 src_qp_is_peer=1 sl=0 pkey_index=0 imm=0x00000000",
+        "wc wr_id=2 status=success opcode=128 byte_len=90 grh=1 src_qp_is_peer=1 sl=10 pkey_index=0 imm=0x00000000",
     ]
     assert sorted(completions) == sorted(expected), done.stdout
     assert "received a datagram from C" in done.stdout and "received an answer" in done.stdout

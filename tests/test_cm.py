@@ -374,3 +374,44 @@ def test_a_req_for_a_connection_that_is_over_is_rejected_as_stale(nics) -> None:
     deliver(server, encode_cm(active.tid, active.req), CLIENT)
     clock.run()
     assert kinds(events(server, s_channel)) == [E.CONNECT_REQUEST]
+
+
+def test_a_loopback_address_binds_to_no_device_as_on_linux(nics) -> None:
+    """Linux binds 127.0.0.1 on a host whose RDMA device is on another interface (rxe on eth0:
+    bound, ``verbs`` NULL; libfabric's verbs provider binds localhost so): the id holds its port
+    but has no GID, port or node GUID, no REQ reaches it, and it resolves no route."""
+    server, client, clock = nics
+    channel = server.cm.open_channel()
+    loopback = server.cm.create_id(channel, 1, PortSpace.TCP, RC)
+    server.cm.bind(loopback, ("127.0.0.1", PORT))
+    route = server.cm.query(loopback)
+    assert route.node_guid == route.port_num == 0 and route.sgid == bytes(16) and route.src == ("127.0.0.1", PORT)
+    server.cm.listen(loopback, 4)
+    c_channel, active = resolve(client, clock)
+    client.cm.connect(active, ConnParam(b"", 1, 1, 0, 7, 7, 0, qp_num=0x21))
+    clock.run()
+    (rejected,) = events(client, c_channel)
+    assert rejected.event is E.REJECTED and rejected.status == RejectReason.INVALID_SERVICE_ID
+    assert events(server, channel) == []
+    other = client.cm.create_id(c_channel, 3, PortSpace.TCP, RC)
+    client.cm.resolve_addr(other, ("127.0.0.2", 0), (SERVER, PORT), 2000)
+    clock.run()
+    (error,) = events(client, c_channel)
+    assert error.event is E.ADDR_ERROR and error.status == -errno.ENODEV
+
+
+def test_retry_counts_beyond_three_bits_are_clamped_as_rdma_cm_does(nics) -> None:
+    """libfabric connects with retry_count and rnr_retry_count 15: the REQ carries 7 (ib_cma's
+    ``min(7, ...)``), and so do the QP attributes both sides derive."""
+    server, client, clock = nics
+    s_channel, _listener = listen(server)
+    c_channel, active = resolve(client, clock)
+    client.cm.connect(active, ConnParam(b"", 1, 1, 0, 15, 15, 0, qp_num=0x21))
+    assert active.req.retry_count == 7 and active.req.rnr_retry_count == 7
+    clock.run()
+    (request,) = events(server, s_channel)
+    assert request.conn.retry_count == request.conn.rnr_retry_count == 7
+    server.cm.accept(request.cm_id, ConnParam(b"", 1, 1, 0, 15, 15, 0, qp_num=0x31))
+    clock.run()
+    (response,) = events(client, c_channel)
+    assert response.conn.rnr_retry_count == 7

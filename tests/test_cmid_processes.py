@@ -31,7 +31,7 @@ def peer(role: str, own: str, *arguments: str, nic: str = "own") -> Iterator[sub
     """``cm_peer.py role *arguments`` on a NIC of address ``own`` (its own, or the shared NIC
     there), stopped (by pid) at the end."""
     process = subprocess.Popen([sys.executable, str(PEER), role, *arguments], env=peer_env(own, nic), text=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         yield process
     finally:
@@ -90,3 +90,19 @@ def on_one_nic(address: str) -> None:
         with peer("client", address, address, "7473", nic="shared") as client:
             assert finish(client) == ["established", f"echoed {MESSAGE[::-1]}", "disconnected"]
         assert finish(server) == ["established", f"received {MESSAGE}", "disconnected"]
+
+
+def test_a_program_killed_while_connected_is_disconnected_from_its_peer(tmp_path: Path, monkeypatch) -> None:
+    """The kernel's part for a dead process: its ids are destroyed, a connected one sends its
+    DREQ, so the peer gets DISCONNECTED (here both on one shared NIC, the client SIGKILLed)."""
+    with shared_nic(tmp_path) as (place, env, _process):
+        monkeypatch.setenv("PYROCE_STATS_DIR", env["PYROCE_STATS_DIR"])
+        with peer("watch", place.address, place.address, "7474", nic="shared") as server:
+            assert line_of(server) == "listening"
+            with peer("hold", place.address, place.address, "7474", nic="shared") as client:
+                assert line_of(client) == "established"
+                assert line_of(server) == "RDMA_CM_EVENT_ESTABLISHED"
+                client.kill()
+                client.wait(10)
+            assert line_of(server) == "RDMA_CM_EVENT_DISCONNECTED"
+            assert finish(server) == []

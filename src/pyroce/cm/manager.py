@@ -211,7 +211,8 @@ class RdmaCm:
     # --- addresses ----------------------------------------------------------------------------
 
     def bind(self, cm_id: CmId, address: Address) -> None:
-        """Bind to ``address`` (the unspecified address: any of this NIC's; port 0: a free one)."""
+        """Bind to ``address`` (the unspecified address: any of this NIC's; port 0: a free one; a
+        loopback address not the NIC's: no device's, as Linux binds one, ``_on_device`` False)."""
         self._check(cm_id)
         if cm_id.state is not IdState.IDLE:
             raise CmError(errno.EINVAL, f"the id is already {cm_id.state.value}")
@@ -238,8 +239,8 @@ class RdmaCm:
             cm_id.local = (self.address, cm_id.local[1])  # the source is the address that reaches ``dest``
         cm_id.remote = (str(ip), port)
         dgid = roce_gid(str(ip))
-        status = 0
-        if self._route is not None and self._route(dgid) is None:
+        status = 0 if self._on_device(cm_id) else -errno.ENODEV
+        if status == 0 and self._route is not None and self._route(dgid) is None:
             status = -errno.EHOSTUNREACH
         cm_id.state = IdState.ADDR_RESOLVED if status == 0 else cm_id.state
         self._event(cm_id, E.ADDR_RESOLVED if status == 0 else E.ADDR_ERROR, status)
@@ -381,7 +382,11 @@ class RdmaCm:
         return qp_attributes(cm_id, qp_state)
 
     def query(self, cm_id: CmId) -> CmRoute:
+        """The id's route; an id bound to no device's address has no GID, port or node GUID (so
+        librdmacm leaves its ``verbs`` NULL, as for a loopback bind on Linux)."""
         self._check(cm_id)
+        if not self._on_device(cm_id):
+            return CmRoute(cm_id.local, cm_id.remote, bytes(16), bytes(16), 0, 0, 0)
         path = cm_id.path
         dgid = path.dgid if path is not None else (roce_gid(cm_id.remote[0]) if cm_id.remote else bytes(16))
         return CmRoute(cm_id.local, cm_id.remote, self.gid, dgid, DEFAULT_PKEY, 1, self.node_guid,
@@ -788,12 +793,22 @@ class RdmaCm:
             space, port = port_space_and_port(sid)
         except ValueError:
             return None
-        return self.ports.listener(PortSpace(space), port)
+        listener = self.ports.listener(PortSpace(space), port)
+        return listener if listener is not None and self._on_device(listener) else None
+
+    def _on_device(self, cm_id: CmId) -> bool:
+        """Whether the id is bound to this NIC (its address or the wildcard), not to a loopback
+        address of no device's (Linux's ``rdma_bind_addr`` of 127.0.0.1 on a host whose RDMA
+        devices are on other interfaces: bound, ``verbs`` NULL, reached by no REQ)."""
+        return cm_id.local is None or self._is_mine(ipaddress.ip_address(cm_id.local[0]))
+
+    def _is_mine(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return ip.is_unspecified or ip == ipaddress.ip_address(self.address)
 
     def _check_local(self, host: str) -> None:
         try:
             ip = ipaddress.ip_address(host)
         except ValueError:
             raise CmError(errno.EINVAL, f"{host!r} is not an IP address") from None
-        if not ip.is_unspecified and str(ip) != self.address:
+        if not self._is_mine(ip) and not ip.is_loopback:
             raise CmError(errno.EADDRNOTAVAIL, f"{host} is not this NIC's address ({self.address})")

@@ -19,6 +19,7 @@ from pyroce.wire.cm import CmRep, CmReq, service_id
 DEFAULT_PKEY = 0xFFFF
 PERMISSIVE_LID = 0xFFFF  # the LIDs a RoCE REQ carries
 MAD_AGENT = 2  # the high half of our transaction IDs (ib_cm's agent number on rxe's port 1)
+RETRY_MAX = 7  # the REQ's and REP's 3-bit retry counts: rdma_cm clamps a larger ask (7: RNR retry forever)
 
 
 def form_tid(local_comm_id: int) -> int:
@@ -37,8 +38,8 @@ def make_req(cm_id: CmId, param: ConnParam, ca_guid: int, local_gid: bytes, priv
         local_ca_guid=ca_guid, local_qpn=param.qp_num, responder_resources=param.responder_resources,
         initiator_depth=param.initiator_depth, remote_cm_response_timeout=response_timeout,
         transport_service_type=0 if cm_id.qp_type == QPT_RC else 1, end_to_end_flow_control=bool(param.flow_control),
-        starting_psn=cm_id.seq_num, local_cm_response_timeout=response_timeout, retry_count=param.retry_count,
-        partition_key=DEFAULT_PKEY, path_mtu=path.mtu, rnr_retry_count=param.rnr_retry_count,
+        starting_psn=cm_id.seq_num, local_cm_response_timeout=response_timeout, retry_count=min(param.retry_count, RETRY_MAX),
+        partition_key=DEFAULT_PKEY, path_mtu=path.mtu, rnr_retry_count=min(param.rnr_retry_count, RETRY_MAX),
         max_cm_retries=max_retries, srq=bool(param.srq), primary_local_lid=PERMISSIVE_LID,
         primary_remote_lid=PERMISSIVE_LID, primary_local_gid=local_gid, primary_remote_gid=path.dgid,
         primary_flow_label=path.flow_label, primary_traffic_class=path.traffic_class,
@@ -52,6 +53,6 @@ def make_rep(cm_id: CmId, param: ConnParam, ca_guid: int) -> CmRep:
         local_comm_id=cm_id.local_comm_id, remote_comm_id=cm_id.remote_comm_id, local_qpn=param.qp_num,
         starting_psn=cm_id.seq_num, responder_resources=param.responder_resources,
         initiator_depth=param.initiator_depth, target_ack_delay=CA_ACK_DELAY,
-        end_to_end_flow_control=bool(param.flow_control), rnr_retry_count=param.rnr_retry_count,
+        end_to_end_flow_control=bool(param.flow_control), rnr_retry_count=min(param.rnr_retry_count, RETRY_MAX),
         srq=bool(param.srq), local_ca_guid=ca_guid, private_data=param.private_data,
     )  # fmt: skip

@@ -17,6 +17,7 @@ from pyroce.ib.cm import QP1_QKEY
 from pyroce.wire.bth import BTH, QP1
 from pyroce.wire.cm import CmMessage, parse_cm
 from pyroce.wire.errors import WireError
+from pyroce.wire.framing import carries_ipv4
 from pyroce.wire.headers import Deth
 from pyroce.wire.mad import MAD_LEN, MadHeader
 from pyroce.wire.opcodes import Opcode
@@ -32,7 +33,7 @@ MAX_OUTBOX = 4096  # MADs waiting to leave; beyond, the oldest go (a send queue 
 def source_gid(network: bytes) -> bytes:
     """The sender's GID from the 40 bytes ``wire.framing.network_header`` gives: an IPv4
     header's source address, IPv4-mapped, or an IPv6 header's source address."""
-    if not any(network[:20]):
+    if carries_ipv4(network):
         return _IPV4_MAPPED + bytes(network[32:36])
     return bytes(network[8:24])
 

@@ -5,8 +5,8 @@ compiler, the system's ``<infiniband/verbs.h>`` (so the structs are the real ABI
 the doorbell records, the bind segment, limits); no Python: the library speaks the shared NIC's
 protocol itself (``c/nic_client.c``), and only names this Python as the one that starts the NIC
 when ``PYROCE_PYTHON`` is unset. Beside it
-the stub provider libraries of ``c/stubs/`` (``libmlx5.so.1``, ``libefa.so.1``: the direct verbs
-perftest links against, each answering "not this device"), since the real ones cannot load
+the stub provider libraries (``libmlx5.so.1``, ``libefa.so.1``: every symbol version of the real
+ones, each answering "not this device": ``providers``), since the real ones cannot load
 against a libibverbs without libibverbs' private provider interface; and ``libpyroce_rdmacm.so``
 (``c/rdma_cm*.c``), which ``pyroce run`` preloads: the kernel's rdma_cm file for the system's
 librdmacm, served by the shared NIC over the connection of the library above.
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from pyroce import __version__
-from pyroce.driver import abi
+from pyroce.driver import abi, private_abi, providers
 
 SOURCES = Path(__file__).resolve().parent / "c"
 LIBRARY = "libibverbs.so.1"
@@ -40,7 +40,7 @@ VERSION_SCRIPT = "libibverbs.map"
 DEFAULT_INCLUDE = "/usr/include"  # where Debian's libibverbs-dev puts <infiniband/verbs.h>
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden")
 STUBS = SOURCES / "stubs"
-STUB_LIBRARIES = {"libmlx5.so.1": "mlx5", "libefa.so.1": "efa"}  # library: its <stem>*.c and <stem>.map in STUBS
+STUB_LIBRARIES = {provider.library: provider.stem for provider in providers.PROVIDERS}  # library: its <stem>.symbols
 # The Python the C library speaks to: the commands it sends (``calls``), the protocol, and the
 # session that answers them. Their text is in the sources digest, which the NIC compares.
 PEERS = (*(Path(__file__).with_name(name) for name in ("calls.py", "cm_calls.py")), *(Path(__file__).resolve().parent.parent / "nicd" / name
@@ -103,8 +103,14 @@ def library_dir(include: str | None = None) -> Path:
     cc = compiler()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
     rdma_cm = sorted(SOURCES.glob(RDMA_CM_SOURCES))
-    stubs = sorted(STUBS.glob("*.[ch]")) + sorted(STUBS.glob("*.map"))
-    digest = hashlib.sha256()
+    stubs = sorted(STUBS.glob("*.h"))
+    generated = {provider: providers.stubs_of(provider, STUBS / f"{provider.stem}.symbols",
+                                              providers.system_library(provider.library), Path(include))
+                 for provider in providers.PROVIDERS}  # fmt: skip
+    private_nodes = private_abi.private_nodes(providers.system_library(LIBRARY))
+    digest = hashlib.sha256("".join(private_nodes).encode())
+    for provider, provider_stubs in generated.items():  # the system's libraries are part of what it is
+        digest.update(providers.c_source(provider_stubs).encode() + providers.version_script(provider_stubs).encode())
     for part in (cc, sys.executable, __version__, include, *FLAGS):
         digest.update(part.encode() + b"\0")
     digest.update(sources_digest().encode())
@@ -117,19 +123,25 @@ def library_dir(include: str | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     (work / abi.HEADER).write_text(abi_text)
+    private_source, script = work / "private_abi.c", work / VERSION_SCRIPT
+    private_source.write_text(private_abi.c_source(private_nodes))
+    script.write_text((SOURCES / VERSION_SCRIPT).read_text() + private_abi.version_script(private_nodes))
     defines = {"PYROCE_SOURCES_DIGEST": sources_digest(), "PYROCE_VERSION": __version__,
                "PYROCE_DEFAULT_PYTHON": sys.executable}  # fmt: skip
     commands = [[cc, *FLAGS, *(f"-D{name}={c_string(value)}" for name, value in defines.items()), f"-I{work}",
-                 f"-I{include}", *(str(path) for path in sources if path.suffix == ".c" and path not in rdma_cm),
-                 f"-Wl,--version-script={SOURCES / VERSION_SCRIPT}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
+                 f"-I{SOURCES}", f"-I{STUBS}", f"-I{include}",
+                 *(str(path) for path in [*sources, private_source] if path.suffix == ".c" and path not in rdma_cm),
+                 f"-Wl,--version-script={script}", f"-Wl,-soname,{LIBRARY}", "-lpthread", "-o",
                  str(work / LIBRARY)],
                 # linked against the library above (its PYROCE_PRIVATE_1 functions: the program's connection)
                 [cc, *FLAGS, f"-I{include}", *map(str, rdma_cm), f"-Wl,-soname,{RDMA_CM_LIBRARY}", str(work / LIBRARY),
                  "-ldl", "-lpthread", "-o", str(work / RDMA_CM_LIBRARY)]]  # fmt: skip
-    for library, stem in STUB_LIBRARIES.items():
-        commands.append([cc, *FLAGS, *map(str, sorted(STUBS.glob(f"{stem}*.c"))),
-                         f"-Wl,--version-script={STUBS / f'{stem}.map'}",
-                         f"-Wl,-soname,{library}", "-o", str(work / library)])  # fmt: skip
+    for provider, provider_stubs in generated.items():
+        source, script = work / f"{provider.stem}.c", work / f"{provider.stem}.map"
+        source.write_text(providers.c_source(provider_stubs))
+        script.write_text(providers.version_script(provider_stubs))
+        commands.append([cc, *FLAGS, f"-I{STUBS}", str(source), f"-Wl,--version-script={script}",
+                         f"-Wl,-soname,{provider.library}", "-o", str(work / provider.library)])  # fmt: skip
     for command in commands:
         compile_one(command, work, target.parent / "build.log")
     try:

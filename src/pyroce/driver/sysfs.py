@@ -9,7 +9,7 @@ this module writes, the one ``PYROCE_SYSFS`` names, as rxe's look for the same a
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -65,11 +65,13 @@ def sysfs_files(address: str) -> dict[str, str]:
 
 
 def write_sysfs(folder: Path, address: str) -> Path:
-    """The tree for ``address`` under ``folder`` (written once, whole: a tree is replaced by a
-    rename, so a program never reads half of one)."""
-    target = folder / f"sysfs-{address}"
+    """The tree for ``address`` under ``folder``, named by a digest of what it holds (an
+    address's netdev can change: a new tree, never a stale one); written whole in a temporary
+    folder and renamed into place, so a program never reads half of one."""
     files = sysfs_files(address)
-    if _holds(target, files):
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    target = folder / f"sysfs-{digest}"
+    if target.is_dir():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sysfs-", dir=folder))
@@ -79,20 +81,6 @@ def write_sysfs(folder: Path, address: str) -> Path:
         path.write_text(text + "\n")
     try:
         os.rename(work, target)
-    except OSError:  # another program wrote it first, or an older pyroce's tree is there
-        if not _holds(target, files):
-            stale = work.with_name(f"{work.name}-stale")
-            with contextlib.suppress(OSError):
-                os.rename(target, stale)
-                os.rename(work, target)
-            shutil.rmtree(stale, ignore_errors=True)
+    except OSError:  # another program wrote it first
         shutil.rmtree(work, ignore_errors=True)
     return target
-
-
-def _holds(target: Path, files: dict[str, str]) -> bool:
-    """Whether the tree at ``target`` is ``files``, each file as written."""
-    try:
-        return all((target / name).read_text() == text + "\n" for name, text in files.items())
-    except OSError:
-        return False

@@ -3,7 +3,8 @@ transport ``Completion`` to the mlx5 CQE that reports it."""
 
 from __future__ import annotations
 
-from pyroce.nic.cqe import GENERAL_ERR_SYNDROME, GRH_FLAG, SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe
+from pyroce.nic.cqe import (GENERAL_ERR_SYNDROME, GRH_FLAG, ROCE_PKT_IPV4, ROCE_PKT_IPV6, ROCE_PKT_SHIFT, ROCE_PKT_UDP,
+                            SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe)  # fmt: skip
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.work import SendWork, UdDest, WorkOp
@@ -63,7 +64,9 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
             opcode = CqeOpcode.RESP_SEND_INV
         else:
             opcode = CqeOpcode.RESP_SEND
-        grh = GRH_FLAG if flags & _GRH else 0
+        grh = 0
+        if flags & _GRH:  # RoCEv2's packet type beside the flag, as a ConnectX reports it
+            grh = GRH_FLAG | (ROCE_PKT_UDP | (ROCE_PKT_IPV4 if completion.ipv4 else ROCE_PKT_IPV6)) << ROCE_PKT_SHIFT
         return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
                         grh | completion.src_qp, 0, 0, 0, 0, completion.solicited))  # fmt: skip
     return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,

@@ -20,6 +20,13 @@ CQE_SIZE = 64
 # GRH_FLAG, a reader takes any bit of GRH_MASK (libmlx5's ``(flags_rqpn >> 28) & 3``)
 GRH_FLAG = 1 << 28
 GRH_MASK = 3 << 28
+# Bits 27:24 (libmlx5's ``wc.sl``) of a RoCE UD receive's CQE: the packet type, as a ConnectX
+# writes it (its PRM; IBA A17.4.5.1 asks for the flag): UDP-encapsulated (RoCEv2), then the L3
+# header. UCX's UD transport reads it to find the destination address in the receive buffer.
+ROCE_PKT_SHIFT = 24
+ROCE_PKT_UDP = 0x8
+ROCE_PKT_IPV6 = 0x1
+ROCE_PKT_IPV4 = 0x2
 
 
 class CqeOpcode(enum.IntEnum):

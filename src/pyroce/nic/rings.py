@@ -163,8 +163,7 @@ class CqRing:
         self.buf = buf
         self.cqe_count = cqe_count
         self._shift = cqe_count.bit_length() - 1
-        for index in range(cqe_count):
-            self.buf[index * CQE_SIZE + CQE_SIZE - 1] = CqeOpcode.INVALID << 4
+        self.buf[CQE_SIZE - 1 : cqe_count * CQE_SIZE : CQE_SIZE] = bytes([CqeOpcode.INVALID << 4]) * cqe_count
 
     def produce(self, producer: int, cqe: Cqe) -> int:
         """Write ``cqe`` at counter ``producer``; returns the next counter. The caller checks

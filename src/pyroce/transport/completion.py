@@ -25,3 +25,5 @@ class Completion(NamedTuple):
     src_qp: int = 0
     vendor_err: int = 0
     solicited: bool = False  # a receive completion of a message whose last packet had SE set
+    # a UD receive's packet came over IPv4, not IPv6: RoCEv2's CQE says which (IBA A17.4.5.1)
+    ipv4: bool = False

@@ -32,7 +32,7 @@ from pyroce.transport.responder import RecvSource
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.bth import BTH
-from pyroce.wire.framing import GRH_LEN
+from pyroce.wire.framing import GRH_LEN, carries_ipv4
 from pyroce.wire.headers import Deth
 from pyroce.wire.opcodes import Opcode, Transport
 from pyroce.wire.packet import Packet
@@ -132,8 +132,8 @@ class UdQp:
         if pkt.immdt is not None:
             flags, imm = flags | WcFlag.WITH_IMM, pkt.immdt
         self.completions.append(Completion(True, recv.wqe_counter, WcStatus.SUCCESS, WcOpcode.RECV,
-                                           GRH_LEN + len(payload), imm, flags, deth.src_qp,
-                                           solicited=bth.se))  # fmt: skip
+                                           GRH_LEN + len(payload), imm, flags, deth.src_qp, solicited=bth.se,
+                                           ipv4=network is not None and carries_ipv4(network)))  # fmt: skip
 
     def handle_timer(self, now: float) -> None:
         """UD has no timers (nothing is acknowledged)."""

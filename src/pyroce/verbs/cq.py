@@ -18,7 +18,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
-from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, GRH_MASK, RECV_OPCODES, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, GRH_MASK, RECV_OPCODES, ROCE_PKT_SHIFT, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.events import EventQueue
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing
 from pyroce.nic.wqe import WqeOpcode
@@ -228,6 +228,7 @@ class CQ(PyverbsObject):
                 wc.wc_flags = WcFlag.WITH_INV
                 wc.imm_data = cqe.imm_inval
             wc.src_qp = cqe.flags_rqpn & 0xFFFFFF
+            wc.sl = cqe.flags_rqpn >> ROCE_PKT_SHIFT & 0xF  # libmlx5's: on RoCE, the packet type
             if cqe.flags_rqpn & GRH_MASK:
                 wc.wc_flags |= WcFlag.GRH
         else:

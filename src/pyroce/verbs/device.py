@@ -43,7 +43,9 @@ class _Attr:
 
 @dataclass
 class DeviceAttr(_Attr):
-    """``ibv_device_attr`` with rxe's limits (``rxe_param.h``)."""
+    """``ibv_device_attr`` with rxe's limits (``rxe_param.h``), but ``max_cqe``: rxe's 32767 is
+    too few for libfabric's ofi_rxm, which opens one CQ for all its connections (262144 entries
+    by default) and so fails on rxe; ConnectX allows 2^22 - 1, pyroce 2^20 - 1 (a 64 MiB ring)."""
 
     fw_ver: str = "0.1.0"
     node_guid: int = 0
@@ -59,7 +61,7 @@ class DeviceAttr(_Attr):
     max_sge: int = 32
     max_sge_rd: int = 32
     max_cq: int = 0x4000
-    max_cqe: int = (1 << 15) - 1
+    max_cqe: int = (1 << 20) - 1
     max_mr: int = 0x100000
     max_pd: int = 0x10000
     max_qp_rd_atom: int = 128

@@ -269,6 +269,12 @@ def network_header(ip: IpHeader, udp_payload_len: int) -> bytes:
     return bytes(buf[:GRH_LEN])
 
 
+def carries_ipv4(network: bytes) -> bool:
+    """Whether the 40 bytes ``network_header`` wrote hold an IPv4 header (20 zero bytes first:
+    an IPv6 header or a GRH starts with its version)."""
+    return not any(network[:GRH_LEN - _IPV4_LEN])
+
+
 def _ipv4_headers_with_id(udp_payload_len: int, ident: int) -> bytearray:
     """IPv4 and UDP headers with ID ``ident`` (for ``wire.ipv4_id``: the addresses cancel out)."""
     buf = bytearray(IPV4_UDP_LEN)

@@ -46,8 +46,8 @@ static struct ibv_device pyroce0 = {
 	.node_type = IBV_NODE_CA,
 	.transport_type = IBV_TRANSPORT_IB,
 	.name = "pyroce0",
-	.dev_name = "uverbs-pyroce0",
-	.dev_path = "/sys/class/infiniband_verbs/uverbs-pyroce0", /* none: pyroce has no kernel part */
+	.dev_name = "uverbs0", /* as rxe's first: /dev/infiniband/uverbs0 (rdma_cm_sysfs.c) */
+	.dev_path = "/sys/class/infiniband_verbs/uverbs0",  /* pyroce's tree (driver/sysfs.py) */
 	.ibdev_path = "/sys/class/infiniband/pyroce0",
 };
 

@@ -19,6 +19,10 @@
 #include <sys/types.h>
 
 #define PR_CM_PATH "/dev/infiniband/rdma_cm"
+#define PR_UVERBS_PATH "/dev/infiniband/uverbs0" /* pyroce0's dev_name (devices.c) under /dev/infiniband */
+#define PR_UVERBS_MAJOR 231			 /* the kernel's infiniband_verbs devices: 231:192 and on */
+#define PR_UVERBS_MINOR 192
+#define PR_MISC_MAJOR 10 /* the kernel's rdma_cm is a misc device */
 #define PR_INTERPOSE __attribute__((visibility("default"))) /* libc's functions this library stands before */
 
 /* One open of the file: the NIC's channel (a pyroce.driver.cm_calls.CmFile) and the connection
@@ -41,6 +45,9 @@ void pr_cm_close(int fd, const struct pr_cm_file *file);
 /* rdma_cm_sysfs.c: where `path` is read from: under /sys/class/infiniband, infiniband_verbs or
  * misc/rdma_cm, the same path in PYROCE_SYSFS's tree (written into `buf`); else `path`. */
 const char *pr_sysfs_path(const char *path, char *buf, size_t size);
+
+/* rdma_cm_sysfs.c: the device number of PR_UVERBS_PATH or PR_CM_PATH, or 0 for another path. */
+dev_t pr_device_file(const char *path);
 
 /* rdma_cm_file.c: the open file behind `fd`, or NULL if it is none of ours. */
 const struct pr_cm_file *pr_cm_file_of(int fd);

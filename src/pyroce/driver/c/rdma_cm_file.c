@@ -28,7 +28,6 @@
 #include "rdma_cm.h"
 
 #define MAX_FILES 4096 /* descriptors below this can be files of ours: a table entry each */
-#define MISC_MAJOR 10  /* the kernel's rdma_cm is a misc device */
 
 static struct pr_cm_file files[MAX_FILES];
 
@@ -179,7 +178,7 @@ PR_INTERPOSE int __openat64_2(int dirfd, const char *path, int flags)
 static void as_device(struct stat *st)
 {
 	st->st_mode = S_IFCHR | 0666;
-	st->st_rdev = makedev(MISC_MAJOR, 0);
+	st->st_rdev = pr_device_file(PR_CM_PATH);
 }
 
 PR_INTERPOSE int fstat(int fd, struct stat *st)
