@@ -103,7 +103,6 @@ class DeviceAttrEx(_Attr):
     phys_port_cnt_ex: int = 1
 
 
-
 @dataclass
 class PortAttr(_Attr):
     """``ibv_port_attr`` of a RoCE port."""

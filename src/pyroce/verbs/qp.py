@@ -360,7 +360,7 @@ class QP(PyverbsObject):
                 raise invalid(f"ah_attr port {attr.ah_attr.port_num} does not exist")
             if not self.ctx.gids.valid(attr.ah_attr.gr.sgid_index):
                 raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} names no GID (indices 0.."
-                              f"{len(self.ctx.gids.entries) - 1} hold one)")
+                              f"{len(self.ctx.gids.entries) - 1} hold one)")  # fmt: skip
             peer = attr.ah_attr.peer_address(self.device.route)
         return changes, peer
 
