@@ -38,8 +38,8 @@ def connect(qp: QP, ctx: Context, remote_qpn: int, remote_psn: int, my_psn: int)
     attr.dest_qp_num, attr.rq_psn, attr.sq_psn = remote_qpn, remote_psn, my_psn
     attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
     attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
-    # RoCE addresses by GID: GID index 0 of pyroce0 is ::ffff:<its IPv4 address>
-    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=ctx.query_gid(1, 0)))
+    # RoCE addresses by GID: GID index 3 of pyroce0 is ::ffff:<its IPv4 address>, RoCE v2 (as on mlx5)
+    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=ctx.query_gid(1, 3), sgid_index=3))
     qp.to_rts(attr)
 
 

@@ -4,6 +4,7 @@ print: the same labels, tabs and value formats, checked against rxe's output."""
 from __future__ import annotations
 
 import io
+import ipaddress
 
 import pytest
 
@@ -63,7 +64,8 @@ def test_devinfo_lays_out_every_line_as_rxes():
     assert ours[0] == "hca_id:\tpyroce0"
 
 
-def test_devinfo_node_guid_is_the_gids_interface_id():
+def test_devinfo_node_guid_is_the_link_local_gids_interface_id():
+    """The EUI-64 of the port's MAC, as rxe and mlx5 make it."""
     with Context() as ctx:
         gid = ctx.query_gid(1, 0).raw
     text = run("devinfo")
@@ -72,14 +74,21 @@ def test_devinfo_node_guid_is_the_gids_interface_id():
 
 
 def test_devinfo_verbose_lists_the_gid_table():
+    """ibv_devinfo's two ways: a RoCE v2 GID through inet_ntop, others as eight groups."""
     text = run("devinfo", "-v", "-d", "pyroce0", "-i", "1")
     with Context() as ctx:
-        address = ctx.query_gid(1, 0).ipv4()
-    assert f"\t\t\tGID[  0]:\t\t::ffff:{address}, RoCE v2\n" in text
-    assert "\t\t\tgid_tbl_len:\t\t1\n" in text
+        address = ctx.query_gid(1, 3).ipv4()
+        link_local = ctx.query_gid(1, 0)
+    ip = ipaddress.IPv4Address(address).packed
+    mapped = f"{ip[:2].hex()}:{ip[2:].hex()}"
+    gids = (f"\t\t\tGID[  0]:\t\t{link_local.gid}, RoCE v1\n"
+            f"\t\t\tGID[  1]:\t\t{ipaddress.IPv6Address(link_local.raw)}, RoCE v2\n"
+            f"\t\t\tGID[  2]:\t\t0000:0000:0000:0000:0000:ffff:{mapped}, RoCE v1\n"
+            f"\t\t\tGID[  3]:\t\t::ffff:{address}, RoCE v2\n")  # fmt: skip
+    assert "\t\t\tgid_tbl_len:\t\t16\n" in text
     assert "\tmax_qp_wr:\t\t\t16384\n\tdevice_cap_flags:\t\t0x00000000\n" in text
     assert "\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n" in text
-    assert text.endswith("\t\t\tphys_state:\t\tLINK_UP (5)\n" + f"\t\t\tGID[  0]:\t\t::ffff:{address}, RoCE v2\n\n")
+    assert text.endswith("\t\t\tphys_state:\t\tLINK_UP (5)\n" + gids + "\n")
 
 
 def test_devinfo_list():

@@ -6,7 +6,9 @@ import io
 import ipaddress
 import json
 import random
+import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +31,9 @@ def loopback_address() -> str:
 
 def test_all_is_well_by_default() -> None:
     status, checks = doctor({})
-    assert status == 0
+    toolchain = shutil.which("cc") is not None and Path("/usr/include/infiniband/verbs.h").is_file()
+    assert checks["c_driver"]["ok"] == toolchain  # a machine with Python and pip only: `pyroce run` cannot build
+    assert status == (0 if toolchain else 1)
     assert str(checks["address"]["value"]).startswith("127.") and "PYROCE_ADDR unset" in str(checks["address"]["why"])
     assert checks["gid"]["value"] == ipaddress.IPv6Address(f"::ffff:{checks['address']['value']}").exploded
     assert checks["active_mtu"]["value"] == "4096 B" and "65536" in str(checks["active_mtu"]["why"])
@@ -81,3 +85,11 @@ def test_text_report_and_nothing_left_bound(monkeypatch: pytest.MonkeyPatch) -> 
     assert lines[0].split() == ["ok", "address", address] and lines[-1] == "all is well"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
         again.bind((address, 4791))  # the doctor's probe is closed
+
+
+def test_what_pyroce_run_needs_is_checked(tmp_path: Path) -> None:
+    status, checks = doctor({"PYROCE_VERBS_INCLUDE": str(tmp_path)})
+    assert status == 1 and not checks["c_driver"]["ok"]
+    assert "<infiniband/verbs.h> not found" in str(checks["c_driver"]["value"])
+    status, checks = doctor({"CC": str(tmp_path / "no-cc")})
+    assert status == 1 and "no C compiler" in str(checks["c_driver"]["value"])

@@ -118,7 +118,7 @@ def test_bad_options_are_one_line(tool, option, words):
 
 @pytest.mark.parametrize("tool", ["uc_pingpong", "srq_pingpong"])
 def test_a_missing_gid_index_is_named(tool):
-    assert_one_line_error(pyroce(tool, "-g", "3", "127.0.0.1", timeout=30), "can't read sgid of index 3")
+    assert_one_line_error(pyroce(tool, "-g", "16", "127.0.0.1", timeout=30), "can't read sgid of index 16")
 
 
 @pytest.mark.parametrize("tool", ["uc_pingpong", "srq_pingpong", "ud_pingpong"])

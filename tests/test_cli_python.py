@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.cli import assert_one_line_error, cli_env, pyroce
+from tests.cli import ROOT, assert_one_line_error, cli_env, pyroce
 
 # written for rdma-core's pyverbs (v44's tests' idioms): one QP connected to itself on the
 # device's own GID, a SEND to its own receive
@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent("""
             wcs += got[:n]
         print(sorted((wc.wr_id, wc.status) for wc in wcs), [wc.byte_len for wc in wcs if wc.wr_id == 1], mr.read(7, 32))
         try:
-            ctx.query_gid(1, 1)
+            ctx.query_gid(1, 16)  # past gid_tbl_len
         except PyverbsRDMAError as exc:
             print("errno", exc.error_code)
 """)
@@ -98,3 +98,12 @@ def test_the_programs_exit_status_and_traceback_are_its_own():
 
 def test_nothing_to_run_is_one_line():
     assert_one_line_error(pyroce("python", timeout=30), "nothing to run")
+
+
+def test_rdma_cores_documentation_examples_run_with_gid_index_3():
+    """Documentation/pyverbs.md: GID index 3 is RoCE v2 over IPv4, a UD QP's AH on it sends."""
+    result = pyroce("python", str(ROOT / "tests" / "pyverbs_doc_examples.py"), "pyroce0", timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("gid 3 0000:0000:0000:0000:0000:ffff:") and lines[1].startswith("ah on gid 0 fe80:")
+    assert lines[2] == "ud send on gid 3: 0"

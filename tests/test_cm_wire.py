@@ -77,7 +77,7 @@ def test_an_rping_exchange_is_rxes_byte_for_byte() -> None:
     client.connect(active, ConnParam(b"", 1, 1, 0, 7, 7, 0, qp_num=0x14))  # what rping asks for
     ours = sent(client)
     assert without(ours, REQ_GUID) == without(req, REQ_GUID)
-    assert parse_cm(ours)[1].local_ca_guid == 0x0000FFFF0A4D0003  # 10.77.0.3's GUID
+    assert parse_cm(ours)[1].local_ca_guid == 0x00000AFFFE4D0003  # 10.77.0.3's: EUI-64 of MAC 02:00:0a:4d:00:03
     deliver(server, req, CLIENT, SERVER)
     request = server.get_event(s_channel) or pytest.fail("no CONNECT_REQUEST")
     assert request.event is CmEventType.CONNECT_REQUEST and isinstance(request.cm_id.req, CmReq)

@@ -62,3 +62,12 @@ def test_rdma_cm_echo_on_one_address_of_the_shared_nic(tmp_path: Path) -> None:
     assert server.returncode == 0, err
     assert out == "received 'hello over rdma_cm'\n"
     assert client.stdout == "the server sent back 'mc_amdr revo olleh'\n"
+
+
+def test_the_readmes_verbs_snippet_runs_as_shown() -> None:
+    """The first Python block of the README's "Verbs in Python", copied into a program as is."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme[readme.index("## Verbs in Python") :]
+    code = section[section.index("```python\n") + 10 : section.index("```\n", section.index("```python\n") + 10)]
+    done = run("-c", code)
+    assert (done.returncode, done.stdout) == (0, "[0, 0] b'hello'\n"), done.stderr

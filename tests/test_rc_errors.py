@@ -58,6 +58,7 @@ def test_remote_write_violations_nak_and_change_nothing(pair: tuple[Endpoint, En
     a.qp.post_send(rdma(WR.IBV_WR_RDMA_WRITE, a, length, rkey, raddr))
     (done,) = a.poll()
     assert (done.status, done.wr_id) == (S.IBV_WC_REM_ACCESS_ERR, 5)
+    assert done.opcode == e.ibv_wc_opcode.IBV_WC_RDMA_WRITE  # the failed WR's own, as rxe reports it
     assert snapshot(b) == before_b and small.read(4096, 0) == before_small
     assert a.qp.ctx.device.qps[a.qp.qp_num].rc.state.name == "ERR"
 
@@ -81,7 +82,7 @@ def test_another_pds_mr_is_out_of_reach(pair: tuple[Endpoint, Endpoint]) -> None
     other.write(b"\x55" * 4096, 4096)
     a.qp.post_send(rdma(WR.IBV_WR_RDMA_READ, a, 4096, other.rkey, other.buf))
     (done,) = a.poll()
-    assert done.status == S.IBV_WC_REM_ACCESS_ERR
+    assert (done.status, done.opcode) == (S.IBV_WC_REM_ACCESS_ERR, e.ibv_wc_opcode.IBV_WC_RDMA_READ)
     assert a.mr.read(4096, 0) != other.read(4096, 0)
 
 

@@ -61,7 +61,7 @@ def start_server(argv: list[str], env: dict[str, str], port: int) -> subprocess.
 def test_two_pingpong_programs_share_one_address(nic) -> None:
     place, env, _ = nic
     port = free_port(40)
-    argv = [*C_TOOL, "-g", "0", "-p", str(port), "-n", "300", "-s", "4096", "-c"]
+    argv = [*C_TOOL, "-g", "3", "-p", str(port), "-n", "300", "-s", "4096", "-c"]
     server = start_server(argv, env, port)
     try:
         client = subprocess.run([*argv, "127.0.0.1"], env=env, capture_output=True, text=True, timeout=300,
@@ -169,7 +169,7 @@ def test_two_programs_on_each_of_two_hosts(two_hosts: tuple[str, str], driver_en
     hosts = {name: (address, {**driver_env, "PYROCE_ADDR": address, "PYROCE_STATS_DIR": str(tmp_path / name)})
              for name, address in zip(two_hosts, ("10.199.0.1", "10.199.0.2"))}  # fmt: skip
     (server_ns, (server_ip, server_env)), (client_ns, (_, client_env)) = hosts.items()
-    pingpong = [*C_TOOL, "-g", "0", "-p", "18520", "-n", "300", "-s", "4096", "-c"]
+    pingpong = [*C_TOOL, "-g", "3", "-p", "18520", "-n", "300", "-s", "4096", "-c"]
     bandwidth = ["ib_write_bw", "-d", "pyroce0", "-p", "18521", "-s", "65536", "-n", "500"]
     in_ns = ["ip", "netns", "exec"]
     servers = [subprocess.Popen([*in_ns, server_ns, *argv], env=server_env, text=True, stdout=subprocess.PIPE,

@@ -63,7 +63,7 @@ def assert_one_address(place, *outputs: str) -> None:
 def test_python_and_c_programs_exchange_on_one_address(nic, driver_env, python_side: str) -> None:  # noqa: F811
     place, env, _ = nic
     c_env = {**driver_env, "PYROCE_STATS_DIR": env["PYROCE_STATS_DIR"], "PYROCE_ADDR": place.address}
-    c_argv, py_argv = [*C_TOOL, "-g", "0"], [*PYTHON_TOOL, "-g", "0"]
+    c_argv, py_argv = [*C_TOOL, "-g", "3"], [*PYTHON_TOOL, "-g", "3"]
     if python_side == "client":
         outputs = pingpong(c_argv, py_argv, c_env, env, free_port(41))
     else:
@@ -73,7 +73,7 @@ def test_python_and_c_programs_exchange_on_one_address(nic, driver_env, python_s
 
 def test_two_python_programs_share_one_address(nic) -> None:
     place, env, _ = nic
-    argv = [*PYTHON_TOOL, "-g", "0"]
+    argv = [*PYTHON_TOOL, "-g", "3"]
     assert_one_address(place, *pingpong(argv, argv, env, env, free_port(43)))
 
 

@@ -43,7 +43,7 @@ def ud_endpoint(qkey: int = QKEY) -> Endpoint:
 
 
 def ah_to(src: Endpoint, gid: bytes) -> AH:
-    route = GlobalRoute(dgid=GID(gid), sgid_index=0)
+    route = GlobalRoute(dgid=GID(gid), sgid_index=3)
     return AH(src.pd, attr=AHAttr(port_num=1, is_global=1, gr=route))
 
 
@@ -106,7 +106,7 @@ def test_reply_through_an_ah_made_from_the_wc(pair: tuple[Endpoint, Endpoint]) -
     (wc,) = b.poll()
     reply_ah = AH(b.pd, wc=wc, grh=b.mr.buf + RECV_AT, port_num=1)
     assert reply_ah.dgid == GID(a.info().gid)
-    assert reply_ah.attr.gr.hop_limit == 64 and reply_ah.attr.gr.sgid_index == 0
+    assert reply_ah.attr.gr.hop_limit == 64 and reply_ah.attr.gr.sgid_index == 3  # RoCE v2 over the address
     b.mr.write(b"pong", 4, 0)
     send(b, reply_ah, a.qp.qp_num, 4, qkey=QKEY)
     b.poll()

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import errno
 import gc
+import ipaddress
 import mmap
 import socket
 import time
@@ -187,46 +188,79 @@ def test_query_missing_port_is_einval(ctx, port_num):
         ctx.query_port(port_num)
 
 
-def test_gid_0_is_ipv4_mapped(ctx):
-    gid = ctx.query_gid(1, 0)
-    address = gid.ipv4()
-    assert address is not None
-    assert gid == GID(f"::ffff:{address}")
+def test_gid_table_is_linuxs_for_a_roce_port(ctx):
+    """Link-local then the address, each RoCE v1 and v2: index 3 is RoCE v2 over IPv4, where
+    rdma-core's pyverbs documentation and the tutorials look for it."""
+    address = ctx.query_gid(1, 3).ipv4()
+    assert address is not None and ctx.query_gid(1, 3) == GID(f"::ffff:{address}") == ctx.query_gid(1, 2)
+    ip = ipaddress.IPv4Address(address).packed
+    mac_iid = bytes([0, 0, ip[0], 0xFF, 0xFE, *ip[1:]])  # EUI-64 of the MAC 02:00:a:b:c:d
+    assert ctx.query_gid(1, 0) == ctx.query_gid(1, 1) == GID(b"\xfe\x80" + bytes(6) + mac_iid)
+    assert ctx.query_port(1).gid_tbl_len == 16
+    sysfs = e.ibv_gid_type_sysfs
+    assert [ctx.query_gid_type(1, i) for i in range(4)] == [sysfs.IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
+                                                            sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2] * 2  # fmt: skip
+    assert ctx.query_gid(1, 4) == GID(bytes(16))  # empty entries follow, zero as libibverbs reads them
+    with raises_errno(errno.ENODATA):
+        ctx.query_gid_type(1, 4)
 
 
-@pytest.mark.parametrize(("port_num", "index"), [(1, 5), (2, 0)])
+@pytest.mark.parametrize(("port_num", "index"), [(1, 16), (2, 0)])
 def test_query_gid_outside_the_table_is_einval(ctx, port_num, index):
     with raises_errno(errno.EINVAL):
         ctx.query_gid(port_num, index)
 
 
-def test_gid_type_is_roce_v2(ctx):
-    assert ctx.query_gid_type(1, 0) == e.ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2
-
-
-def test_gid_table_holds_only_the_ipv4_roce_v2_gid(ctx):
-    """The link speaks RoCE v2 over one IPv4 address: one GID, and gid_tbl_len says so."""
-    assert ctx.query_port(1).gid_tbl_len == 1
-    with raises_errno(errno.EINVAL):
-        ctx.query_gid_type(1, 1)
-
-
 def test_query_gid_ex_names_index_type_and_netdev(ctx):
-    entry = ctx.query_gid_ex(1, 0)
-    assert (entry.gid_index, entry.port_num, entry.gid_type) == (0, 1, e.ibv_gid_type.IBV_GID_TYPE_ROCE_V2)
-    if str(ctx.query_gid(1, 0).ipv4()).startswith("127."):  # the default, a loopback address
+    entry = ctx.query_gid_ex(1, 3)
+    assert (entry.gid_index, entry.port_num, entry.gid_type) == (3, 1, e.ibv_gid_type.IBV_GID_TYPE_ROCE_V2)
+    if str(ctx.query_gid(1, 3).ipv4()).startswith("127."):  # the default, a loopback address
         assert entry.ndev_ifindex == socket.if_nametoindex("lo")
-    assert GID(entry.gid_str()) == ctx.query_gid(1, 0)
+    assert GID(entry.gid_str()) == ctx.query_gid(1, 3)
     assert "GID type                : RoCEv2" in str(entry)
+    assert "GID type                : RoCEv1" in str(ctx.query_gid_ex(1, 0))
+    with raises_errno(errno.ENODATA):
+        ctx.query_gid_ex(1, 4)
     with raises_errno(errno.EINVAL):
-        ctx.query_gid_ex(1, 1)
+        ctx.query_gid_ex(1, 16)
 
 
 def test_query_gid_table_lists_every_entry_or_is_einval_when_they_do_not_fit(ctx):
-    (entry,) = ctx.query_gid_table(8)
-    assert entry.gid_str() == ctx.query_gid_ex(1, 0).gid_str()
+    entries = ctx.query_gid_table(8)
+    assert [entry.gid_str() for entry in entries] == [ctx.query_gid_ex(1, i).gid_str() for i in range(4)]
+    assert [entry.gid_index for entry in entries] == [0, 1, 2, 3]
     with raises_errno(errno.EINVAL):
-        ctx.query_gid_table(0)
+        ctx.query_gid_table(3)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
+def test_every_gid_index_connects_a_qp_and_moves_data(ctx, index):
+    """A v1 entry's traffic is RoCE v2 as a v2 entry's (the link is UDP); the link-local GID
+    names the device's address: every index works between pyroce peers."""
+    pd, cq = PD(ctx), CQ(ctx, 8)
+    a, b = make_qp(pd, cq, max_send_wr=4, max_recv_wr=4), make_qp(pd, cq, max_send_wr=4, max_recv_wr=4)
+    for qp, peer in ((a, b), (b, a)):
+        attr = connect_attr(ctx, peer.qp_num)
+        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=ctx.query_gid(1, index), sgid_index=index))
+        attr.rq_psn = attr.sq_psn
+        qp.to_rts(attr)
+    mr = MR(pd, 64, LOCAL_WRITE | A.IBV_ACCESS_REMOTE_WRITE)
+    mr.write(b"hello", 5)
+    wr = SendWR(opcode=e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(mr.buf, 5, mr.lkey)])
+    wr.set_wr_rdma(mr.rkey, mr.buf + 32)
+    a.post_send(wr)
+    (wc,) = poll_until(cq, 1)
+    assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS and mr.read(5, 32) == b"hello"
+
+
+@pytest.mark.parametrize("index", [4, 16])
+def test_sgid_index_of_an_empty_entry_or_past_the_table_is_einval(ctx, index):
+    pd, cq = PD(ctx), CQ(ctx, 8)
+    qp = make_qp(pd, cq)
+    attr = connect_attr(ctx, qp.qp_num)
+    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=ctx.query_gid(1, 3), sgid_index=index))
+    with raises_errno(errno.EINVAL):
+        qp.to_rts(attr)
 
 
 def test_pkey_table_holds_the_default_pkey_only(ctx):

@@ -7,11 +7,11 @@
 #   1. guest server  `ibv_TOOL -d rxe0 -g 1 ...`     <- pyroce client (host side)
 #   2. pyroce server (host side)                      <- guest client `ibv_TOOL ... 10.77.0.1`
 # The host side is pyroce's Python tool of the same name (tools/TOOL.py, a wrapper of `pyroce TOOL`), or with --c
-# the real C program, Debian's, through pyroce's C driver: `pyroce run -- ibv_rc_pingpong -d pyroce0 -g 0 ...`.
+# the real C program, Debian's, through pyroce's C driver: `pyroce run -- ibv_rc_pingpong -d pyroce0 -g 3 ...`.
 # Tools: ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong and ibv_ud_pingpong (rc, uc, srq, ud) at each size
 # (ud: at each of its sizes, which a UD message's one packet must fit: -S); with --c also perftest's RC tools
 # (send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat: guest `ib_TOOL -d rxe0 -x 1 -F`, host
-# `pyroce run -- ib_TOOL -d pyroce0 -x 0 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
+# `pyroce run -- ib_TOOL -d pyroce0 -x 3 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
 # With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
 # perftest's ib_send_bw -R (-t send_bw_cm), each both ways; their servers are started by address, not TCP port.
@@ -259,10 +259,10 @@ pingpong_pair() {
   GUEST_CMD="ibv_$tool -d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
   GUEST_LABEL="ibv_$tool"
   if ((C_MODE)); then
-    HOST_CMD=("$PYTHON" -m pyroce run -- "ibv_$tool" -d pyroce0 -g 0 "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_CMD=("$PYTHON" -m pyroce run -- "ibv_$tool" -d pyroce0 -g 3 "${COMMON[@]}" ${chk:+"$chk"})
     HOST_LABEL="pyroce run -- ibv_$tool"
   else
-    HOST_CMD=("$PYTHON" "$REPO/tools/$tool.py" -d pyroce0 -g 0 --stats "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_CMD=("$PYTHON" "$REPO/tools/$tool.py" -d pyroce0 -g 3 --stats "${COMMON[@]}" ${chk:+"$chk"})
     HOST_LABEL="pyroce $tool.py"
   fi
   SERVER_DONE="^$ITERS iters in "; CLIENT_DONE="$SERVER_DONE"
@@ -297,7 +297,7 @@ cm_pair() {
     send_bw_cm)  # perftest connecting through rdma_cm (-R) instead of its TCP exchange
       local common=(-R -F -p "$PORT" -n "$PERF_ITERS" -s "$2")
       G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
-      H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 0 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
+      H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 3 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
       SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
   esac
   GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
@@ -309,7 +309,7 @@ perftest_pair() {
   [[ "$1" == atomic_bw ]] || COMMON+=(-s "$2")
   GUEST_CMD="ib_$1 -d rxe0 -x $GIDX ${COMMON[*]}"
   GUEST_LABEL="ib_$1"
-  HOST_CMD=("$PYTHON" -m pyroce run -- "ib_$1" -d pyroce0 -x 0 "${COMMON[@]}")
+  HOST_CMD=("$PYTHON" -m pyroce run -- "ib_$1" -d pyroce0 -x 3 "${COMMON[@]}")
   HOST_LABEL="pyroce run -- ib_$1"
   # the client's result row: "#bytes #iterations ..."; a server may print none (read_lat's)
   SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS "

@@ -72,7 +72,7 @@ int main(void)
 	union ibv_gid gid;
 	struct ibv_wc wc[2];
 
-	if (ibv_query_gid(ctx, 1, 0, &gid)) {
+	if (ibv_query_gid(ctx, 1, 3, &gid)) { /* RoCE v2 over the address */
 		perror("open");
 		return 1;
 	}
@@ -92,7 +92,7 @@ int main(void)
 	report("create_ah_to_gid_zero", null_errno(ibv_create_ah(pd, &attr)));
 	attr.grh = (struct ibv_global_route){.dgid = gid, .sgid_index = 7, .hop_limit = 1};
 	report("create_ah_sgid_index_7", null_errno(ibv_create_ah(pd, &attr)));
-	attr.grh.sgid_index = 0;
+	attr.grh.sgid_index = 3;
 	struct ibv_ah *to_self = ibv_create_ah(pd, &attr);
 	report("create_ah", null_errno(to_self));
 
@@ -109,7 +109,7 @@ int main(void)
 	struct ibv_wc *received = wc[0].opcode == IBV_WC_RECV ? &wc[0] : &wc[1];
 	printf("received %s\n", buf + 4096 + GRH_ROOM);
 
-	/* the answer's AH from the WC and its GRH: a's GID (our own) at index 0 */
+	/* the answer's AH from the WC and its GRH: a's GID (our own), its RoCE v2 entry at index 3 */
 	struct ibv_ah_attr back;
 	report("init_ah_from_wc", ibv_init_ah_from_wc(ctx, 1, received, (struct ibv_grh *)(buf + 4096), &back));
 	printf("back is_global=%d dgid_is_own=%d sgid_index=%u port_num=%u\n", back.is_global,

@@ -77,7 +77,10 @@ int main(void)
 	/* misuse: libibverbs' errnos */
 	report("reg_mr_remote_write_alone", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE)));
 	report("query_port_2", ibv_query_port(ctx, 2, &port));
-	report("query_gid_5", ibv_query_gid(ctx, 1, 5, &gid) ? errno : 0);
+	report("query_gid_16", ibv_query_gid(ctx, 1, 16, &gid) ? errno : 0); /* past gid_tbl_len */
+	struct ibv_gid_entry gid_entry;
+	report("query_gid_ex_5", ibv_query_gid_ex(ctx, 1, 5, &gid_entry, 0)); /* an empty entry: ENODATA */
+	report("query_gid_5_is_zero", ibv_query_gid(ctx, 1, 5, &gid) || gid.global.interface_id ? EINVAL : 0);
 	report("create_cq_too_big", null_errno(ibv_create_cq(ctx, 1 << 20, NULL, NULL, 0)));
 
 	/* a send queue of 65536 basic blocks (16-bit WQE counters); a CQ or SRQ of another context */

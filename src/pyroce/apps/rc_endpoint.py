@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from pyroce.ib.addressing import ROCE_V2_INDEX
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ, WC, CompChannel
 from pyroce.verbs.cq_ex import CQEX, CqInitAttrEx
@@ -80,7 +81,7 @@ class RcEndpoint:
         return cls(ctx, pd, cq, qp, mr, secrets.randbits(24) if psn is None else psn, channel=channel)
 
     def info(self) -> PeerInfo:
-        return PeerInfo(self.ctx.query_gid(1, 0).raw, self.qp.qp_num, self.psn, self.mr.rkey, self.mr.buf)
+        return PeerInfo(self.ctx.query_gid(1, ROCE_V2_INDEX).raw, self.qp.qp_num, self.psn, self.mr.rkey, self.mr.buf)
 
     def connect(self, peer: PeerInfo, path_mtu: int = ibv_mtu.IBV_MTU_1024, rd_atomic: int = 4,
                 access: int = ALL_ACCESS, timeout: int = 14, rnr_retry: int = 7,
@@ -97,7 +98,7 @@ class RcEndpoint:
         attr.timeout = timeout
         attr.retry_cnt = 7
         attr.rnr_retry = rnr_retry
-        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(peer.gid)))
+        attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(peer.gid), sgid_index=ROCE_V2_INDEX))
         if state == ibv_qp_state.IBV_QPS_RTR:
             self.qp.to_rtr(attr)
         else:

@@ -50,6 +50,8 @@ environment:
   PYROCE_STATS_DIR=DIR     where devices publish counters for `pyroce stats` (default /tmp/pyroce-UID)
   PYROCE_PRINT_STATS=0|1   a device prints its packet counters on stderr when it closes (C programs)
   PYROCE_NICD_IDLE=S       seconds the shared NIC runs without a program before it stops (default 60)
+  PYROCE_NIC=own|shared    a Python program's NIC: its own (default) or the address's shared one
+  PYROCE_VERBOSE=0|1       C programs: every refused verb says why on stderr (default 0: only opening)
 
 docs/cli.md describes every command, its exit codes and JSON output."""
 

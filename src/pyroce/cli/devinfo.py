@@ -12,8 +12,9 @@ from pyroce.verbs.device import Context, get_device_list
 
 DESCRIPTION = """Print the attributes of the pyroce devices (or of DEV), as ibv_devinfo does:
 the device, then each port (or PORT); -v adds every limit and the port's GID table
-(GID[  0]: the device's address as a RoCE v2 GID, ::ffff:<IPv4> or the IPv6 address itself:
-pyroce0 serves RoCE v2 over its address's family, so that is its one GID). Each process has its own pyroce0: this shows the one this command opens."""
+(Linux's for a RoCE port: GID[0] and GID[1] the link-local GID as RoCE v1 and v2, GID[2] and
+GID[3] the device's address, ::ffff:<IPv4> or the IPv6 address itself, as RoCE v1 and v2; a v1
+entry's traffic is RoCE v2 too, pyroce's link being UDP). Each process has its own pyroce0: this shows the one this command opens."""
 
 
 def port_number(text: str) -> int:

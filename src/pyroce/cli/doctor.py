@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.cli.nicd import describe_status
+from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
 from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.place import nic_place
@@ -93,7 +94,7 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     finally:
         link.close()
     checks.append(
-        Check("gid", True, str(gid_of_address(address)), "the address (IPv4-mapped for IPv4): RoCEv2 GID index 0")
+        Check("gid", True, str(gid_of_address(address)), "the address (IPv4-mapped for IPv4): RoCEv2 GID index 3")
     )
     netdev = interface_mtu(address)
     try:
@@ -107,6 +108,18 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
                         _from_env("PYROCE_GSO", "1"), "" if gso and gro else "Linux 5.0 or later has both "
                         "(pyroce works without them, with one system call per packet)"))  # fmt: skip
     return checks
+
+
+def check_c_driver() -> list[Check]:
+    """What ``pyroce run`` builds its libibverbs with: a C compiler and the system's verbs headers."""
+    include = os.environ.get("PYROCE_VERBS_INCLUDE") or DEFAULT_INCLUDE
+    why = "`pyroce run` builds pyroce's libibverbs.so.1 with them on first use (Python programs need neither)"
+    try:
+        found = [compiler(), str(verbs_header(include)), str(mlx5dv_header(include))]
+    except BuildError as exc:
+        return [Check("c_driver", False, str(exc), why, "install gcc and libibverbs-dev (Debian), or point CC "
+                      "and PYROCE_VERBS_INCLUDE at them")]  # fmt: skip
+    return [Check("c_driver", True, ", ".join(found), why)]
 
 
 def check_shared_nic() -> list[Check]:
@@ -133,7 +146,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "doctor",
         help="what a device would use here (address, GID, MTU, progress, GSO), and what is wrong",
         description="Say which address, GID, active MTU and progress mode a pyroce device would use "
-        "here and why, whether UDP 4791 can be bound and GSO/GRO are available, and what to "
+        "here and why, whether UDP 4791 can be bound and GSO/GRO are available, whether `pyroce run` "
+        "finds a C compiler and <infiniband/verbs.h>, and what to "
         "change when something is wrong. Exit 0 when all is well, 1 otherwise.",
     )
     parser.add_argument("--json", action="store_true", help='print {"ok": ..., "checks": [...]} as JSON')
@@ -143,7 +157,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     checks, settings = check_settings()
-    checks = check_address(settings) + checks + check_shared_nic()
+    checks = check_address(settings) + checks + check_c_driver() + check_shared_nic()
     ok = all(check.ok for check in checks)
     if args.json:
         print(json.dumps({"ok": ok, "checks": [asdict(check) for check in checks]}, indent=2), file=out)

@@ -19,12 +19,14 @@ from pyroce.cli.args import port
 from pyroce.cli.errors import CliError
 from pyroce.cli.pingpong_exchange import client_exch_dest, server_exch_dest
 from pyroce.host.stats_file import summary_line
+from pyroce.ib.addressing import ROCE_V2_INDEX
 from pyroce.verbs.device import get_device_list
 from pyroce.verbs.pyverbs_error import PyverbsError
 
-GID_NOTE = """pyroce0's GID is index 0 (its only one: ::ffff:<its IPv4 address>,
-or its IPv6 address, RoCE v2); give the real tool its own index of its RoCE v2 GID of the same
-family (rxe: -g 1 or 3 for IPv4)."""
+GID_NOTE = """pyroce0's GID table is Linux's for a RoCE port: 0 and 1 link-local (RoCE v1, v2),
+2 and 3 its address (::ffff:<its IPv4 address> or its IPv6 address; RoCE v1, v2). Index 3 is
+RoCE v2 over the address, the default here; give the real tool its own index of its RoCE v2 GID
+of the same family (mlx5: -g 3, rxe: -g 1 for IPv4)."""
 MAX_QP = 256  # srq_pingpong.c: the exchange always carries this many addresses
 
 
@@ -103,7 +105,8 @@ class PingpongTool:
         parser.add_argument("-n", "--iters", type=between(0), default=1000,
                             help=f"number of exchanges{', all QPs together' if self.srq else ''} (default 1000)")  # fmt: skip
         parser.add_argument("-l", "--sl", type=number, default=0, help="service level value")
-        parser.add_argument("-g", "--gid-idx", type=number, default=0, help="local port gid index (default 0)")
+        parser.add_argument("-g", "--gid-idx", type=number, default=ROCE_V2_INDEX,
+                            help=f"local port gid index (default {ROCE_V2_INDEX}: RoCE v2 over the address)")  # fmt: skip
         if not self.datagram:
             parser.add_argument("-c", "--chk", action="store_true", help="validate received buffer")
         parser.add_argument("--stats", action="store_true",

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,7 +48,10 @@ def ensure_suite(python: str, install: bool) -> None:
         return
     if not install or shutil.which("apt-get") is None:
         raise CliError(f"rdma-core's tests need {PACKAGE} (apt-get install {PACKAGE})")
-    for step in (["apt-get", "install", "-y", PACKAGE], ["apt-get", "update"], ["apt-get", "install", "-y", PACKAGE]):
+    install_step = ["apt-get", "install", "-y", "--no-upgrade", PACKAGE]  # what is installed stays as it is
+    print(f"pyroce rdma-core-tests: {PACKAGE} is missing: running `{' '.join(install_step)}` (and `apt-get update` "
+          f"if that fails; --no-install never does)", file=sys.stderr, flush=True)  # fmt: skip
+    for step in (install_step, ["apt-get", "update"], install_step):
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode == 0 and step[1] == "install":
             break

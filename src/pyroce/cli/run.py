@@ -12,9 +12,10 @@ from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
 from pyroce.driver.build import BuildError, library_dir
+from pyroce.host.registry import LinkError, configured_address, device_settings
 from pyroce.driver.environment import driver_environment
 
-DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 0, ...) with pyroce's
+DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 3, ...) with pyroce's
 libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on the
 shared NIC of its address (PYROCE_ADDR, default 127.0.0.1: `pyroce nicd`, started by the first
 program that finds none; programs on one address share it). librdmacm programs (rping, ucmatose,
@@ -40,7 +41,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if not program and not args.print_env:
         raise CliError("nothing to run: pyroce run -- PROGRAM [ARGS...]")
     if program and shutil.which(program[0]) is None:
-        raise CliError(f"{program[0]}: command not found")
+        raise CliError(_not_runnable(program[0]))
+    try:  # a bad PYROCE_* value said now, not as "Failed to open device" (or not at all: a running NIC's)
+        configured_address()
+        device_settings()
+    except LinkError as exc:
+        raise CliError(exc.strerror or str(exc)) from None
     try:
         env = driver_environment(library_dir(), os.environ)
     except BuildError as exc:
@@ -51,3 +57,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     out.flush()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it; the program must not inherit that
     os.execvpe(program[0], program, env)
+
+
+def _not_runnable(name: str) -> str:
+    """Why ``name`` cannot run, as a shell says it: a path that exists but is not an executable
+    file is not "not found"."""
+    if "/" in name and os.path.exists(name):
+        return f"{name}: {'Is a directory' if os.path.isdir(name) else 'Permission denied (not executable: chmod +x)'}"
+    return f"{name}: command not found"

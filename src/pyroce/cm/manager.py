@@ -113,7 +113,7 @@ class RdmaCm:
                  rng: random.Random | None = None) -> None:  # fmt: skip
         self.address = address
         self.gid = roce_gid(address)
-        self.node_guid = node_guid_of(self.gid)
+        self.node_guid = node_guid_of(address)
         self.path_mtu = ibv_mtu.IBV_MTU_1024  # the port's active MTU (the host sets it from the netdev)
         self.response_timeout = CM_RESPONSE_TIMEOUT
         self.max_retries = MAX_CM_RETRIES

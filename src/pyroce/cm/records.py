@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from pyroce.ib.addressing import ROCE_V2_INDEX
 from pyroce.ib.cm import CmEventType
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class AhValues:
     """The ``ibv_ah_attr`` a peer is reached by over RoCEv2 (always with a GRH)."""
 
     dgid: bytes
-    sgid_index: int = 0
+    sgid_index: int = ROCE_V2_INDEX  # the CM's GID is the address's, RoCE v2 (as the kernel's cma_bind picks)
     hop_limit: int = 64
     traffic_class: int = 0
     flow_label: int = 0

@@ -98,7 +98,8 @@ def query_gid_entry(ctx: Context, port_num: int, index: int) -> tuple[bytes, int
 
 
 def gid_table_len(ctx: Context) -> int:
-    return len(ctx.gids)
+    """How many entries ``ibv_query_gid_table`` lists: the valid ones, at indices 0 up."""
+    return len(ctx.gids.entries)
 
 
 def query_pkey(ctx: Context, port_num: int, index: int) -> int:

@@ -17,11 +17,12 @@ import tempfile
 from pathlib import Path
 
 from pyroce.host.registry import netdev_name
-from pyroce.ib.addressing import node_guid_of, roce_gid
+from pyroce.ib.addressing import GID_TABLE_LEN, ROCE_V1, ROCE_V2, gid_table, node_guid_of
 
 DEVICE = "pyroce0"
 UVERBS_ABI_VERSION = 6  # /sys/class/infiniband_verbs/abi_version, as Linux 6.x
 RDMA_CM_ABI_VERSION = 4  # /sys/class/misc/rdma_cm/abi_version (what librdmacm 44 wants)
+GID_TYPE_NAMES = {ROCE_V1: "IB/RoCE v1", ROCE_V2: "RoCE v2"}  # gid_attrs/types/N, as the kernel writes them
 
 
 def _hex_groups(data: bytes) -> str:
@@ -30,20 +31,29 @@ def _hex_groups(data: bytes) -> str:
     return ":".join(text[i : i + 4] for i in range(0, len(text), 4))
 
 
+def _gid_files(port: str, address: str, netdev: str) -> dict[str, str]:
+    """The port's GID table (``gid_table``) as the kernel shows it: ``gids/N``, and the type
+    (its ``ib_cache_gid_type_str``) and netdev of each entry under ``gid_attrs`` (an empty
+    entry: a zero GID, and no type or netdev to read)."""
+    files = {f"{port}/gids/{index}": _hex_groups(bytes(16)) for index in range(GID_TABLE_LEN)}  # empty: zero
+    for index, (gid, version) in enumerate(gid_table(address)):
+        files[f"{port}/gids/{index}"] = _hex_groups(gid)
+        files[f"{port}/gid_attrs/types/{index}"] = GID_TYPE_NAMES[version]
+        files[f"{port}/gid_attrs/ndevs/{index}"] = netdev
+    return files
+
+
 def sysfs_files(address: str) -> dict[str, str]:
     """Each file of the tree (its path under ``/sys``) and its contents, for pyroce0 on ``address``."""
-    gid = roce_gid(address)
     netdev = netdev_name(address) or "lo"
     device, port = f"class/infiniband/{DEVICE}", f"class/infiniband/{DEVICE}/ports/1"
     return {
-        f"{device}/node_guid": _hex_groups(node_guid_of(gid).to_bytes(8, "big")),
-        f"{device}/sys_image_guid": _hex_groups(node_guid_of(gid).to_bytes(8, "big")),
+        f"{device}/node_guid": _hex_groups(node_guid_of(address).to_bytes(8, "big")),
+        f"{device}/sys_image_guid": _hex_groups(node_guid_of(address).to_bytes(8, "big")),
         f"{device}/node_type": "1: CA",
         f"{device}/node_desc": f"{DEVICE} pyroce RoCEv2 NIC",
         f"{device}/device/net/{netdev}/ifindex": str(socket.if_nametoindex(netdev)),
-        f"{port}/gids/0": _hex_groups(gid),
-        f"{port}/gid_attrs/types/0": "RoCE v2",
-        f"{port}/gid_attrs/ndevs/0": netdev,
+        **_gid_files(port, address, netdev),
         f"{port}/link_layer": "Ethernet",
         f"{port}/state": "4: ACTIVE",
         f"{port}/phys_state": "5: LinkUp",

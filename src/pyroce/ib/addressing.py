@@ -1,4 +1,4 @@
-"""How RoCEv2 names a port: its GID is its IP address, its GUID the GID's low half.
+"""How RoCEv2 names a port: GIDs from its IP address and its MAC, its GUID the MAC's EUI-64.
 
 One rule each, for the verbs (``query_gid``, ``query_device``) and the connection manager
 (the GIDs and CA GUID its MADs carry) alike.
@@ -15,6 +15,39 @@ def roce_gid(address: str) -> bytes:
     return ip.packed if ip.version == 6 else ipaddress.IPv6Address(f"::ffff:{address}").packed
 
 
-def node_guid_of(gid: bytes) -> int:
-    """The node (and system image) GUID of a device whose port has ``gid``."""
-    return int.from_bytes(gid[8:], "big")
+def node_guid_of(address: str) -> int:
+    """The node (and system image) GUID of the device on ``address``: the EUI-64 of its port's
+    MAC, as rxe and mlx5 make it (the interface ID of the default GID, ``link_local_gid``)."""
+    return int.from_bytes(link_local_gid(address)[8:], "big")
+
+
+# The GID table as Linux builds it for a RoCE port (the kernel's roce_gid_mgmt, what mlx5 shows
+# and tutorials hard-code): the default link-local GID, then the address's GID, each as a RoCE v1
+# and a RoCE v2 entry. ``ROCE_V2_INDEX`` is the address's RoCE v2 GID, the one a connection to
+# the address uses (rdma_cm's AH, ``ibv_rc_pingpong -g 3``).
+ROCE_V1, ROCE_V2 = 1, 2
+ROCE_V2_INDEX = 3
+GID_TABLE_LEN = 16  # gid_tbl_len: those four, then empty entries (rxe has 1024, mlx5 255)
+_LINK_LOCAL_PREFIX = b"\xfe\x80" + bytes(6)
+
+
+def link_local_gid(address: str) -> bytes:
+    """The default GID: ``fe80::/64`` and the EUI-64 of the port's MAC. pyroce's port has no
+    Ethernet MAC; it takes the locally administered ``02:00:a:b:c:d`` of its IPv4 address (the
+    last 32 bits of an IPv6 one), so on an IPv4 device the GID names the address
+    (``ipv4_of_link_local``)."""
+    mac = b"\x02\x00" + ipaddress.ip_address(address).packed[-4:]
+    return _LINK_LOCAL_PREFIX + bytes([mac[0] ^ 0x02]) + mac[1:3] + b"\xff\xfe" + mac[3:]
+
+
+def ipv4_of_link_local(gid: bytes) -> str | None:
+    """The IPv4 address whose device's default GID is ``gid`` (``link_local_gid``), else None."""
+    if gid[:10] != _LINK_LOCAL_PREFIX + bytes(2) or gid[11:13] != b"\xff\xfe":
+        return None
+    return ".".join(str(byte) for byte in (gid[10], *gid[13:16]))
+
+
+def gid_table(address: str) -> tuple[tuple[bytes, int], ...]:
+    """Port 1's GIDs in index order, each with its RoCE version (``ROCE_V1``/``ROCE_V2``)."""
+    default, own = link_local_gid(address), roce_gid(address)
+    return ((default, ROCE_V1), (default, ROCE_V2), (own, ROCE_V1), (own, ROCE_V2))

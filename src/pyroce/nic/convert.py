@@ -51,7 +51,9 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
     if status is not WcStatus.SUCCESS:
         opcode = CqeOpcode.RESP_ERR if completion.is_recv else CqeOpcode.REQ_ERR
         syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
-        return Cqe(opcode, qpn, completion.wqe_counter, syndrome=syndrome, vendor_err=completion.vendor_err)
+        wqe_opcode = 0 if completion.is_recv else REQ_WQE_OPCODE.get(completion.opcode, 0)  # a failed WRITE says WRITE
+        return Cqe(opcode, qpn, completion.wqe_counter, s_wqe_opcode=wqe_opcode, syndrome=syndrome,
+                   vendor_err=completion.vendor_err)  # fmt: skip
     if completion.is_recv:
         flags = int(completion.flags)  # plain ints: IntFlag operators build enum members
         if completion.opcode is WcOpcode.RECV_RDMA_WITH_IMM:

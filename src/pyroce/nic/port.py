@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Protocol
 
+from pyroce.ib.addressing import ipv4_of_link_local
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.capture import Capture
 from pyroce.wire.framing import RocePath
@@ -60,13 +61,14 @@ class Port:
 
     def route(self, gid: bytes) -> str | None:
         """The link's address for a destination GID, or None if the link cannot reach it: on
-        an IPv4 link an IPv4-mapped GID's IPv4 address; on an IPv6 link any other GID but a
+        an IPv4 link an IPv4-mapped GID's IPv4 address, or the one a pyroce device's default
+        link-local GID names (``ipv4_of_link_local``); on an IPv6 link any other GID but a
         link-local one (RoCEv2's GID is the IP address)."""
         if len(gid) != 16:
             return None
         mapped = gid[:12] == _IPV4_MAPPED
         if ":" not in self.address:
-            return ".".join(str(byte) for byte in gid[12:]) if mapped else None
+            return ".".join(str(byte) for byte in gid[12:]) if mapped else ipv4_of_link_local(gid)
         if mapped or gid[:2] == _LINK_LOCAL:
             return None
         return str(ipaddress.IPv6Address(gid))

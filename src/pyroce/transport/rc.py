@@ -20,7 +20,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.transport.completer import Completer
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemoryTable
-from pyroce.transport.requester import Requester
+from pyroce.transport.requester import WC_OPCODES, Requester
 from pyroce.transport.responder import RecvSource, Responder
 from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
@@ -111,7 +111,7 @@ class RcQp:
 
     def post_send(self, work: SendWork) -> None:
         if self.state is QpState.ERR:
-            self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.SEND,
+            self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WC_OPCODES[work.op],
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
         self.requester.post(work)

@@ -15,7 +15,7 @@ import struct
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.device import Context
-from pyroce.verbs.enums import ibv_wc_flags
+from pyroce.verbs.enums import ibv_gid_type, ibv_wc_flags
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.wire.framing import GRH_LEN, ipv4_checksum
@@ -44,9 +44,9 @@ class AH(PyverbsObject):
         ctx = pd.ctx
         if attr.port_num != 1:
             raise PyverbsRDMAError(f"Failed to create AH: port {attr.port_num} does not exist", errno.EINVAL)
-        if attr.is_global and not 0 <= attr.gr.sgid_index < len(ctx.gids):
-            raise PyverbsRDMAError(f"Failed to create AH: sgid_index {attr.gr.sgid_index} is outside the "
-                                   f"{len(ctx.gids)}-entry GID table", errno.EINVAL)  # fmt: skip
+        if attr.is_global and not ctx.gids.valid(attr.gr.sgid_index):
+            raise PyverbsRDMAError(f"Failed to create AH: sgid_index {attr.gr.sgid_index} names no GID (indices "
+                                   f"0..{len(ctx.gids.entries) - 1} hold one)", errno.EINVAL)  # fmt: skip
         try:
             attr.peer_address(ctx.device.route)  # a GRH, and a GID the link can reach
         except PyverbsRDMAError as exc:
@@ -92,8 +92,8 @@ def route_from_header(ctx: Context, header: bytes) -> GlobalRoute:
                             traffic_class=word >> 20 & 0xFF)  # fmt: skip
         local = GID(dgid)
     gids = ctx.gids
-    for index in range(len(gids)):
-        if gids.row(index)[0] == local:
+    for index in range(len(gids.entries)):
+        if gids.row(index) == (local, ibv_gid_type.IBV_GID_TYPE_ROCE_V2):  # the header is RoCE v2's
             route.sgid_index = index
             return route
     raise PyverbsRDMAError(f"Failed to create AH: {local} (the datagram's destination) is not in the GID table",

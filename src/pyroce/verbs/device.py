@@ -1,6 +1,6 @@
 """Devices and contexts (pyverbs ``device.pyx``): ``get_device_list``, ``Context``, the
 attributes it reports, modelled on what rxe reports for a RoCE port (rxe_param.h), its GID
-table (``pyroce.verbs.gids``: why it holds one GID) and its asynchronous events
+table (``pyroce.verbs.gids``: Linux's four entries, and what a RoCE v1 one does on a UDP device) and its asynchronous events
 (``get_async_event``, ``AsyncEvent``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
-from pyroce.ib.addressing import node_guid_of
+from pyroce.ib.addressing import GID_TABLE_LEN, node_guid_of
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.device import NicDevice
 from pyroce.verbs.addr import GID, gid_of_address
@@ -19,14 +19,13 @@ from pyroce.verbs.driver_memory import LOCAL, DriverMemory
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
     ibv_event_type,
-    ibv_gid_type,
     ibv_link_layer,
     ibv_mtu,
     ibv_node_type,
     ibv_port_state,
     ibv_transport_type,
 )
-from pyroce.verbs.gids import GID_TYPE_SYSFS, GIDEntry, GidTable, translate_gid_type
+from pyroce.verbs.gids import GID_TYPE_SYSFS, GIDEntry, roce_gid_table, translate_gid_type
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.wire.bth import DEFAULT_PKEY
 from pyroce.wire.mtu import mtu_for_netdev
@@ -104,7 +103,6 @@ class DeviceAttrEx(_Attr):
     phys_port_cnt_ex: int = 1
 
 
-
 @dataclass
 class PortAttr(_Attr):
     """``ibv_port_attr`` of a RoCE port."""
@@ -112,7 +110,7 @@ class PortAttr(_Attr):
     state: int = ibv_port_state.IBV_PORT_ACTIVE
     max_mtu: int = ibv_mtu.IBV_MTU_4096
     active_mtu: int = ibv_mtu.IBV_MTU_1024
-    gid_tbl_len: int = 1
+    gid_tbl_len: int = GID_TABLE_LEN
     port_cap_flags: int = 0
     max_msg_sz: int = MAX_MSG_SZ
     bad_pkey_cntr: int = 0
@@ -225,7 +223,7 @@ class Context(PyverbsObject):
         # of the QPs, CQs and SRQs created on it, and every port and device event
         self.async_queue = self.device.open_async_events()
         self.gid = gid_of_address(self.device.address)
-        self.gids = GidTable(PORT_NUM, ((self.gid, ibv_gid_type.IBV_GID_TYPE_ROCE_V2),), netdev_ifindex(self.device))
+        self.gids = roce_gid_table(PORT_NUM, self.device.address, netdev_ifindex(self.device))
         self.active_mtu = mtu_for_netdev(netdev_mtu(self.device))
 
     @property
@@ -259,7 +257,7 @@ class Context(PyverbsObject):
 
     def query_device(self) -> DeviceAttr:
         self._check_open()
-        guid = node_guid_of(self.gid.raw)
+        guid = node_guid_of(self.device.address)
         return DeviceAttr(node_guid=guid, sys_image_guid=guid)
 
     def query_device_ex(self) -> DeviceAttrEx:
@@ -276,9 +274,9 @@ class Context(PyverbsObject):
         return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids))
 
     def query_gid(self, port_num: int, index: int) -> GID:
-        """The GID at ``index`` (EINVAL past the table, or on another port)."""
+        """The GID at ``index``, zero where it is empty (EINVAL past the table, or on another port)."""
         self._check_port(port_num)
-        return self.gids.row(index)[0]
+        return self.gids.gid(index)
 
     def query_gid_type(self, port_num: int, index: int) -> int:
         """``ibv_query_gid_type``: the sysfs numbering (IBV_GID_TYPE_SYSFS_ROCE_V2 = 1)."""
@@ -294,9 +292,9 @@ class Context(PyverbsObject):
         """``ibv_query_gid_table``: every valid entry of every port; EINVAL when they do not
         fit in ``max_entries``, as libibverbs answers."""
         self._check_open()
-        if max_entries < len(self.gids):
+        if max_entries < len(self.gids.entries):
             raise PyverbsRDMAError("Failed to query gid tables of the device", errno.EINVAL)
-        return [self.gids.entry(index) for index in range(len(self.gids))]
+        return [self.gids.entry(index) for index in range(len(self.gids.entries))]
 
     def query_pkey(self, port_num: int, index: int) -> int:
         self._check_port(port_num)

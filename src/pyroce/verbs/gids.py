@@ -1,17 +1,21 @@
 """The port's GID table and pyverbs' ``GIDEntry`` (``device.pyx``).
 
-Linux rxe builds a netdev's table as the kernel's ``roce_gid_mgmt`` does, one RoCE v1 and one
-RoCE v2 entry per address: the default link-local ``fe80::`` GID (from the MAC) at 0 (v1) and
-1 (v2), then for each IPv4 address ``::ffff:a.b.c.d`` v1 and v2 (2 and 3), and for each IPv6
-address its v1 and v2 entries. With IPv6 off the default GIDs are left out, and the IPv4 GID's
-v2 entry is index 1 (the rxe of this project's captures, ``ibv_rc_pingpong -g 1``).
+The table is the one Linux builds for a RoCE port (the kernel's ``roce_gid_mgmt``, as mlx5
+shows it and as rdma-core's pyverbs documentation, perftest how-tos and UCX/NCCL guides
+hard-code it), ``pyroce.ib.addressing.gid_table``: 0 and 1 the default link-local GID
+(``fe80::`` and the EUI-64 of the port's MAC) as RoCE v1 and v2, 2 and 3 the address's GID
+(``::ffff:a.b.c.d``, or the IPv6 address) as RoCE v1 and v2. Index 3 is RoCE v2 over the
+device's address, the one to give a peer that is not pyroce (Linux rxe's IPv4 GID is at 1).
 
-pyroce's link is one UDP socket on one address (``PYROCE_ADDR``, IPv4 or IPv6): it sends and
-receives RoCE v2 over that address's family only (no RoCE v1 Ethernet frames), so its table
-lists only the GID it can serve, RoCE v2 at index 0 (``::ffff:a.b.c.d`` for an IPv4 address,
-the address itself for IPv6), and ``gid_tbl_len`` is 1. Listing rxe's other entries would
-hand peers GIDs that lead nowhere. GID indices are local: each
-side of a connection passes its own (pyroce ``-g 0`` against rxe ``-g 1`` or ``-g 3``).
+pyroce's link is one UDP socket on one address, so every entry's traffic leaves as RoCE v2
+from that address: RoCE v1 is Ethernet frames (ethertype 0x8915), which a UDP device cannot
+send, and a v1 entry is listed so that indices are where Linux puts them, its QPs and AHs
+speaking RoCE v2 as a v2 entry's do (a peer that is not pyroce and is told a v1 entry's GID
+answers with RoCE v1, which does not arrive: give it index 3). The link-local GID reaches the
+device of an IPv4 address (its MAC, hence its GID, is made from the address), so pyroce peers
+may exchange any index (``ibv_rc_pingpong -g 0`` on both sides); on an IPv6 device it reaches
+nothing. A datagram's receive names the v2 entry of the GID it was sent to (``ah.py``), as
+rdma-core's ``ibv_init_ah_from_wc`` picks by the header's RoCE version.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import errno
 import sys
 
+from pyroce.ib.addressing import GID_TABLE_LEN, ROCE_V1, ROCE_V2, gid_table
 from pyroce.verbs.addr import GID
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.enums import ibv_gid_type, ibv_gid_type_sysfs
@@ -67,22 +72,46 @@ def translate_gid_type(gid_type: int) -> str:
 
 
 class GidTable:
-    """A port's GIDs in index order, each with its ``ibv_gid_type``; indices past the table
-    are EINVAL, as the kernel answers for an index at or past ``gid_tbl_len``."""
+    """A port's table of ``size`` GIDs (``gid_tbl_len``): its valid ones in index order, each
+    with its ``ibv_gid_type``, then empty indices, as Linux's tables have (rxe 1024 entries,
+    mlx5 255; programs skip the zero GIDs, and rdma-core's ``test_query_gid_ex_bad_flow`` needs
+    an empty one). An empty index is ENODATA and one past the table EINVAL, as the kernel
+    answers ``ibv_query_gid_ex``."""
 
-    def __init__(self, port_num: int, entries: tuple[tuple[GID, ibv_gid_type], ...], ndev_ifindex: int) -> None:
+    def __init__(self, port_num: int, entries: tuple[tuple[GID, ibv_gid_type], ...], ndev_ifindex: int,
+                 size: int = GID_TABLE_LEN) -> None:  # fmt: skip
         self.port_num = port_num
         self.entries = entries
         self.ndev_ifindex = ndev_ifindex
+        self.size = size
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self.size
 
     def row(self, index: int) -> tuple[GID, ibv_gid_type]:
-        if not 0 <= index < len(self.entries):
+        if not 0 <= index < self.size:
             raise PyverbsRDMAError(f"Failed to query gid {index} of port {self.port_num}", errno.EINVAL)
+        if index >= len(self.entries):
+            raise PyverbsRDMAError(f"Failed to query gid {index} of port {self.port_num}: empty", errno.ENODATA)
         return self.entries[index]
+
+    def gid(self, index: int) -> GID:
+        """``ibv_query_gid``: an empty index reads as the zero GID, as libibverbs keeps it."""
+        if len(self.entries) <= index < self.size:
+            return GID(bytes(16))
+        return self.row(index)[0]
 
     def entry(self, index: int) -> GIDEntry:
         gid, gid_type = self.row(index)
         return GIDEntry.of(gid, index, self.port_num, gid_type, self.ndev_ifindex)
+
+    def valid(self, index: int) -> bool:
+        """Whether ``index`` holds a GID (one a QP's or an AH's ``sgid_index`` may name)."""
+        return 0 <= index < len(self.entries)
+
+
+def roce_gid_table(port_num: int, address: str, ndev_ifindex: int) -> GidTable:
+    """Port ``port_num``'s table for a device on ``address`` (``pyroce.ib.addressing.gid_table``)."""
+    types = {ROCE_V1: ibv_gid_type.IBV_GID_TYPE_ROCE_V1, ROCE_V2: ibv_gid_type.IBV_GID_TYPE_ROCE_V2}
+    entries = tuple((GID(gid), types[version]) for gid, version in gid_table(address))
+    return GidTable(port_num, entries, ndev_ifindex)

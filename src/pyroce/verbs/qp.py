@@ -255,8 +255,8 @@ class QP(PyverbsObject):
         rcq.qps[self.qp_num] = self
         for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
             parent.add_ref(self)
-        if qp_attr is not None:
-            self.to_init(qp_attr)
+        if qp_attr is not None:  # as pyverbs: a connected QP to INIT, a UD QP (needing no peer) to RTS
+            (self.to_rts if self.qp_type == ibv_qp_type.IBV_QPT_UD else self.to_init)(qp_attr)
 
     # --- state machine ------------------------------------------------------------------
 
@@ -358,8 +358,9 @@ class QP(PyverbsObject):
         if mask & M.IBV_QP_AV:
             if attr.ah_attr.port_num not in (0, 1):
                 raise invalid(f"ah_attr port {attr.ah_attr.port_num} does not exist")
-            if attr.ah_attr.gr.sgid_index != 0:
-                raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} is outside the 1-entry GID table")
+            if not self.ctx.gids.valid(attr.ah_attr.gr.sgid_index):
+                raise invalid(f"sgid_index {attr.ah_attr.gr.sgid_index} names no GID (indices 0.."
+                              f"{len(self.ctx.gids.entries) - 1} hold one)")  # fmt: skip
             peer = attr.ah_attr.peer_address(self.device.route)
         return changes, peer
 

@@ -92,6 +92,60 @@ PR_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 	return htobe64(value);
 }
 
+/* PYROCE_PRINT_STATS=1: the contexts open now, so that a program that exits without closing
+ * its device (after a failed completion, say) still prints what pyroce saw, at exit. */
+#define PR_OPEN_MAX 64
+static struct pr_context *open_contexts[PR_OPEN_MAX];
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int print_stats_on(void)
+{
+	const char *print_stats = getenv("PYROCE_PRINT_STATS");
+	return print_stats && !strcmp(print_stats, "1");
+}
+
+/* The shared device outlives the program: its counters now, as a device of the program's own
+ * would print them as it closed. */
+static void print_summary(struct pr_context *ctx)
+{
+	struct pr_answer answer;
+
+	if (pr_command(&answer, ctx, "ibv_close_device", "summary", "h", ctx->handle))
+		return;
+	if (answer.value->tag == 's')
+		fprintf(stderr, "%.*s\n", (int)answer.value->count, (const char *)answer.value->bytes);
+	pr_answer_free(&answer);
+}
+
+static void print_open_at_exit(void)
+{
+	pthread_mutex_lock(&open_lock);
+	for (int i = 0; i < PR_OPEN_MAX; i++)
+		if (open_contexts[i] && open_contexts[i]->generation == __atomic_load_n(&pr_generation, __ATOMIC_RELAXED))
+			print_summary(open_contexts[i]);
+	pthread_mutex_unlock(&open_lock);
+}
+
+/* Note `ctx` opened (`open`) or closed; whether its counters are to be printed (closing). */
+static int remember_open(struct pr_context *ctx, int open)
+{
+	static int registered;
+	int found = 0;
+
+	if (!print_stats_on())
+		return 0;
+	pthread_mutex_lock(&open_lock);
+	if (open && !registered)
+		registered = !atexit(print_open_at_exit);
+	for (int i = 0; i < PR_OPEN_MAX && !found; i++)
+		if (open_contexts[i] == (open ? NULL : ctx)) {
+			open_contexts[i] = open ? ctx : NULL;
+			found = 1;
+		}
+	pthread_mutex_unlock(&open_lock);
+	return 1;
+}
+
 PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct pr_answer answer;
@@ -140,25 +194,20 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	context->num_comp_vectors = 1;
 	pthread_mutex_init(&context->mutex, NULL);
 	context->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	remember_open(ctx, 1);
 	return context;
 }
 
 PR_EXPORT int ibv_close_device(struct ibv_context *context)
 {
 	struct pr_context *ctx = pr_ctx(context);
-	struct pr_answer answer;
 
 	/* A child of fork() closes its copies only: the context is its parent's, on the NIC. */
 	if (ctx->generation == __atomic_load_n(&pr_generation, __ATOMIC_RELAXED)) {
 		/* the shared device outlives the program: its counters now, as a device of the
 		 * program's own would print them as it closed */
-		const char *print_stats = getenv("PYROCE_PRINT_STATS");
-		if (print_stats && !strcmp(print_stats, "1") &&
-		    !pr_command(&answer, ctx, "ibv_close_device", "summary", "h", ctx->handle)) {
-			if (answer.value->tag == 's')
-				fprintf(stderr, "%.*s\n", (int)answer.value->count, (const char *)answer.value->bytes);
-			pr_answer_free(&answer);
-		}
+		if (remember_open(ctx, 0))
+			print_summary(ctx);
 		pr_run(ctx, "ibv_close_device", "close_context", "h", ctx->handle);
 	}
 	pthread_mutex_destroy(&ctx->lock);
