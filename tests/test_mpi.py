@@ -73,9 +73,9 @@ def check_ranks(done: subprocess.CompletedProcess[str], ranks: int) -> None:
 
 # Four ranks crash inside UCX now and then (a segfault in uct_ud_ep_process_rx or
 # ucp_tag_recv_nbx, about one run in four on this 2-core machine; two ranks never did in a dozen
-# runs): a known defect, not yet found. Suspect: the shared NIC pushes a whole pulled range of a
-# client's MR back from its mirror (nic/memory.py), which would overwrite bytes the program wrote
-# meanwhile. Until it is fixed these runs report XFAIL/XPASS instead of failing the suite.
+# runs): a known defect, cause not found (not the shared NIC's MR mirror keeping a written range
+# past its pass: instrumented runs showed none). Until it is fixed these runs report XFAIL/XPASS
+# instead of failing the suite.
 FLAKY_FOUR_RANKS = pytest.mark.xfail(strict=False, reason="four UCX ranks crash now and then: a known defect")
 
 
