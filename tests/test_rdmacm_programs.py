@@ -230,8 +230,13 @@ def test_cmtime_times_each_step_of_many_connections(nic: tuple[str, dict[str, st
     address, env = nic
     server = subprocess.Popen(run("cmtime", "-b", address, "-p", "7178"), env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + 60
     try:
-        client = connect(run("cmtime", "-s", address, "-p", "7178", "-c", "20"), env, server)
+        while True:  # cmtime exits 0 even when refused: again while its server is not listening yet
+            client = connect(run("cmtime", "-s", address, "-p", "7178", "-c", "20"), env, server)
+            if not NOT_LISTENING.search(client.stdout) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         server.kill()
         server.communicate()
