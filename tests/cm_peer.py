@@ -4,7 +4,8 @@ between two processes, each with its own NIC (``PYROCE_ADDR``):
     cm_peer.py server ADDRESS PORT accept|reject   synchronous listener (rdma_create_ep)
     cm_peer.py client ADDRESS PORT                 synchronous client: SEND, echo, disconnect
     cm_peer.py rejected ADDRESS PORT               asynchronous client expecting REJECTED
-    cm_peer.py hold ADDRESS PORT                   synchronous client: connect, then wait to be killed
+    cm_peer.py hold ADDRESS PORT                   synchronous client: connect, then wait to be
+                                                   killed or for its stdin to end (then exit, connected)
     cm_peer.py watch ADDRESS PORT                  asynchronous server: accept, then name the next event
 
 It prints one line per step; the test reads them. Exit status 0 when every check passed.
@@ -102,7 +103,7 @@ def hold(address: str, port: str) -> None:
                 qp_init_attr=qp_init_attr())  # fmt: skip
     cmid.connect()
     say("established")
-    sys.stdin.read()  # until killed (the test holds stdin open)
+    sys.stdin.read()  # until killed, or the test closes stdin: then the program ends, still connected
 
 
 def watch(address: str, port: str) -> None:

@@ -106,3 +106,18 @@ def test_a_program_killed_while_connected_is_disconnected_from_its_peer(tmp_path
                 client.wait(10)
             assert line_of(server) == "RDMA_CM_EVENT_DISCONNECTED"
             assert finish(server) == []
+
+
+def test_a_program_that_ends_while_connected_is_disconnected_from_its_peer() -> None:
+    """A program that returns without disconnecting, each on a NIC of its own: its NIC sends the
+    DREQ as the program ends (as the kernel does for a closing process), so the peer gets
+    DISCONNECTED instead of a connection that looks alive forever."""
+    server_address, client_address = private_address(), private_address()
+    with peer("watch", server_address, server_address, "7475") as server:
+        assert line_of(server) == "listening"
+        with peer("hold", client_address, server_address, "7475") as client:
+            assert line_of(client) == "established"
+            assert line_of(server) == "RDMA_CM_EVENT_ESTABLISHED"
+            assert finish(client) == []  # stdin closed: the program returns, still connected
+        assert line_of(server) == "RDMA_CM_EVENT_DISCONNECTED"
+        assert finish(server) == []

@@ -129,11 +129,14 @@ class RdmaCm:
         self._timers: Timers[CmId] = Timers()
         self._pending_timers: list[CmId] = []  # exchanges sent by a command: armed at the next pass
         self._now = 0.0  # the engine's time at its last pass: a command's time (commands get none)
+        self._channels: set[CmChannel] = set()
 
     # --- channels and ids -------------------------------------------------------------------
 
     def open_channel(self) -> CmChannel:
-        return CmChannel(self._new_queue())
+        channel = CmChannel(self._new_queue())
+        self._channels.add(channel)
+        return channel
 
     def close_channel(self, channel: CmChannel) -> None:
         """Destroy the channel's ids (as closing ucma's file does) and its queue."""
@@ -141,6 +144,13 @@ class RdmaCm:
             self.destroy_id(cm_id)
         channel.closed = True
         channel.events.close()
+        self._channels.discard(channel)
+
+    def close_all_channels(self) -> None:
+        """Every channel closed, as the kernel closes a process's files when it ends: its
+        connections get their DREQ, its unanswered requests their REJ."""
+        for channel in list(self._channels):
+            self.close_channel(channel)
 
     def create_id(self, channel: CmChannel, context: int, port_space: int, qp_type: int) -> CmId:
         if channel.closed:

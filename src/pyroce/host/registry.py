@@ -18,6 +18,7 @@ A device opens on the first ``open_device`` and closes when its last user releas
 
 from __future__ import annotations
 
+import atexit
 import errno
 import ipaddress
 import os
@@ -170,6 +171,15 @@ def open_device(name: str, progress: str | None = None) -> NicDevice:
         device, users = _open.get(name) or (_create(name, progress), 0)
         _open[name] = (device, users + 1)
         return device
+
+
+@atexit.register
+def _end_of_program() -> None:
+    """The program's open devices send their last MADs (``NicDevice.end_connections``)."""
+    with _lock:
+        devices = [device for device, _users in _open.values()]
+    for device in devices:
+        device.end_connections()
 
 
 def release_device(device: NicDevice) -> None:

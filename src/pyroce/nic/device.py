@@ -523,9 +523,20 @@ class NicDevice:
         with self._lock:
             return self._stats(), {qpn: dict(sorted(qp.rc.counters.items())) for qpn, qp in self.engine.qps.items()}
 
+    def end_connections(self) -> None:
+        """The device's users are gone or going (``close``, or the program's end with the device
+        open): their rdma_cm ids go as the kernel's do for an ending process, and one engine
+        pass sends what that and their last commands queued (a REJ, a DREQ), since no engine
+        pass follows."""
+        if self._closed:
+            return
+        self.cm.close_all_channels()
+        self._progress.run_inline(receive=False)
+
     def close(self) -> None:
         """Stop the runner (the engine thread) and release the link, the doorbells and the
-        event queues; a second call does nothing."""
+        event queues; a second call does nothing. The CM's last MADs go first."""
+        self.end_connections()
         with self._lock:
             if self._closed:
                 return
