@@ -95,13 +95,16 @@ def run_pair(argv: list[str], env: dict[str, str], port: int) -> str:
     raise RuntimeError(f"{argv[0]} failed: {(client.stdout + server_out).strip().splitlines()[-3:]}")
 
 
-def client_run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The client, started again while the server is not listening yet (perftest tries once)."""
+def client_run(
+    command: list[str], env: dict[str, str], not_listening: str = NOT_LISTENING
+) -> subprocess.CompletedProcess[str]:
+    """The client, started again while the server is not listening yet (its output says
+    ``not_listening``: perftest and ucx_perftest try once)."""
     deadline = time.monotonic() + 30
     while True:
         done = subprocess.run(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=300, check=False)  # fmt: skip
-        if NOT_LISTENING not in done.stdout or time.monotonic() > deadline:
+        if not_listening not in done.stdout or time.monotonic() > deadline:
             return done
         time.sleep(0.2)
 

@@ -11,8 +11,9 @@ CPU seconds per GB; the same Python verbs with both processes on one shared NIC
 (``PYROCE_NIC=shared``: latency, 64 KiB WRITE, message rate); then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
 ``ib_send_lat`` (2 bytes) through pyroce's C driver, both programs on one shared NIC
 (``perftest_rows.py``), and qperf's ``rc_lat`` and ``rc_bw`` over rdma_cm the same way
-(``qperf_rows.py``); each skipped with a note where its program, a C compiler or libibverbs-dev
-is missing. Each figure is printed beside its ceiling as a ratio.
+(``qperf_rows.py``), and ucx_perftest's ``tag_lat``, ``tag_bw`` and ``ucp_put_bw`` over
+pyroce0's rc_verbs the same way (``ucx_rows.py``); each skipped with a note where its program, a C
+compiler or libibverbs-dev is missing. Each figure is printed beside its ceiling as a ratio.
 Every run checks the bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in
 under a minute.
 """
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import udp_ceiling
 from perftest_rows import perftest_rows
 from qperf_rows import qperf_rows
+from ucx_rows import ucx_rows
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
 from pyroce.nicd.client import ask
@@ -424,7 +426,7 @@ def run(quick: bool) -> dict[str, Any]:
     errors += shared_errors
     port = 20000 + os.getpid() % 20000  # the Python server is gone
     notes = []
-    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3)):
+    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3), (ucx_rows, 4)):
         rows, note = rows_of(quick, port=port + offset)
         results.extend(rows)
         notes += [note] if note else []
@@ -482,7 +484,8 @@ def print_table(report: dict[str, Any]) -> None:
     print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
     print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, both programs on "
           "one shared NIC; /qperf rows: qperf's own (rc_lat: its mean, in the p50 column; rc_bw: SEND), the same "
-          "way, over rdma_cm; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
+          "way, over rdma_cm; /ucx rows: ucx_perftest's own (tag_lat: its median; tag_bw, put_bw: its overall average), "
+          "the same way, over rc_verbs; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     for note in report["notes"]:
         print(note)
