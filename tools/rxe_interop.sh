@@ -15,6 +15,12 @@
 # With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
 # perftest's ib_send_bw -R (-t send_bw_cm), each both ways; their servers are started by address, not TCP port.
+# With --c also UCX's ucx_perftest (ucx_tag_lat: tag_lat 8 bytes, ucx_tag_bw: tag_bw 64 KiB, ucx_put_bw: ucp_put_bw
+# 64 KiB; -N iterations; UCX_TLS=rc_verbs,ud_verbs,self on each side's device) and qperf's rc_lat (2 bytes) and rc_bw
+# (64 KiB) over rdma_cm (-cm1: qperf_lat, qperf_bw) and as on InfiniBand (qperf_lat_nocm, qperf_bw_nocm: no GRH,
+# refused at RTR by rxe and pyroce alike, so not in the default list), -T seconds each (with -n 200 a pyroce client's
+# rc_lat against rxe ran past 300 s: not looked into), rc_bw at MTU -m; a qperf server serves until it is stopped, so
+# it passes if it is still running when its client has finished.
 # pyroce runs with its default settings (ICRC checking on). The script prints both sides' output and checks that
 # both exited 0, that each side's "remote address" lines are the other's "local address" lines, that the runs
 # finished (pingpong: both sides' "ITERS iters in" line; perftest: the client's result row of SIZE and ITERS)
@@ -30,11 +36,13 @@
 #   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
 #   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm    # the rdma_cm programs
+#   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw -N 200   # UCX and qperf
 #
 # Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
-#   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm)
+#   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
+#   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
-#   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)
+#   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n, ucx_perftest -n: 1000)  -T QPERF_SECONDS (2)
 #   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
@@ -61,8 +69,11 @@ TAP=rxetap1
 PINGPONGS=(rc uc srq ud)
 PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
 CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm)
+UCXTESTS=(ucx_tag_lat ucx_tag_bw ucx_put_bw)
+QPERFTESTS=(qperf_lat qperf_bw)  # qperf_lat_nocm, qperf_bw_nocm: with -t only (they fail on rxe as on pyroce)
+UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its connection), no shared memory or TCP
 
-TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000
+TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -75,6 +86,7 @@ while (($#)); do
     -S) UD_SIZES_ARG="$2"; shift 2;;
     -P) PERF_SIZES_ARG="$2"; shift 2;;
     -N) PERF_ITERS="$2"; shift 2;;
+    -T) QPERF_SECONDS="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
     -r) RXD="$2"; shift 2;;
     -q) NQP="$2"; shift 2;;
@@ -92,16 +104,18 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
-if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
+if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
 is_cmtest() { [[ " ${CMTESTS[*]} " == *" $1 "* ]]; }
+is_ucxtest() { [[ " ${UCXTESTS[*]} " == *" $1 "* ]]; }
+is_qperftest() { [[ " ${QPERFTESTS[*]} " == *" $1 "* || "$1" == qperf_lat_nocm || "$1" == qperf_bw_nocm ]]; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  if is_perftest "$T" || is_cmtest "$T"; then
+  if is_perftest "$T" || is_cmtest "$T" || is_ucxtest "$T" || is_qperftest "$T"; then
     ((C_MODE)) || die "'$T' runs with --c only (the C program through pyroce run)"
   elif [[ " ${PINGPONGS[*]} " != *" $T "* ]]; then
-    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]} ${CMTESTS[*]})"
+    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]} ${CMTESTS[*]} ${UCXTESTS[*]} ${QPERFTESTS[*]} qperf_lat_nocm qperf_bw_nocm)"
   fi
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
@@ -121,12 +135,14 @@ guest_program() {
   case "$1" in
     send_bw_cm) echo ib_send_bw;;
     rping|ucmatose|udaddy|rdma_server) echo "$1";;
+    ucx_*) echo ucx_perftest;;
+    qperf_*) echo qperf;;
     *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
   esac
 }
 if ((C_MODE)); then
   for T in "${TOOLS[@]}"; do
-    command -v "$(guest_program "$T")" >/dev/null || die "$(guest_program "$T") is not installed on this host (apt-get install ibverbs-utils perftest)"
+    command -v "$(guest_program "$T")" >/dev/null || die "$(guest_program "$T") is not installed on this host (apt-get install ibverbs-utils perftest ucx-utils qperf)"
   done
   echo "=== building pyroce's C driver ($PYTHON -m pyroce run --print-env)"
   "${HOST_ENV[@]}" "$PYTHON" -m pyroce run --print-env >"$WORK/driver.log" 2>&1 || { cat "$WORK/driver.log" >&2; die "the C driver did not build"; }
@@ -230,13 +246,13 @@ print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "n
 wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
   local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
   # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
-  ((ADDR_LINES)) || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == tcp ]] || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
   guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
-  if ((!ADDR_LINES)); then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
+  if [[ "$LISTEN" != tcp ]]; then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
     sleep 3; kill -0 "$SERVER_PID" 2>/dev/null; return
   fi
   for i in $(seq 1 150); do
@@ -271,7 +287,7 @@ pingpong_pair() {
 
 # same_program_both_roles: a server is GUEST_CMD / HOST_CMD, a client the same with the server's address last
 same_program_both_roles() {
-  ADDR_LINES=1
+  ADDR_LINES=1; LISTEN=tcp; SERVER_STAYS=0
   G_SERVER="$GUEST_CMD"; G_CLIENT="$GUEST_CMD $HOST_IP"
   H_SERVER=("${HOST_CMD[@]}"); H_CLIENT=("${HOST_CMD[@]}" "$GUEST_IP")
 }
@@ -279,7 +295,7 @@ same_program_both_roles() {
 # cm_pair T SIZE: an rdma_cm program's server and client (SIZE: rping's -S, ib_send_bw's -s; else unused)
 cm_pair() {
   local host_run=("$PYTHON" -m pyroce run --)
-  ADDR_LINES=0
+  ADDR_LINES=0; LISTEN=cm; SERVER_STAYS=0
   case "$1" in
     rping)  # the server binds the address; -V makes both sides check every ping's data
       G_SERVER="rping -s -a $GUEST_IP -C $CM_ITERS -S $2 -v -V"; G_CLIENT="rping -c -a $HOST_IP -C $CM_ITERS -S $2 -v -V"
@@ -316,6 +332,43 @@ perftest_pair() {
   same_program_both_roles
 }
 
+# ucx_pair T SIZE: ucx_perftest's test (tag_lat, tag_bw, ucp_put_bw) at SIZE bytes on each side's device's RC
+# transport; its server exits after one test, its client prints "Final: ITERS ..."
+ucx_pair() {
+  local test="${1#ucx_}" common
+  [[ "$test" == put_bw ]] && test=ucp_put_bw
+  common="-p $PORT"; local options=(-t "$test" -s "$2" -n "$PERF_ITERS")
+  G_SERVER="UCX_TLS=$UCX_TLS UCX_NET_DEVICES=rxe0:1 ucx_perftest $common"; G_CLIENT="$G_SERVER ${options[*]} $HOST_IP"
+  H_SERVER=(env UCX_TLS="$UCX_TLS" UCX_NET_DEVICES=pyroce0:1 "$PYTHON" -m pyroce run -- ucx_perftest -p "$PORT")
+  H_CLIENT=("${H_SERVER[@]}" "${options[@]}" "$GUEST_IP")
+  GUEST_LABEL="ucx_perftest"; HOST_LABEL="pyroce run -- ucx_perftest"
+  ADDR_LINES=0; LISTEN=tcp; SERVER_STAYS=0
+  SERVER_DONE=""; CLIENT_DONE="^Final: +$PERF_ITERS "
+}
+
+# qperf_pair T SIZE: qperf's rc_lat or rc_bw at SIZE bytes, over rdma_cm (-cm1) or, for T *_nocm, connected by its
+# own exchange of QP numbers and LIDs (no GRH); its server (qperf -lp PORT) serves until stopped
+qperf_pair() {
+  local test=rc_lat options=(-lp "$PORT" -m "$2" -t "$QPERF_SECONDS")
+  [[ "$1" == qperf_bw* ]] && test=rc_bw && options+=(-mt "$MTU")  # rc_lat has no use for -mt (it says so)
+  [[ "$1" == *_nocm ]] || options+=(-cm1)
+  # the guest server in a process group of its own: qperf forks a child per test, which its parent's end leaves
+  G_SERVER="set -m; qperf -lp $PORT & echo \$! >/tmp/qperf-server.pid; wait \$!"; G_CLIENT="qperf ${options[*]} $HOST_IP $test"
+  G_STOP='kill -- -$(cat /tmp/qperf-server.pid)'
+  H_SERVER=("$PYTHON" -m pyroce run -- qperf -lp "$PORT"); H_CLIENT=("$PYTHON" -m pyroce run -- qperf "${options[@]}" "$GUEST_IP" "$test")
+  GUEST_LABEL="qperf"; HOST_LABEL="pyroce run -- qperf"
+  ADDR_LINES=0; LISTEN=tcp; SERVER_STAYS=1
+  SERVER_DONE=""; CLIENT_DONE="^ +(latency|bw) += "
+}
+
+# stop_guest_server: a server that serves until stopped (SERVER_STAYS) and still runs is stopped and passes (GRC 0)
+stop_guest_server() {
+  ((SERVER_STAYS && GRC == 124)) || return 0
+  guest --timeout 20 "$G_STOP" >/dev/null 2>&1
+  guest --wait "$JOB" --timeout 20 >"$WORK/guest.out" 2>&1
+  echo "(a server to the end: stopped after its client)" >>"$WORK/guest.out"; GRC=0
+}
+
 # run_pair SHORT SIZE: both directions of GUEST_CMD / HOST_CMD
 run_pair() {
   local short="$1" size="$2"
@@ -332,8 +385,10 @@ run_pair() {
     echo "guest server is not listening" >"$WORK/pyroce.out"; HRC=2
   fi
   # the server finishes right after the client; if the client failed, it may never (blocked in accept)
-  guest --wait "$JOB" --timeout "$( ((HRC == 0)) && echo "$TIMEOUT" || echo 15)" >"$WORK/guest.out" 2>&1
+  guest --wait "$JOB" --timeout "$( ((SERVER_STAYS)) && echo 2 || { ((HRC == 0)) && echo "$TIMEOUT" || echo 15; })" \
+    >"$WORK/guest.out" 2>&1
   GRC=$?
+  stop_guest_server
   if [[ "$GRC" == 124 ]]; then guest --kill "$JOB" >/dev/null 2>&1; echo "(timed out; killed)" >>"$WORK/guest.out"; fi
   JOB=""
   stop_capture
@@ -357,13 +412,18 @@ run_pair() {
   else
     echo "pyroce server is not listening" >"$WORK/guest.out"; GRC=2
   fi
+  # a server that serves until stopped passes if it still runs; stop it
+  local stopped=0
+  if ((SERVER_STAYS)) && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID"; wait "$SERVER_PID"; stopped=1
+    echo "(a server to the end: stopped after its client)" >>"$WORK/pyroce.out"
+  fi
   # likewise: a server whose client failed may wait for it forever; give it 15 s
-  if ((GRC != 0)); then
+  if ((GRC != 0 && !stopped)); then
     for _ in $(seq 1 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
     kill "$SERVER_PID" 2>/dev/null && echo "(still waiting 15 s after the client failed; killed)" >>"$WORK/pyroce.out"
   fi
-  wait "$SERVER_PID"
-  HRC=$?
+  if ((stopped)); then HRC=0; else wait "$SERVER_PID"; HRC=$?; fi
   SERVER_PID=""
   stop_capture
   echo "--- pyroce ($HOST_IP, pyroce0): ${HOST_ENV[*]:1} ip netns exec $NS ${H_SERVER[*]}"
@@ -377,12 +437,17 @@ for T in "${TOOLS[@]}"; do
   if [[ "$T" == rping ]]; then SIZES=(64)
   elif [[ "$T" == ucmatose || "$T" == udaddy || "$T" == rdma_server ]]; then SIZES=(0)
   elif [[ "$T" == send_bw_cm ]]; then IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"
+  elif [[ "$T" == ucx_tag_lat ]]; then SIZES=(8)
+  elif [[ "$T" == qperf_lat* ]]; then SIZES=(2)
+  elif is_ucxtest "$T" || is_qperftest "$T"; then SIZES=(65536)
   elif is_perftest "$T"; then
     if [[ "$T" == atomic_bw ]]; then SIZES=(8); else IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"; fi
   elif [[ "$T" == ud ]]; then IFS=, read -ra SIZES <<<"$UD_SIZES_ARG"
   else IFS=, read -ra SIZES <<<"$SIZES_ARG"; fi
   for SIZE in "${SIZES[@]}"; do
     if is_cmtest "$T"; then cm_pair "$T" "$SIZE"
+    elif is_ucxtest "$T"; then ucx_pair "$T" "$SIZE"
+    elif is_qperftest "$T"; then qperf_pair "$T" "$SIZE"
     elif is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
     run_pair "$T" "$SIZE"
   done
