@@ -16,7 +16,8 @@
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
 # perftest's ib_send_bw -R (-t send_bw_cm), each both ways; their servers are started by address, not TCP port.
 # With --c also UCX's ucx_perftest (ucx_tag_lat: tag_lat 8 bytes, ucx_tag_bw: tag_bw 64 KiB, ucx_put_bw: ucp_put_bw
-# 64 KiB; -N iterations; UCX_TLS=rc_verbs,ud_verbs,self on each side's device) and qperf's rc_lat (2 bytes) and rc_bw
+# 64 KiB; -U iterations; UCX_TLS=rc_verbs,ud_verbs,self on each side's device; on rxe UCX_UD_VERBS_ETH_DGID_CHECK=n,
+# without which UCX's UD drops every packet rxe delivers, from rxe too) and qperf's rc_lat (2 bytes) and rc_bw
 # (64 KiB) over rdma_cm (-cm1: qperf_lat, qperf_bw) and as on InfiniBand (qperf_lat_nocm, qperf_bw_nocm: no GRH,
 # refused at RTR by rxe and pyroce alike, so not in the default list), -T seconds each (with -n 200 a pyroce client's
 # rc_lat against rxe ran past 300 s: not looked into), rc_bw at MTU -m; a qperf server serves until it is stopped, so
@@ -36,13 +37,14 @@
 #   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
 #   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm    # the rdma_cm programs
-#   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw -N 200   # UCX and qperf
+#   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw   # UCX and qperf
 #
 # Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
 #   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
 #   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
-#   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n, ucx_perftest -n: 1000)  -T QPERF_SECONDS (2)
+#   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)  -U UCX_ITERS (ucx_perftest -n: 200)
+#   -T QPERF_SECONDS (qperf -t: 2)
 #   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
@@ -54,7 +56,8 @@
 #   and needs its dependencies for PYTHON; --c needs ibverbs-utils, perftest, libibverbs-dev and a C compiler on
 #   the host (the C driver is built once, before the runs).
 # Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s);
-#   --c: 48 runs (-n 1000, -N 1000) in about 4.5 minutes.
+#   --c: 70 runs: the pingpongs' and perftests' 48 (-n 1000, -N 1000) in about 4.5 minutes, the rdma_cm programs' 12,
+#   the UCX pairs' 6 in about 2 minutes and qperf's 4 in about 1.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -73,7 +76,7 @@ UCXTESTS=(ucx_tag_lat ucx_tag_bw ucx_put_bw)
 QPERFTESTS=(qperf_lat qperf_bw)  # qperf_lat_nocm, qperf_bw_nocm: with -t only (they fail on rxe as on pyroce)
 UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its connection), no shared memory or TCP
 
-TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; QPERF_SECONDS=2
+TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; UCX_ITERS=200; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -86,6 +89,7 @@ while (($#)); do
     -S) UD_SIZES_ARG="$2"; shift 2;;
     -P) PERF_SIZES_ARG="$2"; shift 2;;
     -N) PERF_ITERS="$2"; shift 2;;
+    -U) UCX_ITERS="$2"; shift 2;;
     -T) QPERF_SECONDS="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
     -r) RXD="$2"; shift 2;;
@@ -337,13 +341,14 @@ perftest_pair() {
 ucx_pair() {
   local test="${1#ucx_}" common
   [[ "$test" == put_bw ]] && test=ucp_put_bw
-  common="-p $PORT"; local options=(-t "$test" -s "$2" -n "$PERF_ITERS")
-  G_SERVER="UCX_TLS=$UCX_TLS UCX_NET_DEVICES=rxe0:1 ucx_perftest $common"; G_CLIENT="$G_SERVER ${options[*]} $HOST_IP"
+  common="-p $PORT"; local options=(-t "$test" -s "$2" -n "$UCX_ITERS")
+  # on rxe UCX's check of a UD packet's destination GID drops every packet (rxe to rxe too): off in the guest
+  G_SERVER="UCX_TLS=$UCX_TLS UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n ucx_perftest $common"; G_CLIENT="$G_SERVER ${options[*]} $HOST_IP"
   H_SERVER=(env UCX_TLS="$UCX_TLS" UCX_NET_DEVICES=pyroce0:1 "$PYTHON" -m pyroce run -- ucx_perftest -p "$PORT")
   H_CLIENT=("${H_SERVER[@]}" "${options[@]}" "$GUEST_IP")
   GUEST_LABEL="ucx_perftest"; HOST_LABEL="pyroce run -- ucx_perftest"
   ADDR_LINES=0; LISTEN=tcp; SERVER_STAYS=0
-  SERVER_DONE=""; CLIENT_DONE="^Final: +$PERF_ITERS "
+  SERVER_DONE=""; CLIENT_DONE="^Final: +$UCX_ITERS "
 }
 
 # qperf_pair T SIZE: qperf's rc_lat or rc_bw at SIZE bytes, over rdma_cm (-cm1) or, for T *_nocm, connected by its
@@ -461,7 +466,7 @@ for name in "${FAILURES[@]}"; do echo "  failed: $name"; done
 if ((C_MODE)); then HOST_SIDE="the C tools through pyroce run"; else HOST_SIDE="pyroce's Python tools"; fi
 SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, }; pingpong at ${SIZES_ARG//,/, } bytes"
 SUMMARY+=" (ud: ${UD_SIZES_ARG//,/, }), -n $ITERS"
-((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS"
+((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS; ucx_perftest -n $UCX_ITERS; qperf -t $QPERF_SECONDS"
 SUMMARY+="; both directions; host side: $HOST_SIDE)"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
