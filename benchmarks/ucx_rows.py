@@ -1,6 +1,7 @@
 """UCX through pyroce, for ``run.py``: Debian's ``ucx_perftest`` (ucx-utils 1.13), unmodified, its
 tag-matching latency (``tag_lat``, 8 bytes), tag-matching bandwidth (``tag_bw``) and RDMA WRITE
-bandwidth (``ucp_put_bw``), 64 KiB each, server and client on this host on a shared NIC of their
+bandwidth (``ucp_put_bw``), 64 KiB each (200 messages: ``tag_bw`` fails now and then at 500, a
+known defect: docs/performance.md), server and client on this host on a shared NIC of their
 own, on pyroce0's transports only (``UCX_TLS=rc_verbs,ud_verbs,self``: rc_verbs carries the data,
 ud_verbs its connection), beside perftest's rows. The figures are ucx_perftest's ``Final:`` line:
 latency its 50th percentile of half round trips, bandwidth its overall average (UCX's MB is
@@ -33,7 +34,7 @@ def shared_nic_rows(quick: bool, env: dict[str, str], port: int) -> list[dict[st
     lat = final(run_pair(["-t", "tag_lat", "-s", "8", "-n", "100" if quick else "2000"], env, port))
     rows = [{"op": "tag", "metric": "lat", "series": "ucx", "size": 8, "qps": 1, "lat_us_p50": lat["p50"]}]
     for test, op in (("tag_bw", "tag"), ("ucp_put_bw", "put")):
-        bw = final(run_pair(["-t", test, "-s", "65536", "-n", "50" if quick else "500"], env, port))
+        bw = final(run_pair(["-t", test, "-s", "65536", "-n", "50" if quick else "200"], env, port))
         rows.append({"op": op, "metric": "bw", "series": "ucx", "size": 65536, "qps": 1,
                      "MBps": bw["MBps"] * MIB / 1e6, "msgs_per_s": bw["msgs_per_s"]})  # fmt: skip
     return rows
@@ -51,8 +52,9 @@ def run_pair(options: list[str], env: dict[str, str], port: int) -> str:
             server.kill()
             server.communicate()
     if client.returncode != 0 or server.returncode != 0:
-        last = (client.stdout + server_out).strip().splitlines()[-3:]
-        raise RuntimeError(f"ucx_perftest {options[1]} failed: {last}")
+        lines = (client.stdout + server_out).strip().splitlines()
+        said = [line for line in lines if "Fatal" in line or "ERROR" in line] or lines[-3:]  # not UCX's backtrace
+        raise RuntimeError(f"ucx_perftest {options[1]} failed: {said[:3]}")
     return client.stdout
 
 
