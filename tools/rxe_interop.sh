@@ -1,5 +1,6 @@
 #!/bin/bash
-# rxe_interop.sh - interop between pyroce and Linux rxe (soft-RoCE in a VM): rdma-core's pingpong tools and perftest.
+# rxe_interop.sh - interop between pyroce and Linux rxe (soft-RoCE in a VM): rdma-core's pingpong tools, perftest, the
+# rdma_cm programs, UCX and qperf.
 #
 # Boots the rxevm guest (the VM kit named by RXEVM, see its README: Debian kernel 6.1 rdma_rxe + rdma-core 44 + perftest 4.5,
 # reached over a tap inside network namespace 'rxevm'), then runs each tool in the guest against pyroce on the host
