@@ -192,21 +192,27 @@ class Context(PyverbsObject):
     CLOSE_ORDER = 3
 
     def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None,
-                 driver_memory: DriverMemory = LOCAL, nic: str | None = None, **kwargs: object) -> None:  # fmt: skip
+                 driver_memory: DriverMemory = LOCAL, nic: str | None = None, device: NicDevice | None = None,
+                 **kwargs: object) -> None:  # fmt: skip
         """``progress`` (pyroce's): the mode the device starts in when ``PYROCE_PROGRESS``
         names none (the C driver, whose program lends no thread, asks for ``thread``);
         ``driver_memory`` (pyroce's): where the rings of this context's objects live
         (``verbs.driver_memory``: the shared NIC's connections give theirs); ``nic`` (pyroce's):
         ``own`` (a NIC in this process) or ``shared`` (the address's ``pyroce nicd``), else
-        ``PYROCE_NIC``'s choice (``nic_choice``)."""
+        ``PYROCE_NIC``'s choice (``nic_choice``); ``device`` (pyroce's): a device the caller
+        built and closes (``host.assembly.build_device``: a simulator's NIC on a link of its
+        own, in host mode), the verbs then drive it as they drive pyroce0."""
         super().__init__()
         self.driver_memory = driver_memory
         device_name = name.decode() if isinstance(name, bytes) else name
-        if device_name not in DEVICE_NAMES:
+        if device is None and device_name not in DEVICE_NAMES:
             raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)
-        self.nic = nic_choice(nic)
+        self.nic = "given" if device is not None else nic_choice(nic)
         try:
-            if self.nic == "shared":
+            if device is not None:
+                self.device = device
+                device_name = device.name
+            elif self.nic == "shared":
                 from pyroce.nicd.remote_device import RemoteDevice
 
                 remote = RemoteDevice(device_name)
@@ -234,7 +240,7 @@ class Context(PyverbsObject):
         self.device.close_async_events(self.async_queue)
         if self.nic == "shared":
             self.device.close()
-        else:
+        elif self.nic == "own":
             release_device(self.device)
 
     @property
