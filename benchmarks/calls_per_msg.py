@@ -103,7 +103,9 @@ def one_round(requester: Side, responder: Side, now: float, counter: CallCounter
     with counter.counting("receive"):
         responder.qp.post_recv(RecvWR(sg=[SGE(responder.mr.buf, 64, responder.mr.lkey)]))
     with counter.counting("send"):
-        requester.qp.post_send(SendWR(opcode=e.IBV_WR_SEND, sg=[SGE(requester.mr.buf, MESSAGE_SIZE, requester.mr.lkey)]))
+        requester.qp.post_send(
+            SendWR(opcode=e.IBV_WR_SEND, sg=[SGE(requester.mr.buf, MESSAGE_SIZE, requester.mr.lkey)])
+        )
         requester.device.step(now)
     with counter.counting("receive"):
         responder.device.step(now)

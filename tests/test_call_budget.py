@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from calls_per_msg import calls_per_msg  # noqa: E402
+from calls_per_msg import calls_per_msg
 
 BUDGET = {"send": 101, "receive": 131, "ack": 79}
 
