@@ -113,7 +113,7 @@ class RdmaCm:
         self.ports = PortTable(self._rng)
         self._by_comm_id: dict[int, CmId] = {}  # our comm ID (SIDR: request ID) -> id
         self._by_peer: dict[tuple[int, bytes], CmId] = {}  # (peer's comm ID, peer's GID) -> passive id
-        self._exchanges: Exchanges[CmId] = Exchanges()  # resends and time waits
+        self.exchanges: Exchanges[CmId] = Exchanges()  # resends and time waits (the engine reads its deadline)
         self._channels: set[CmChannel] = set()
 
     # --- channels and ids -------------------------------------------------------------------
@@ -414,22 +414,10 @@ class RdmaCm:
         """The engine's link reaches GIDs through ``route`` (resolve_addr asks it)."""
         self._route = route
 
-    def output(self, now: float, budget: int, route: Route) -> list[tuple[str, object]]:
-        """The engine's pass: MADs to send (retry timers start now for what commands sent)."""
-        self._exchanges.start_pending(now)
-        return self.qp1.output(budget, route)  # type: ignore[return-value]
-
-    @property
-    def has_output(self) -> bool:
-        return self.qp1.has_output or self._exchanges.has_pending
-
-    def next_deadline(self) -> float | None:
-        return self._exchanges.next_deadline()
-
     def handle_timer(self, now: float) -> None:
         """Resend what is still unanswered, give up what has run out of retries, forget
         connections whose time wait is over."""
-        resend, expired = self._exchanges.due(now)
+        resend, expired = self.exchanges.due(now)
         for exchange in resend:
             self.counters["cm_mads_resent"] += 1
             self.qp1.send(exchange.gid, exchange.mad)
@@ -439,7 +427,7 @@ class RdmaCm:
     # --- MADs in ----------------------------------------------------------------------------
 
     def _on_mad(self, gid: bytes, header: MadHeader, message: CmMessage, now: float) -> None:
-        self._exchanges.now = now
+        self.exchanges.now = now
         handler = self._HANDLERS.get(type(message))
         if handler is None:
             self.counters["cm_drop_unhandled"] += 1
@@ -462,7 +450,7 @@ class RdmaCm:
                     ),
                 )
             return
-        if self._exchanges.in_timewait(key):
+        if self.exchanges.in_timewait(key):
             self.counters["cm_req_stale"] += 1
             self._answer_rej(gid, header.tid, req.local_comm_id, RejectReason.STALE_CONN, CmMsgResponse.REQ)
             return
@@ -516,11 +504,11 @@ class RdmaCm:
     def _on_mra(self, gid: bytes, header: MadHeader, mra: CmMra, now: float) -> None:
         cm_id = self._mine(mra.remote_comm_id, gid)
         waiting = {CmMsgResponse.REQ: IdState.REQ_SENT, CmMsgResponse.REP: IdState.REP_SENT}.get(mra.message_mraed)
-        if cm_id is None or not self._exchanges.waiting(cm_id) or cm_id.state is not waiting:
+        if cm_id is None or not self.exchanges.waiting(cm_id) or cm_id.state is not waiting:
             self.counters["cm_drop_stray_mra"] += 1
             return
         # the peer needs longer: wait what it asks, then go on resending as before
-        self._exchanges.extend(cm_id, now + time_of(mra.service_timeout) + time_of(PACKET_LIFE_TIME))
+        self.exchanges.extend(cm_id, now + time_of(mra.service_timeout) + time_of(PACKET_LIFE_TIME))
 
     def _on_rej(self, gid: bytes, header: MadHeader, rej: CmRej, now: float) -> None:
         cm_id = self._mine(rej.remote_comm_id, gid)
@@ -612,7 +600,7 @@ class RdmaCm:
     def _disconnected(self, cm_id: CmId, now: float, private_data: bytes = b"") -> None:
         was_connected = cm_id.state in CONNECTED or cm_id.state is IdState.REP_SENT
         cm_id.state = IdState.TIMEWAIT
-        self._exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S, now)
+        self.exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S, now)
         if was_connected:
             self._event(cm_id, E.DISCONNECTED, 0, conn=ConnParam(private_data))
 
@@ -636,10 +624,10 @@ class RdmaCm:
         self._end_exchange(cm_id)
         self._forget_comm_id(cm_id)
         if cm_id.state in CONNECTED and cm_id.remote_comm_id:
-            self._exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S)
+            self.exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S)
 
     def _end_exchange(self, cm_id: CmId) -> None:
-        self._exchanges.end(cm_id)
+        self.exchanges.end(cm_id)
 
     def _forget_comm_id(self, cm_id: CmId) -> None:
         if self._by_comm_id.get(cm_id.local_comm_id) is cm_id:
@@ -663,7 +651,7 @@ class RdmaCm:
         self.qp1.send(gid, mad)
         if exchange:
             timeout = 2 * time_of(PACKET_LIFE_TIME) + time_of(self.response_timeout)
-            self._exchanges.start(cm_id, Exchange(gid, mad, timeout, self.max_retries))
+            self.exchanges.start(cm_id, Exchange(gid, mad, timeout, self.max_retries))
 
     def _dreq(self, cm_id: CmId, private_data: bytes = b"") -> CmDreq:
         return CmDreq(local_comm_id=cm_id.local_comm_id, remote_comm_id=cm_id.remote_comm_id,
