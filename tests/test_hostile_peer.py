@@ -32,7 +32,8 @@ EPSN = 0x100
 
 class Target:
     """A responder QP with: the target MR (all access) between guard bytes, an MR of another PD,
-    an MR without remote access, and the key of a deregistered MR."""
+    an MR without remote access, a 12-byte MR (an atomic on its second word leaves it) and the
+    key of a deregistered MR."""
 
     def __init__(self) -> None:
         self.memory = MrTable()
@@ -46,6 +47,8 @@ class Target:
         gone = self.memory.register(PDN, memoryview(bytearray(4096)), BASE + 0x300000, ALL)
         self.memory.deregister(gone)
         self.stale_key = gone.key
+        self.odd = bytearray(os.urandom(12))  # 8-aligned start, its last word cut short
+        self.odd_mr = self.memory.register(PDN, memoryview(self.odd), BASE + 0x500000, ALL)
         self.recv = bytearray(os.urandom(GUARD + 8192 + GUARD))
         self.recv_mr = self.memory.register(PDN, memoryview(self.recv)[GUARD : GUARD + 8192], BASE + 0x400000, ALL)
         self.snapshot = self.outside()
@@ -61,9 +64,10 @@ class Target:
         return qp
 
     def outside(self) -> tuple[bytes, ...]:
-        """Every byte a peer must not change: guards, the other PD's MR, the local-only MR."""
+        """Every byte a peer must not change: guards, the other PD's MR, the local-only MR, the
+    12-byte MR (only straddling atomics aim at it)."""
         return (bytes(self.arena[:GUARD]), bytes(self.arena[-GUARD:]), bytes(self.other), bytes(self.local_only),
-                bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]))  # fmt: skip
+                bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]), bytes(self.odd))  # fmt: skip
 
     def send(self, pkt: Packet) -> list[Packet]:
         deliver(self.qp, pkt, 0.0)
@@ -137,6 +141,14 @@ def case_packets(t: Target) -> dict[str, tuple[Packet, int | None]]:
         ),
         "atomic outside the MR": (
             Packet(BTH(Opcode.RC_COMPARE_SWAP, 0x22, EPSN, True), atomiceth=AtomicEth(end, key, 1, 0)),
+            NakCode.REMOTE_ACCESS_ERR,
+        ),
+        "unaligned atomic straddling the MR's end": (  # the range is checked first, as rxe
+            Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN, True), atomiceth=AtomicEth(end - 4, key, 1, 0)),
+            NakCode.REMOTE_ACCESS_ERR,
+        ),
+        "aligned atomic straddling an odd-sized MR's end": (
+            Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN, True), atomiceth=AtomicEth(BASE + 0x500008, t.odd_mr.key, 1, 0)),
             NakCode.REMOTE_ACCESS_ERR,
         ),
         "middle with no first": (

@@ -296,12 +296,12 @@ class Responder:
         if flags & Flag.RETH:
             return self._check_rkey(pkt, flags)
         if flags & Flag.ATMETH:
-            atomic = pkt.atomiceth
+            atomic = pkt.atomiceth  # the key and its 8 bytes first: a range leaving the MR is an R_Key
+            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
+            if isinstance(view, MemFault):  # violation even when misaligned too (rxe checks in this order)
+                return RespState.ERR_RKEY_VIOLATION
             if atomic.va & 7:  # type: ignore[union-attr]
                 return RespState.ERR_MISALIGNED_ATOMIC
-            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
-            if isinstance(view, MemFault):
-                return RespState.ERR_RKEY_VIOLATION
             self.checked = view
         elif flags & Flag.WRITE and self.offset + len(pkt.payload) > self.write_length:
             return RespState.ERR_LENGTH
