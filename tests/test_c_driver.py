@@ -245,6 +245,21 @@ def test_memory_windows_from_a_program_built_against_libibverbs(driver_env: dict
 
 
 @needs_tools
+def test_zero_length_writes_with_rkey_0_from_a_program_built_against_libibverbs(
+    driver_env: dict[str, str], tmp_path: Path
+) -> None:
+    """UCX's flush: zero-length RDMA WRITEs to address 0 with rkey 0 (no SGE, a zero-length SGE)
+    are posted, complete with success and change nothing."""
+    done = run_c_program("zero_length_write", driver_env, tmp_path, address(10))
+    lines = done.stdout.splitlines()
+    results = dict(line.rsplit(" ", 1) for line in lines if not line.startswith("wc "))
+    assert results.pop("untouched") == "1"
+    assert set(results.values()) == {"0"}, results
+    assert [line for line in lines if line.startswith("wc ")] == [
+        f"wc wr_id={wr_id} status=success opcode=1 byte_len=0" for wr_id in (1, 2)], done.stdout  # IBV_WC_RDMA_WRITE
+
+
+@needs_tools
 def test_extended_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
     """ibv_create_qp_ex's wr_* builders in batches (every opcode, SGE lists, inline data copied
     when set, windows, a UD address) read through ibv_create_cq_ex's start/next/end_poll; a
