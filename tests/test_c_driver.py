@@ -330,9 +330,9 @@ def test_verbs_pyroce_lacks_are_eopnotsupp_and_misuse_has_libibverbs_errnos(
     results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()
                    if not line.startswith(("wc ", "received ", "query ")))  # fmt: skip
     eopnotsupp, einval, ebusy = str(95), str(22), str(16)
-    for verb in ("create_qp_ex_tso", "create_cq_ex", "reg_mr_on_demand", "import_device", "create_qp_ex_create_flags"):
+    for verb in ("create_qp_ex_tso", "create_cq_ex", "import_device", "create_qp_ex_create_flags"):
         assert results.pop(verb) == eopnotsupp, verb
-    for verb in ("rereg_mr_translation_to_null", "post_bind_mw_without_window", "reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_16", "create_cq_too_big", "post_send_in_reset",
+    for verb in ("reg_mr_implicit_odp", "rereg_mr_translation_to_null", "post_bind_mw_without_window", "reg_mr_remote_write_alone", "create_srq_too_big", "modify_srq_limit_above_max_wr", "query_port_2", "query_gid_16", "create_cq_too_big", "post_send_in_reset",
                  "post_recv_in_reset", "modify_reset_to_rts", "post_opcode_99", "post_two_sges", "create_qp_sq_too_big",
                  "create_qp_send_cq_of_other_context", "create_qp_srq_of_other_context"):  # fmt: skip
         assert results.pop(verb) == einval, verb
