@@ -166,8 +166,14 @@ class Responder:
 
     # --- input --------------------------------------------------------------------------
 
-    def receive(self, pkt: Packet, now: float) -> None:
+    def receive(self, pkt: Packet, now: float, malformed: bool = False) -> None:
+        """``malformed``: a request whose PadCnt does not pad its payload to 4 bytes (only its
+        BTH is here): at the expected PSN a length error, NAK invalid request, as rxe answers a
+        WRITE whose pad disagrees with its length (UC drops its message); a duplicate is not
+        answered again."""
         state = self._check_psn(pkt)
+        if malformed and state in (RespState.EXECUTE, RespState.DUPLICATE):
+            state = RespState.ERR_LENGTH if state is RespState.EXECUTE else RespState.DROP
         if state is RespState.EXECUTE:
             state = self._check_request(pkt)
         if state is RespState.EXECUTE:
