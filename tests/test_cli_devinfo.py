@@ -87,7 +87,8 @@ def test_devinfo_verbose_lists_the_gid_table():
             f"\t\t\tGID[  3]:\t\t::ffff:{address}, RoCE v2\n")  # fmt: skip
     assert "\t\t\tgid_tbl_len:\t\t16\n" in text
     assert "\tmax_qp_wr:\t\t\t16384\n\tdevice_cap_flags:\t\t0x00000000\n" in text
-    assert "\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n" in text
+    assert "\tgeneral_odp_caps:\n\t\t\t\t\tODP_SUPPORT\n\trc_odp_caps:\n\t\t\t\t\tSUPPORT_SEND\n" in text
+    assert "\txrc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n" in text
     assert text.endswith("\t\t\tphys_state:\t\tLINK_UP (5)\n" + gids + "\n")
 
 

@@ -167,15 +167,26 @@ def test_unknown_device_is_enodev(name):
         Context(name=name)
 
 
-def test_query_device_reports_limits_and_one_port(ctx):
+RXE_DEVICE = {  # rxe_param.h: the values libraries check (UCX, libfabric, MPI size their QPs by them)
+    "max_qp_rd_atom": 128, "max_qp_init_rd_atom": 128, "max_res_rd_atom": 0x3F000, "max_sge": 32,
+    "max_sge_rd": 32, "max_qp_wr": 0x4000, "max_srq_sge": 27, "max_mr_size": (1 << 64) - 1,
+    "page_size_cap": 0xFFFFF000, "atomic_caps": e.ibv_atomic_cap.IBV_ATOMIC_HCA, "phys_port_cnt": 1,
+    "local_ca_ack_delay": 15,
+}  # fmt: skip
+RXE_PORT = {"active_width": 1, "active_speed": 1, "max_msg_sz": 0x800000, "max_vl_num": 1}  # 1X, SDR: 2.5 Gb/s
+
+
+def test_query_device_reports_rxes_limits_and_one_port(ctx):
     attr = ctx.query_device()
-    assert attr.max_qp_wr > 0 and attr.max_sge > 0 and attr.max_cqe > 0
-    assert attr.atomic_caps == e.ibv_atomic_cap.IBV_ATOMIC_HCA
-    assert attr.phys_port_cnt == 1
+    assert {name: getattr(attr, name) for name in RXE_DEVICE} == RXE_DEVICE
+    assert attr.max_cqe >= 32767  # rxe's 2**15 - 1, or more (DeviceAttr says why)
+    assert attr.max_qp_init_rd_atom <= attr.max_qp_rd_atom  # a QP initiates no more than a peer takes
+    assert attr.page_size_cap & 4096  # 4 KiB pages (libraries test the bit of their page size)
 
 
 def test_query_port_1_is_active_ethernet(ctx):
     port = ctx.query_port(1)
+    assert {name: getattr(port, name) for name in RXE_PORT} == RXE_PORT
     assert port.state == e.ibv_port_state.IBV_PORT_ACTIVE
     assert port.link_layer == e.ibv_link_layer.IBV_LINK_LAYER_ETHERNET
     assert port.active_mtu in set(e.ibv_mtu)

@@ -33,6 +33,7 @@ from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.qp_ex import send_ops
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 
+IMPLICIT_ODP_LENGTH = (1 << 64) - 1  # ibv_reg_mr(pd, NULL, SIZE_MAX, ...) asks for implicit ODP
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
 
 
@@ -130,9 +131,11 @@ def dealloc_pd(pd: PD) -> None:
 
 def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
     """``ibv_reg_mr`` of process memory at ``addr``: the NIC reaches it through a memoryview."""
-    if addr == 0 and length:
+    implicit = addr == 0 and length == IMPLICIT_ODP_LENGTH
+    if addr == 0 and length and not implicit:
         raise PyverbsRDMAError("Failed to register a MR: no memory at address 0", errno.EFAULT)
-    mr = MR(pd, length, access, address=pd.ctx.driver_memory.program_memory(addr, length))
+    mr = MR(pd, length, access, address=None if implicit else pd.ctx.driver_memory.program_memory(addr, length),
+            implicit=implicit)  # fmt: skip
     return mr, mr.lkey, mr.rkey
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.ib.addressing import GID_TABLE_LEN, node_guid_of
@@ -22,6 +22,8 @@ from pyroce.verbs.enums import (
     ibv_link_layer,
     ibv_mtu,
     ibv_node_type,
+    ibv_odp_general_caps,
+    ibv_odp_transport_cap_bits,
     ibv_port_state,
     ibv_transport_type,
 )
@@ -31,7 +33,7 @@ from pyroce.wire.bth import DEFAULT_PKEY
 from pyroce.wire.mtu import mtu_for_netdev
 
 PORT_NUM = 1
-__all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "PortAttr", "get_device_list",
+__all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "ODPCaps", "PortAttr", "get_device_list",
            "translate_event_type", "translate_gid_type"]  # fmt: skip
 
 
@@ -89,12 +91,37 @@ class DeviceAttr(_Attr):
     phys_port_cnt: int = 1
 
 
+_ODP_RC = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_WRITE | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_READ
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_ATOMIC | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SRQ_RECV)  # fmt: skip
+_ODP_UD = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SRQ_RECV)  # fmt: skip
+_ODP_UC = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_WRITE)  # fmt: skip
+
+
+@dataclass
+class ODPCaps(_Attr):
+    """``ibv_odp_caps`` (pyverbs' ``ODPCaps``, with ``xrc_odp_caps``): on-demand paging is what
+    pyroce does for every MR (the NIC reads and writes registered memory when a packet needs it,
+    nothing is pinned, an unmapped page fails the access), so an ``IBV_ACCESS_ON_DEMAND`` MR
+    works for every operation of RC, UC and UD (rxe offers RC and UD). Not implicit ODP: an MR
+    of the whole address space has no memory behind it here; no XRC."""
+
+    general_caps: int = int(ibv_odp_general_caps.IBV_ODP_SUPPORT)
+    rc_odp_caps: int = _ODP_RC
+    uc_odp_caps: int = _ODP_UC
+    ud_odp_caps: int = _ODP_UD
+    xrc_odp_caps: int = 0
+
+
 @dataclass
 class DeviceAttrEx(_Attr):
-    """``ibv_device_attr_ex``: the basic attributes in ``orig_attr``; no extended capability
-    (ODP, TSO, RSS, device memory ...) is offered yet."""
+    """``ibv_device_attr_ex``: the basic attributes in ``orig_attr``, and ODP (``ODPCaps``);
+    no other extended capability (TSO, RSS, device memory ...) is offered yet."""
 
     orig_attr: DeviceAttr
+    odp_caps: ODPCaps = field(default_factory=ODPCaps)
     comp_mask: int = 0
     completion_timestamp_mask: int = 0
     hca_core_clock: int = 0

@@ -24,7 +24,8 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 SUPPORTED_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
                     | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
-                    | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
+                    | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING
+                    | ibv_access_flags.IBV_ACCESS_ON_DEMAND)  # fmt: skip  # every MR pages on demand (ODPCaps)
 NEEDS_LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
 
 
@@ -85,6 +86,8 @@ class MR(PyverbsObject):
         if length < 0:
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
         check_access(access, "register a MR")
+        if kwargs.get("implicit"):  # pyverbs' MR(..., implicit=True): ibv_reg_mr(pd, NULL, SIZE_MAX, ...)
+            raise PyverbsRDMAError("Failed to register a MR: implicit ODP is not offered (ODPCaps)", errno.EINVAL)
         self.pd = creator
         writable = bool(access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
         self._memory, self._view, self.buf = memory_at(address, length, "register a MR", writable)
