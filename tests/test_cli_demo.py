@@ -126,6 +126,7 @@ def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
     assert server.returncode == 0 and "served 10.199.0.2:" in served and served.endswith(" 0 errors\n")
 
 
+@pytest.mark.embedded_nic  # PYROCE_FAULTS: link faults of a program's own NIC
 @pytest.mark.parametrize("progress", ["inline", "thread"])
 def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     result = pyroce("demo", "--loss", "0.05", "--reorder", "0.05", "--duplicate", "0.01", "--corrupt", "0.01",
