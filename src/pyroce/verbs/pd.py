@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from pyroce.verbs.mr import MR
 
 ADVICES = (IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
-MAX_ADVISE_SGES = 0xFFFF // 16  # libibverbs: an ioctl attribute (the struct ibv_sge array) over 16 bits of length is EINVAL
+# libibverbs refuses (EINVAL) an ioctl attribute, here the struct ibv_sge array, over 16 bits of length
+MAX_ADVISE_SGES = 0xFFFF // 16
 
 
 class PD(PyverbsObject):
@@ -73,10 +74,12 @@ class PD(PyverbsObject):
             raise PyverbsRDMAError(f"Failed to advise MR: advice {advise} is not a prefetch", errno.EOPNOTSUPP)
         for sge in sg_list:
             mr = self._mr_of(sge.lkey)
-            if advise == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE and not mr.access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE:
+            writable = mr.access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE
+            if advise == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE and not writable:
                 raise PyverbsRDMAError(f"Failed to advise MR: a write prefetch of MR 0x{sge.lkey:x} without local "
                                        "write access", errno.EPERM)  # fmt: skip
-            if flags & IBV_ADVISE_MR_FLAG_FLUSH and not mr.buf <= sge.addr <= sge.addr + sge.length <= mr.buf + mr.length:
+            inside = mr.buf <= sge.addr <= sge.addr + sge.length <= mr.buf + mr.length
+            if flags & IBV_ADVISE_MR_FLAG_FLUSH and not inside:
                 raise PyverbsRDMAError(f"Failed to advise MR: {sge.length} bytes at 0x{sge.addr:x} are not in MR "
                                        f"0x{sge.lkey:x}", errno.EFAULT)  # fmt: skip
         return 0
