@@ -184,6 +184,18 @@ def test_query_device_reports_rxes_limits_and_one_port(ctx):
     assert attr.page_size_cap & 4096  # 4 KiB pages (libraries test the bit of their page size)
 
 
+def test_device_cap_flags_are_what_pyroce_does(ctx):
+    """Exactly the capabilities pyroce has (verbs/device.py says why each); the 64-bit
+    ``device_cap_flags_ex`` holds them too, as the kernel answers."""
+    C = e.ibv_device_cap_flags
+    expected = (C.IBV_DEVICE_UD_AV_PORT_ENFORCE | C.IBV_DEVICE_CURR_QP_STATE_MOD | C.IBV_DEVICE_PORT_ACTIVE_EVENT
+                | C.IBV_DEVICE_SYS_IMAGE_GUID | C.IBV_DEVICE_RC_RNR_NAK_GEN | C.IBV_DEVICE_SRQ_RESIZE
+                | C.IBV_DEVICE_MEM_WINDOW)  # fmt: skip
+    assert ctx.query_device().device_cap_flags == expected
+    assert ctx.query_device_ex().device_cap_flags_ex == expected
+    assert ctx.query_device().sys_image_guid == ctx.query_device().node_guid != 0
+
+
 def test_query_port_1_is_active_ethernet(ctx):
     port = ctx.query_port(1)
     assert {name: getattr(port, name) for name in RXE_PORT} == RXE_PORT
