@@ -6,6 +6,7 @@ one-line answers for a missing compiler or header are checked everywhere."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -242,6 +243,18 @@ def test_memory_windows_from_a_program_built_against_libibverbs(driver_env: dict
     assert "type1 rkey_is_next=1" in lines
     assert [line for line in lines if line.startswith("window")] == [
         "window1 through a type 1 window", "window2 through a type 2 window", "window2 through a type 2 window"]  # fmt: skip
+
+
+@needs_tools
+def test_advise_mr_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """ibv_advise_mr (verbs_context.advise_mr): each advice, synchronous and not, and 4095 SGEs
+    (libibverbs' most) pass; misuse has the kernel's errno (ib_uverbs', rxe's)."""
+    done = run_c_program("advise_mr", driver_env, tmp_path, address(11))
+    results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines())
+    expected = {"einval": errno.EINVAL, "eperm": errno.EPERM, "efault": errno.EFAULT, "eopnotsupp": errno.EOPNOTSUPP}
+    for what, got in results.items():
+        assert got == str(expected.get(what.split("_", 1)[0], 0)), (what, done.stdout)
+    assert len(results) == 18, done.stdout
 
 
 @needs_tools

@@ -12,6 +12,7 @@ import socket
 from pyroce.verbs.device import Context, Device, ODPCaps
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
+    ibv_device_cap_flags,
     ibv_gid_type_sysfs,
     ibv_link_layer,
     ibv_odp_general_caps,
@@ -41,8 +42,8 @@ ODP_GENERAL = ((ibv_odp_general_caps.IBV_ODP_SUPPORT, "ODP_SUPPORT"),
 ODP_TRANSPORT = tuple((getattr(ibv_odp_transport_cap_bits, f"IBV_ODP_SUPPORT_{name}"), f"SUPPORT_{label}")
                       for name, label in (("SEND", "SEND"), ("RECV", "RECV"), ("WRITE", "WRITE"), ("READ", "READ"),
                                           ("ATOMIC", "ATOMIC"), ("SRQ_RECV", "SRQ")))  # fmt: skip
-NO_EXTENDED_CAPS = ("\tcompletion_timestamp_mask not supported", "\tcore clock not supported",
-                    "\tdevice_cap_flags_ex:\t\t0x0", "\ttso_caps:", "\t\tmax_tso:\t\t\t0", "\trss_caps:",
+NO_CLOCK = ("\tcompletion_timestamp_mask not supported", "\tcore clock not supported")
+NO_EXTENDED_CAPS = ("\ttso_caps:", "\t\tmax_tso:\t\t\t0", "\trss_caps:",
                     "\t\tmax_rwq_indirection_tables:\t\t\t0", "\t\tmax_rwq_indirection_table_size:\t\t\t0",
                     "\t\trx_hash_function:\t\t\t\t0x0", "\t\trx_hash_fields_mask:\t\t\t\t0x0",
                     "\tmax_wq_type_rq:\t\t\t0", "\tpacket_pacing_caps:", "\t\tqp_rate_limit_min:\t0kbps",
@@ -85,7 +86,10 @@ def device_verbose_lines(ctx: Context) -> list[str]:
     a = ctx.query_device()
     lines = [f"\tmax_mr_size:\t\t\t0x{a.max_mr_size:x}", f"\tpage_size_cap:\t\t\t0x{a.page_size_cap:x}",
              f"\tmax_qp:\t\t\t\t{a.max_qp}", f"\tmax_qp_wr:\t\t\t{a.max_qp_wr}",
-             f"\tdevice_cap_flags:\t\t0x{a.device_cap_flags:08x}", f"\tmax_sge:\t\t\t{a.max_sge}",
+             f"\tdevice_cap_flags:\t\t0x{a.device_cap_flags:08x}",
+             *(CAP_TABS + flag.name.removeprefix("IBV_DEVICE_") for flag in ibv_device_cap_flags
+               if a.device_cap_flags & flag),
+             f"\tmax_sge:\t\t\t{a.max_sge}",
              f"\tmax_sge_rd:\t\t\t{a.max_sge_rd}", f"\tmax_cq:\t\t\t\t{a.max_cq}", f"\tmax_cqe:\t\t\t{a.max_cqe}",
              f"\tmax_mr:\t\t\t\t{a.max_mr}", f"\tmax_pd:\t\t\t\t{a.max_pd}",
              f"\tmax_qp_rd_atom:\t\t\t{a.max_qp_rd_atom}", f"\tmax_ee_rd_atom:\t\t\t{a.max_ee_rd_atom}",
@@ -101,8 +105,9 @@ def device_verbose_lines(ctx: Context) -> list[str]:
              f"\tmax_srq:\t\t\t{a.max_srq}",
              *([f"\tmax_srq_wr:\t\t\t{a.max_srq_wr}", f"\tmax_srq_sge:\t\t\t{a.max_srq_sge}"] if a.max_srq else []),
              f"\tmax_pkeys:\t\t\t{a.max_pkeys}", f"\tlocal_ca_ack_delay:\t\t{a.local_ca_ack_delay}"]  # fmt: skip
-    return [*lines, *odp_lines(ctx.query_device_ex().odp_caps), *NO_EXTENDED_CAPS,
-            f"\tnum_comp_vectors:\t\t{ctx.num_comp_vectors}"]
+    ex = ctx.query_device_ex()  # devinfo.c names the bits above 31 of device_cap_flags_ex only: none here
+    return [*lines, *odp_lines(ex.odp_caps), *NO_CLOCK, f"\tdevice_cap_flags_ex:\t\t0x{ex.device_cap_flags_ex:X}",
+            *NO_EXTENDED_CAPS, f"\tnum_comp_vectors:\t\t{ctx.num_comp_vectors}"]  # fmt: skip
 
 
 def odp_lines(caps: ODPCaps) -> list[str]:

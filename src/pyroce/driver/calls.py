@@ -14,6 +14,7 @@ to each.
 from __future__ import annotations
 
 import errno
+import struct
 from typing import Any
 
 from pyroce.host.stats_file import summary_line
@@ -32,8 +33,10 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.qp_ex import send_ops
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
+from pyroce.verbs.wr import SGE
 
 IMPLICIT_ODP_LENGTH = (1 << 64) - 1  # ibv_reg_mr(pd, NULL, SIZE_MAX, ...) asks for implicit ODP
+_SGE = struct.Struct("=QII")  # struct ibv_sge, the program's byte order: addr, length, lkey
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
 
 
@@ -148,6 +151,12 @@ def rereg_mr(mr: MR, flags: int, pd: PD | None, addr: int, length: int, access: 
 
 def dereg_mr(mr: MR) -> None:
     mr.close()
+
+
+def advise_mr(pd: PD, advice: int, flags: int, sg_list: bytes) -> None:
+    """``ibv_advise_mr``: the program's ``struct ibv_sge`` array as its bytes, checked by
+    ``PD.advise_mr`` (which is all a prefetch does here)."""
+    pd.advise_mr(advice, flags, [SGE(*fields) for fields in _SGE.iter_unpack(sg_list)])
 
 
 def alloc_mw(pd: PD, mw_type: int) -> tuple[MW, int]:

@@ -18,6 +18,7 @@ from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.driver_memory import LOCAL, DriverMemory
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
+    ibv_device_cap_flags,
     ibv_event_type,
     ibv_link_layer,
     ibv_mtu,
@@ -43,6 +44,23 @@ class _Attr:
         return "\n".join(f"{f.name.replace('_', ' ').capitalize():<28}: {getattr(self, f.name)}" for f in fields(self))
 
 
+_CAP = ibv_device_cap_flags
+DEVICE_CAP_FLAGS = (
+    _CAP.IBV_DEVICE_UD_AV_PORT_ENFORCE  # one port: an AH of any other is EINVAL (verbs/ah.py)
+    | _CAP.IBV_DEVICE_CURR_QP_STATE_MOD  # modify_qp honours IBV_QP_CUR_STATE as rdmavt does (verbs/qp.py)
+    | _CAP.IBV_DEVICE_PORT_ACTIVE_EVENT  # the port coming up raises IBV_EVENT_PORT_ACTIVE (nic/device.py set_port_state)
+    | _CAP.IBV_DEVICE_SYS_IMAGE_GUID  # sys_image_guid is the node GUID (query_device)
+    | _CAP.IBV_DEVICE_RC_RNR_NAK_GEN  # a SEND with no receive WQE is answered with an RNR NAK (transport/responder.py)
+    | _CAP.IBV_DEVICE_SRQ_RESIZE  # modify_srq with IBV_SRQ_MAX_WR resizes, keeping the WQEs posted (verbs/srq.py)
+    | _CAP.IBV_DEVICE_MEM_WINDOW  # type 1 and type 2 memory windows (verbs/mw.py, nic/memory.py)
+)
+"""``device_cap_flags``: only what pyroce does (each bit's reason beside it). Not offered, though
+rxe reports them: BAD_PKEY_CNTR and BAD_QKEY_CNTR (the drops are counted, drop_pkey and
+drop_qkey, but ``PortAttr``'s two counters stay 0), AUTO_PATH_MIG and CHANGE_PHY_PORT (no
+alternate path; one port), MEM_MGT_EXTENSIONS (no fast-register work request), and
+MEM_WINDOW_TYPE_2B (an access through a type 2 window checks its PD, not the QP that bound it)."""
+
+
 @dataclass
 class DeviceAttr(_Attr):
     """``ibv_device_attr`` with rxe's limits (``rxe_param.h``), but ``max_cqe``: rxe's 32767 is
@@ -59,7 +77,7 @@ class DeviceAttr(_Attr):
     hw_ver: int = 0
     max_qp: int = 0x10000
     max_qp_wr: int = 0x4000
-    device_cap_flags: int = 0
+    device_cap_flags: int = DEVICE_CAP_FLAGS
     max_sge: int = 32
     max_sge_rd: int = 32
     max_cq: int = 0x4000
@@ -294,7 +312,8 @@ class Context(PyverbsObject):
         return DeviceAttr(node_guid=guid, sys_image_guid=guid)
 
     def query_device_ex(self) -> DeviceAttrEx:
-        return DeviceAttrEx(self.query_device())
+        attr = self.query_device()
+        return DeviceAttrEx(attr, device_cap_flags_ex=attr.device_cap_flags)  # the kernel's: all 64 bits, the 32 too
 
     def _check_port(self, port_num: int) -> None:
         self._check_open()
