@@ -190,7 +190,7 @@ def test_device_cap_flags_are_what_pyroce_does(ctx):
     C = e.ibv_device_cap_flags
     expected = (C.IBV_DEVICE_UD_AV_PORT_ENFORCE | C.IBV_DEVICE_CURR_QP_STATE_MOD | C.IBV_DEVICE_PORT_ACTIVE_EVENT
                 | C.IBV_DEVICE_SYS_IMAGE_GUID | C.IBV_DEVICE_RC_RNR_NAK_GEN | C.IBV_DEVICE_SRQ_RESIZE
-                | C.IBV_DEVICE_MEM_WINDOW)  # fmt: skip
+                | C.IBV_DEVICE_MEM_WINDOW | C.IBV_DEVICE_BAD_PKEY_CNTR | C.IBV_DEVICE_BAD_QKEY_CNTR)  # fmt: skip
     assert ctx.query_device().device_cap_flags == expected
     assert ctx.query_device_ex().device_cap_flags_ex == expected
     assert ctx.query_device().sys_image_guid == ctx.query_device().node_guid != 0

@@ -45,6 +45,7 @@ class _Attr:
 
 
 _CAP = ibv_device_cap_flags
+PORT_COUNTER_MAX = 0xFFFF
 DEVICE_CAP_FLAGS = (
     _CAP.IBV_DEVICE_UD_AV_PORT_ENFORCE  # one port: an AH of any other is EINVAL (verbs/ah.py)
     | _CAP.IBV_DEVICE_CURR_QP_STATE_MOD  # modify_qp honours IBV_QP_CUR_STATE as rdmavt does (verbs/qp.py)
@@ -53,10 +54,11 @@ DEVICE_CAP_FLAGS = (
     | _CAP.IBV_DEVICE_RC_RNR_NAK_GEN  # a SEND with no receive WQE is answered with an RNR NAK (transport/responder.py)
     | _CAP.IBV_DEVICE_SRQ_RESIZE  # modify_srq with IBV_SRQ_MAX_WR resizes, keeping the WQEs posted (verbs/srq.py)
     | _CAP.IBV_DEVICE_MEM_WINDOW  # type 1 and type 2 memory windows (verbs/mw.py, nic/memory.py)
+    | _CAP.IBV_DEVICE_BAD_PKEY_CNTR  # the port's bad_pkey_cntr counts packets dropped for their P_Key (query_port)
+    | _CAP.IBV_DEVICE_BAD_QKEY_CNTR  # and qkey_viol_cntr the UD datagrams dropped for their Q_Key
 )
 """``device_cap_flags``: only what pyroce does (each bit's reason beside it). Not offered, though
-rxe reports them: BAD_PKEY_CNTR and BAD_QKEY_CNTR (the drops are counted, drop_pkey and
-drop_qkey, but ``PortAttr``'s two counters stay 0), AUTO_PATH_MIG and CHANGE_PHY_PORT (no
+rxe reports them: AUTO_PATH_MIG and CHANGE_PHY_PORT (no
 alternate path; one port), MEM_MGT_EXTENSIONS (no fast-register work request), and
 MEM_WINDOW_TYPE_2B (an access through a type 2 window checks its PD, not the QP that bound it)."""
 
@@ -323,7 +325,10 @@ class Context(PyverbsObject):
     def query_port(self, port_num: int = PORT_NUM) -> PortAttr:
         self._check_port(port_num)
         state = ibv_port_state.IBV_PORT_ACTIVE if self.device.port_active else ibv_port_state.IBV_PORT_DOWN
-        return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids))
+        drops = self.device.stats()  # PortInfo's violation counters are 16 bits and stop at the top
+        return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids),
+                        bad_pkey_cntr=min(drops.get("drop_pkey", 0), PORT_COUNTER_MAX),
+                        qkey_viol_cntr=min(drops.get("drop_qkey", 0), PORT_COUNTER_MAX))  # fmt: skip
 
     def query_gid(self, port_num: int, index: int) -> GID:
         """The GID at ``index``, zero where it is empty (EINVAL past the table, or on another port)."""
