@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.cli import background, cli_env, command, pyroce
+from tests.cli import assert_one_line_error, background, cli_env, command, pyroce
 from tests.netns import two_hosts  # noqa: F401 - a fixture
 
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
@@ -62,6 +62,13 @@ def test_demo_with_pyroce_addr_exported() -> None:
     assert check_report(result.stdout) == 0
     client, server = re.findall(r"([\d.]+) \(pid \d+\)", result.stdout.splitlines()[0])
     assert client == address and server != address
+
+
+def test_serve_with_a_bad_pyroce_addr_says_so_at_start() -> None:
+    """The device opens before the server listens: the error comes at once, not when a client arrives."""
+    result = pyroce("demo", "--serve", "127.0.0.1:0", "--timeout", "60", env={"PYROCE_ADDR": "192.0.2.1"}, timeout=30)
+    assert_one_line_error(result, "192.0.2.1 is not an address of this host")
+    assert result.stdout == ""  # never said it listens
 
 
 @pytest.mark.parametrize("as_json", [False, True])
