@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from tests.cli import assert_one_line_error, background, cli_env, command, pyroce
-from tests.netns import two_hosts  # noqa: F401 - a fixture
+from tests.netns import two_hosts  # noqa: F401 - a fixture (ruff: F811 below is its use)
 
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
 PACKETS = re.compile(r"^packets: (\d+) sent, (\d+) received, (\d+) with a bad ICRC$", re.MULTILINE)
@@ -119,7 +119,7 @@ def test_progress_shows_on_a_terminal_only() -> None:
     assert check_report(stdout.decode()) == 0 and b"message 1 of" not in stdout
 
 
-def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
+def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:  # noqa: F811
     a, b = two_hosts
     server = background("demo", "--serve", "10.199.0.1:18515", netns=a, env={"PYROCE_ADDR": "10.199.0.1"})
     try:
