@@ -1,5 +1,10 @@
 """Shared fixtures: the rxe golden captures copied from ../shared/data/rxe-captures, the
-progress modes a device opened in a test runs in, and a connected RC pair."""
+progress modes a device opened in a test runs in, and a connected RC pair.
+
+The suite runs on either NIC a Python program can have (``PYROCE_NIC``: its own, the default, or
+the host's shared ``pyroce nicd``); a test that reaches into the device model is marked
+``embedded_nic`` (the pyroce plugin's marker), so under ``PYROCE_NIC=shared`` it still runs, on
+its own NIC, and everything else runs on the shared one."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pyroce.testing.plugin import use_embedded_nic
 from pyroce.wire import read_pcap
 from tests.rc_pair import Endpoint, connected_pair
 
@@ -39,8 +45,12 @@ def capture_records() -> dict[str, tuple[int, list]]:
 
 @pytest.fixture(params=["inline", "thread"])
 def progress_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """pyroce0 opened from here on runs in this progress mode (a device already open keeps its own)."""
+    """pyroce0 opened from here on runs in this progress mode (a device already open keeps its own);
+    ``inline`` is the embedded NIC's (the shared NIC's engine thread runs everything), so that
+    variant runs there under ``PYROCE_NIC=shared`` too."""
     monkeypatch.setenv("PYROCE_PROGRESS", request.param)
+    if request.param == "inline":
+        use_embedded_nic(monkeypatch)
     return str(request.param)
 
 

@@ -18,6 +18,8 @@ from tests.cli import ROOT, assert_one_line_error, background, cli_env, pyroce
 from tests.pingpong_pair import free_port, wait_listening
 from tests.test_cli_stats import dead_pid
 
+pytestmark = pytest.mark.embedded_nic  # a capture is of one process's own NIC
+
 
 @pytest.fixture
 def busy(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:

@@ -140,6 +140,7 @@ def capture_write(tmp_path: Path, size: int) -> Path:
     return path
 
 
+@pytest.mark.embedded_nic  # a capture is of one process's own NIC
 def test_a_loopback_capture_of_gso_sends_decodes_packet_by_packet(tmp_path):
     """A 64 KiB WRITE at PMTU 4096 leaves in two GSO sends ([FIRST, MIDDLE] and [13 x MIDDLE,
     LAST]); a capture on lo holds each as one datagram, which decode splits, every ICRC ok."""

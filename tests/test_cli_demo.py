@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from tests.cli import background, cli_env, command, pyroce
-from tests.netns import two_hosts  # noqa: F401 - a fixture
+from tests.cli import assert_one_line_error, background, cli_env, command, pyroce
+from tests.netns import two_hosts  # noqa: F401 - a fixture (ruff: F811 below is its use)
 
 VERIFIED = re.compile(r"^verified: (\d+) operations, (\d+) bytes, 0 errors$")
 PACKETS = re.compile(r"^packets: (\d+) sent, (\d+) received, (\d+) with a bad ICRC$", re.MULTILINE)
@@ -64,6 +64,13 @@ def test_demo_with_pyroce_addr_exported() -> None:
     assert client == address and server != address
 
 
+def test_serve_with_a_bad_pyroce_addr_says_so_at_start() -> None:
+    """The device opens before the server listens: the error comes at once, not when a client arrives."""
+    result = pyroce("demo", "--serve", "127.0.0.1:0", "--timeout", "60", env={"PYROCE_ADDR": "192.0.2.1"}, timeout=30)
+    assert_one_line_error(result, "192.0.2.1 is not an address of this host")
+    assert result.stdout == ""  # never said it listens
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_serve_on_any_port_says_where_and_reports(as_json: bool) -> None:
     flags = ["--json"] if as_json else []
@@ -112,7 +119,7 @@ def test_progress_shows_on_a_terminal_only() -> None:
     assert check_report(stdout.decode()) == 0 and b"message 1 of" not in stdout
 
 
-def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
+def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:  # noqa: F811
     a, b = two_hosts
     server = background("demo", "--serve", "10.199.0.1:18515", netns=a, env={"PYROCE_ADDR": "10.199.0.1"})
     try:
@@ -126,6 +133,7 @@ def test_demo_across_two_network_namespaces(two_hosts: tuple[str, str]) -> None:
     assert server.returncode == 0 and "served 10.199.0.2:" in served and served.endswith(" 0 errors\n")
 
 
+@pytest.mark.embedded_nic  # PYROCE_FAULTS: link faults of a program's own NIC
 @pytest.mark.parametrize("progress", ["inline", "thread"])
 def test_demo_through_injected_faults_still_verifies(progress: str) -> None:
     result = pyroce("demo", "--loss", "0.05", "--reorder", "0.05", "--duplicate", "0.01", "--corrupt", "0.01",

@@ -86,8 +86,10 @@ def test_devinfo_verbose_lists_the_gid_table():
             f"\t\t\tGID[  2]:\t\t0000:0000:0000:0000:0000:ffff:{mapped}, RoCE v1\n"
             f"\t\t\tGID[  3]:\t\t::ffff:{address}, RoCE v2\n")  # fmt: skip
     assert "\t\t\tgid_tbl_len:\t\t16\n" in text
-    assert "\tmax_qp_wr:\t\t\t16384\n\tdevice_cap_flags:\t\t0x00000000\n" in text
-    assert "\trc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n" in text
+    assert "\tmax_qp_wr:\t\t\t16384\n\tdevice_cap_flags:\t\t0x00023cc6\n\t\t\t\t\tBAD_PKEY_CNTR\n" in text
+    assert "\t\t\t\t\tMEM_WINDOW\n\tmax_sge:" in text and "\tdevice_cap_flags_ex:\t\t0x23CC6\n" in text
+    assert "\tgeneral_odp_caps:\n\t\t\t\t\tODP_SUPPORT\n\trc_odp_caps:\n\t\t\t\t\tSUPPORT_SEND\n" in text
+    assert "\txrc_odp_caps:\n\t\t\t\t\tNO SUPPORT\n" in text
     assert text.endswith("\t\t\tphys_state:\t\tLINK_UP (5)\n" + gids + "\n")
 
 

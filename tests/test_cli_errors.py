@@ -115,6 +115,7 @@ def test_serve_on_a_busy_port() -> None:
         ({"PYROCE_ADDR": "192.0.2.1"}, ["192.0.2.1 is not an address of this host"]),  # TEST-NET-1
     ],
 )
+@pytest.mark.embedded_nic  # the settings of a program's own NIC
 def test_device_errors_show_once(env: dict[str, str], words: list[str]) -> None:
     result = pyroce("demo", env=env, timeout=60)
     assert_one_line_error(result, "pyroce demo: error: Failed to open device pyroce0", *words)

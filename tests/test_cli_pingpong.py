@@ -45,6 +45,7 @@ def counters_of(err: str) -> dict[str, int]:
     ("uc_pingpong", 1, (), 3), ("uc_pingpong", 4096, (), 4), ("uc_pingpong", 10000, ("-m", "512"), 5),
     ("srq_pingpong", 1, ("-q", "4"), 6), ("srq_pingpong", 4096, (), 7), ("srq_pingpong", 10000, ("-q", "3"), 8),
 ])  # fmt: skip
+@pytest.mark.embedded_nic  # --stats: the packets of the program's own NIC (a shared one counts both ends)
 def test_server_and_client_print_the_c_tools_lines(tool, size, options, offset):
     iters = 60
     server_out, server_err, client_out, client_err, _ = run_pair(tool, free_port(offset), "-n", str(iters), "-s",
@@ -131,6 +132,7 @@ def test_tools_wrapper_runs_the_tool_it_is_named_for(tool):
 UD_LOCAL = re.compile(r"^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID ::ffff:127\.")
 
 
+@pytest.mark.embedded_nic  # --stats: the packets of the program's own NIC (a shared one counts both ends)
 @pytest.mark.parametrize(("size", "offset"), [(1, 20), (2048, 21), (4096, 22)])
 def test_ud_pingpong_prints_the_c_tools_lines_and_sends_one_packet_per_message(size, offset):
     iters = 60

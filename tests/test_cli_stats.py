@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli import ROOT, cli_env, pyroce
 
 
@@ -17,6 +19,7 @@ def device_counters(stats: str) -> dict[str, int]:
     return {name: int(value) for name, value in (line.split() for line in lines if not line.startswith("  qp"))}
 
 
+@pytest.mark.embedded_nic  # each program's own NIC is a row of its own
 def test_stats_shows_running_devices(tmp_path: Path) -> None:
     env = {"PYROCE_STATS_DIR": str(tmp_path)}
     program = (

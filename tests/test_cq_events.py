@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from pyroce.apps.rc_endpoint import RcEndpoint
+from pyroce.testing.plugin import use_embedded_nic
 from pyroce.verbs.cq import CQ, CompChannel
 from pyroce.verbs.enums import ibv_send_flags, ibv_wc_opcode
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
@@ -39,8 +40,9 @@ def pair(progress_mode: str) -> Iterator[Pair]:
 
 @pytest.fixture
 def host_pair(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
-    """The same in host mode: the engine moves only in ``step``."""
+    """The same in host mode (the embedded NIC's): the engine moves only in ``step``."""
     monkeypatch.setenv("PYROCE_PROGRESS", "host")
+    use_embedded_nic(monkeypatch)
     a, b = connected_pair(events=True)
     yield a, b
     a.close()

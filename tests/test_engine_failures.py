@@ -20,6 +20,8 @@ from pyroce.verbs.enums import ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, SendWR
 from tests.rc_pair import connected_pair
 
+pytestmark = pytest.mark.embedded_nic  # the engine's own failures, reached in the device model
+
 NET = f"127.61.{os.getpid() % 250 + 1}"
 
 

@@ -38,6 +38,8 @@ from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import ALL_ACCESS, Endpoint, connected_pair
 from tests.waiting import spin_until
 
+pytestmark = pytest.mark.embedded_nic  # the shared NIC's own side (its clients get EOPNOTSUPP)
+
 S = e.ibv_wc_status
 WR = e.ibv_wr_opcode
 A = e.ibv_access_flags

@@ -132,6 +132,7 @@ def test_responses_of_the_wrong_kind_complete_nothing(peer_and_endpoint) -> None
     assert [(wc.wr_id, wc.status) for wc in wcs] == [(9, ibv_wc_status.IBV_WC_SUCCESS)]
 
 
+@pytest.mark.embedded_nic  # PYROCE_GSO is the setting of a program's own NIC
 @pytest.mark.parametrize("gso", ["1", "0"])
 def test_a_raw_socket_on_the_host_sees_gso_sends_whole_unless_gso_is_off(monkeypatch, gso: str) -> None:
     """A receiver that reads raw IP on the same host (a capture, a test harness) gets a GSO

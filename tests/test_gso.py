@@ -203,6 +203,7 @@ def test_a_damaged_segment_fails_alone():
         receiver.close()
 
 
+@pytest.mark.embedded_nic  # the receiver's GRO prediction counters of its own NIC
 def test_a_damaged_segment_in_a_run_stops_prediction_and_is_counted():
     """A NIC receives a GRO run of a WRITE's MIDDLE packets whose third segment is damaged: the
     two before it are placed (the run loop), the damaged one is counted and dropped, and the

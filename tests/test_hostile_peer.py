@@ -32,7 +32,8 @@ EPSN = 0x100
 
 class Target:
     """A responder QP with: the target MR (all access) between guard bytes, an MR of another PD,
-    an MR without remote access, and the key of a deregistered MR."""
+    an MR without remote access, a 12-byte MR (an atomic on its second word leaves it) and the
+    key of a deregistered MR."""
 
     def __init__(self) -> None:
         self.memory = MrTable()
@@ -46,6 +47,8 @@ class Target:
         gone = self.memory.register(PDN, memoryview(bytearray(4096)), BASE + 0x300000, ALL)
         self.memory.deregister(gone)
         self.stale_key = gone.key
+        self.odd = bytearray(os.urandom(12))  # 8-aligned start, its last word cut short
+        self.odd_mr = self.memory.register(PDN, memoryview(self.odd), BASE + 0x500000, ALL)
         self.recv = bytearray(os.urandom(GUARD + 8192 + GUARD))
         self.recv_mr = self.memory.register(PDN, memoryview(self.recv)[GUARD : GUARD + 8192], BASE + 0x400000, ALL)
         self.snapshot = self.outside()
@@ -61,9 +64,10 @@ class Target:
         return qp
 
     def outside(self) -> tuple[bytes, ...]:
-        """Every byte a peer must not change: guards, the other PD's MR, the local-only MR."""
+        """Every byte a peer must not change: guards, the other PD's MR, the local-only MR, the
+    12-byte MR (only straddling atomics aim at it)."""
         return (bytes(self.arena[:GUARD]), bytes(self.arena[-GUARD:]), bytes(self.other), bytes(self.local_only),
-                bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]))  # fmt: skip
+                bytes(self.recv[:GUARD]), bytes(self.recv[-GUARD:]), bytes(self.odd))  # fmt: skip
 
     def send(self, pkt: Packet) -> list[Packet]:
         deliver(self.qp, pkt, 0.0)
@@ -137,6 +141,14 @@ def case_packets(t: Target) -> dict[str, tuple[Packet, int | None]]:
         ),
         "atomic outside the MR": (
             Packet(BTH(Opcode.RC_COMPARE_SWAP, 0x22, EPSN, True), atomiceth=AtomicEth(end, key, 1, 0)),
+            NakCode.REMOTE_ACCESS_ERR,
+        ),
+        "unaligned atomic straddling the MR's end": (  # the range is checked first, as rxe
+            Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN, True), atomiceth=AtomicEth(end - 4, key, 1, 0)),
+            NakCode.REMOTE_ACCESS_ERR,
+        ),
+        "aligned atomic straddling an odd-sized MR's end": (
+            Packet(BTH(Opcode.RC_FETCH_ADD, 0x22, EPSN, True), atomiceth=AtomicEth(BASE + 0x500008, t.odd_mr.key, 1, 0)),
             NakCode.REMOTE_ACCESS_ERR,
         ),
         "middle with no first": (
@@ -595,3 +607,51 @@ def test_fuzzed_requests_leave_every_byte_outside_the_mrs_unchanged(target: Targ
     assert nak_code(out) is None and [p.bth.opcode for p in out] == [Opcode.RC_ACKNOWLEDGE]
     assert bytes(target.guarded[8:16]) == b"alive!!!"
     assert executed > FUZZ_PACKETS // 100  # a real share of the stream got through every check
+
+
+def unpadded(pkt: Packet) -> bytes:
+    """``pkt``'s bytes with the last payload byte cut and PadCnt 0: a payload of 4n - 1 bytes
+    that no pad makes 4-byte aligned (RoCE's UDP length allows it; IB's packet length does not)."""
+    data = bytearray(wire_bytes(pkt))
+    data[1] &= ~0x30 & 0xFF
+    return bytes(data[:-5] + data[-4:])
+
+
+PAD_CASES = {  # the malformed packet, after the FIRST of its message when it is a LAST
+    "SEND ONLY": (None, Packet(BTH(Opcode.RC_SEND_ONLY, 0x22, EPSN, True), b"s" * 64)),
+    "WRITE ONLY": (None, write(BASE, 1, b"w" * 64)),
+    "SEND LAST": (Packet(BTH(Opcode.RC_SEND_FIRST, 0x22, EPSN), b"f" * 1024),
+                  Packet(BTH(Opcode.RC_SEND_LAST, 0x22, psn_add(EPSN, 1), True), b"l" * 64)),
+    "WRITE LAST": (Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x22, EPSN), b"f" * 1024, reth=Reth(BASE, 1, 1024 + 63)),
+                   Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, 0x22, psn_add(EPSN, 1), True), b"l" * 64)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", PAD_CASES)
+def test_a_pad_count_that_does_not_pad_the_payload_is_an_invalid_request(target: Target, case: str) -> None:
+    """As rxe answers a WRITE whose pad disagrees with its length: NAK invalid request, the QP
+    in error, nothing placed; the wire layer refuses the packet, the QP still answers it."""
+    first, pkt = PAD_CASES[case]
+    if pkt.reth is not None:
+        pkt = write(BASE, target.mr.key, pkt.payload)
+    if first is not None:
+        if first.reth is not None:
+            first = Packet(first.bth, first.payload, reth=Reth(BASE, target.mr.key, first.reth.dma_len))
+        assert nak_code(target.send(first)) is None
+    data = unpadded(pkt)
+    with pytest.raises(MalformedPacket):
+        parse_packet(data)
+    region_before = bytes(target.guarded)
+    deliver_run(target.qp, memoryview(data), len(data), 0.0)
+    responses = target.qp.packets_to_send(0.0, 1 << 20)
+    assert nak_code(responses) == NakCode.INVALID_REQUEST, responses
+    assert responses[-1].bth.psn == pkt.bth.psn
+    assert target.qp.state is QpState.ERR
+    assert bytes(target.guarded[1024:]) == region_before[1024:] and target.outside() == target.snapshot
+
+
+def test_a_duplicate_with_a_bad_pad_count_is_not_answered(target: Target) -> None:
+    assert nak_code(target.send(write(BASE, target.mr.key, b"x" * 16))) is None
+    data = unpadded(write(BASE, target.mr.key, b"y" * 16))  # the same PSN again: a duplicate
+    deliver_run(target.qp, memoryview(data), len(data), 0.0)
+    assert target.qp.packets_to_send(0.0, 1 << 20) == [] and target.qp.state is QpState.RTS

@@ -44,7 +44,7 @@ def owners(env: dict[str, str]) -> dict[str, int]:
 
 
 def make_qp(conn, qp_type=RC):
-    ctx, doorbell_fd, async_fd = conn.call("open_context", "pyroce0")
+    ctx, _doorbell_fd, _async_fd = conn.call("open_context", "pyroce0")
     pd = conn.call("alloc_pd", ctx)
     cq = conn.call("create_cq", ctx, 16, None, 0)[0]
     created = conn.call("create_qp", pd, cq, cq, None, qp_type, 0, 16, 16, 1, 1, 0)
@@ -54,7 +54,7 @@ def make_qp(conn, qp_type=RC):
 def test_commands_answer_as_the_verbs_do(nic):
     place, _, _ = nic
     conn = connect(place, start=False)
-    ctx, pd, cq, (qp, qpn, sq, sq_wqebbs, rq, rq_count, rq_stride, doorbell) = make_qp(conn)
+    ctx, pd, cq, (qp, qpn, sq, sq_wqebbs, rq, rq_count, _rq_stride, doorbell) = make_qp(conn)
     assert 0 < qpn < 1 << 24 and sq_wqebbs >= 16 and rq_count >= 16
     for address in (sq, rq, doorbell):  # rings in the connection's shared memory, as mapped here
         assert conn.base <= address < conn.base + len(conn.arena)
@@ -139,7 +139,7 @@ def test_a_killed_program_is_cleaned_up_and_others_go_on(nic, tmp_path):
 
 
 def test_a_forked_child_connects_anew_and_cannot_use_its_parents_objects(nic, tmp_path):
-    place, env, _ = nic
+    _, env, _ = nic
     program = tmp_path / "forker.py"
     program.write_text(
         "import errno, os, sys\n"
@@ -206,8 +206,8 @@ def test_a_second_nic_on_the_same_place_says_so(nic):
     done = subprocess.run([sys.executable, "-m", "pyroce", "nicd"], env=env, capture_output=True, text=True,
                           timeout=30, check=False)  # fmt: skip
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [f"pyroce nicd: error: a shared NIC already serves pyroce0 on "
-                                                f"{env['PYROCE_ADDR']}"]  # fmt: skip
+    assert done.stderr.strip().splitlines() == [(f"pyroce nicd: error: a shared NIC already serves pyroce0 on "
+                                                 f"{env['PYROCE_ADDR']}")]  # fmt: skip
 
 
 def test_stop_ends_the_connections(nic):

@@ -31,6 +31,8 @@ from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wc_status, ibv_wr_op
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import connected_pair
 
+pytestmark = pytest.mark.embedded_nic  # the progress modes and timers of a process's own engine
+
 ROUND_TRIPS = 300
 
 

@@ -304,3 +304,18 @@ def test_counters_per_qp_and_per_device(pair: tuple[Endpoint, Endpoint]) -> None
     assert device["sent_pkts"] - device_before.get("sent_pkts", 0) == 4
     assert device["rcvd_pkts"] - device_before.get("rcvd_pkts", 0) == 4
     assert device["sent_bytes"] > 3000
+
+
+@pytest.mark.parametrize("sg", ["no SGE", "a zero-length SGE"])
+def test_zero_length_write_with_rkey_0(pair: tuple[Endpoint, Endpoint], sg: str) -> None:
+    """UCX flushes a connection with a zero-length RDMA WRITE to address 0 with rkey 0: no key is
+    checked for zero bytes (IBA 9.4.4), so it completes and touches nothing."""
+    a, b = pair
+    fill(b)
+    before = b.mr.read(b.mr.length, 0)
+    wr = SendWR(wr_id=0xF1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[] if sg == "no SGE" else [SGE(a.mr.buf, 0, a.mr.lkey)])
+    wr.set_wr_rdma(0, 0)
+    a.qp.post_send(wr)
+    (done,) = a.poll()
+    assert (done.status, done.opcode, done.wr_id) == (OK, WC.IBV_WC_RDMA_WRITE, 0xF1)
+    assert b.mr.read(b.mr.length, 0) == before

@@ -37,6 +37,7 @@ def snapshot(ep: Endpoint) -> bytes:
     "case",
     ["past the end", "before the start", "wrapping 2**64", "unknown rkey", "stale key byte", "no remote write"],
 )
+@pytest.mark.embedded_nic  # reads the responder's state in the device model
 def test_remote_write_violations_nak_and_change_nothing(pair: tuple[Endpoint, Endpoint], case: str) -> None:
     a, b = pair
     a.mr.write(b"\xaa" * 8192, 8192)

@@ -175,9 +175,10 @@ def test_two_programs_on_each_of_two_hosts(two_hosts: tuple[str, str], driver_en
     servers = [subprocess.Popen([*in_ns, server_ns, *argv], env=server_env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT) for argv in (pingpong, bandwidth)]  # fmt: skip
     try:
-        spin_until(lambda: b"18520" in subprocess.run([*in_ns, server_ns, "ss", "-ltn"], capture_output=True).stdout
-                   and b"18521" in subprocess.run([*in_ns, server_ns, "ss", "-ltn"], capture_output=True).stdout,
-                   "both servers listening")  # fmt: skip
+        def listening() -> bytes:
+            return subprocess.run([*in_ns, server_ns, "ss", "-ltn"], capture_output=True, check=False).stdout
+
+        spin_until(lambda: b"18520" in listening() and b"18521" in listening(), "both servers listening")
         clients = [subprocess.Popen([*in_ns, client_ns, *argv, server_ip], env=client_env, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                    for argv in (pingpong, bandwidth)]  # fmt: skip

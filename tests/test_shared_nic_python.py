@@ -144,3 +144,35 @@ def test_a_bad_pyroce_nic_is_einval(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(PyverbsRDMAError) as failure:
         Context(name="pyroce0")
     assert failure.value.error_code == 22 and "own, shared" in str(failure.value)
+
+
+ADVISE_SCRIPT = """
+import errno
+import pyroce.verbs.enums as e
+from pyroce.verbs.device import Context
+from pyroce.verbs.mr import MR
+from pyroce.verbs.pd import PD
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError
+from pyroce.verbs.wr import SGE
+with Context(name="pyroce0") as ctx:
+    assert type(ctx.device).__name__ == "RemoteDevice", ctx.device
+    pd = PD(ctx)
+    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_ON_DEMAND)
+    other = MR(PD(ctx), 64, e.IBV_ACCESS_LOCAL_WRITE)
+    flush = e.IBV_ADVISE_MR_FLAG_FLUSH
+    print("ok", pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, flush, [SGE(mr.buf, 4096, mr.lkey)]))
+    for sge in (SGE(other.buf, 64, other.lkey), SGE(mr.buf, 4097, mr.lkey)):
+        try:
+            pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH, flush, [sge])
+        except PyverbsRDMAError as exc:
+            print(errno.errorcode[exc.error_code])
+"""
+
+
+def test_advise_mr_checks_a_python_programs_mrs_on_the_shared_nic(nic) -> None:
+    """PD.advise_mr needs no command: the program's own verbs objects answer it, as on its own NIC."""
+    _, env, _ = nic
+    done = subprocess.run([sys.executable, "-c", ADVISE_SCRIPT], env=env, text=True, capture_output=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "0", "EINVAL", "EFAULT"], done.stdout + done.stderr

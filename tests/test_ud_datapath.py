@@ -130,10 +130,12 @@ def test_ah_from_a_wc_needs_its_header_in_registered_memory(pair: tuple[Endpoint
 def test_wrong_qkey_is_dropped_and_counted(pair: tuple[Endpoint, Endpoint]) -> None:
     a, b = pair
     before = b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0)
+    port_before = b.ctx.query_port(1).qkey_viol_cntr
     post_recvs(b, 1)
     send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8, wr_id=1, qkey=QKEY + 1)
     a.poll()  # the sender cannot know: UD is unacknowledged
     spin_until(lambda: b.ctx.device.qp_stats(b.qp.qp_num).get("drop_qkey", 0) == before + 1, "the Q_Key drop counted")
+    assert b.ctx.query_port(1).qkey_viol_cntr == port_before + 1  # the port's Q_Key violation counter too
     send(a, ah_to(a, b.info().gid), b.qp.qp_num, 8, wr_id=2)  # the receive WQE is still there for the right Q_Key
     a.poll()
     (wc,) = b.poll()

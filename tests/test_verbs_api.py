@@ -167,15 +167,38 @@ def test_unknown_device_is_enodev(name):
         Context(name=name)
 
 
-def test_query_device_reports_limits_and_one_port(ctx):
+RXE_DEVICE = {  # rxe_param.h: the values libraries check (UCX, libfabric, MPI size their QPs by them)
+    "max_qp_rd_atom": 128, "max_qp_init_rd_atom": 128, "max_res_rd_atom": 0x3F000, "max_sge": 32,
+    "max_sge_rd": 32, "max_qp_wr": 0x4000, "max_srq_sge": 27, "max_mr_size": (1 << 64) - 1,
+    "page_size_cap": 0xFFFFF000, "atomic_caps": e.ibv_atomic_cap.IBV_ATOMIC_HCA, "phys_port_cnt": 1,
+    "local_ca_ack_delay": 15,
+}  # fmt: skip
+RXE_PORT = {"active_width": 1, "active_speed": 1, "max_msg_sz": 0x800000, "max_vl_num": 1}  # 1X, SDR: 2.5 Gb/s
+
+
+def test_query_device_reports_rxes_limits_and_one_port(ctx):
     attr = ctx.query_device()
-    assert attr.max_qp_wr > 0 and attr.max_sge > 0 and attr.max_cqe > 0
-    assert attr.atomic_caps == e.ibv_atomic_cap.IBV_ATOMIC_HCA
-    assert attr.phys_port_cnt == 1
+    assert {name: getattr(attr, name) for name in RXE_DEVICE} == RXE_DEVICE
+    assert attr.max_cqe >= 32767  # rxe's 2**15 - 1, or more (DeviceAttr says why)
+    assert attr.max_qp_init_rd_atom <= attr.max_qp_rd_atom  # a QP initiates no more than a peer takes
+    assert attr.page_size_cap & 4096  # 4 KiB pages (libraries test the bit of their page size)
+
+
+def test_device_cap_flags_are_what_pyroce_does(ctx):
+    """Exactly the capabilities pyroce has (verbs/device.py says why each); the 64-bit
+    ``device_cap_flags_ex`` holds them too, as the kernel answers."""
+    C = e.ibv_device_cap_flags
+    expected = (C.IBV_DEVICE_UD_AV_PORT_ENFORCE | C.IBV_DEVICE_CURR_QP_STATE_MOD | C.IBV_DEVICE_PORT_ACTIVE_EVENT
+                | C.IBV_DEVICE_SYS_IMAGE_GUID | C.IBV_DEVICE_RC_RNR_NAK_GEN | C.IBV_DEVICE_SRQ_RESIZE
+                | C.IBV_DEVICE_MEM_WINDOW | C.IBV_DEVICE_BAD_PKEY_CNTR | C.IBV_DEVICE_BAD_QKEY_CNTR)  # fmt: skip
+    assert ctx.query_device().device_cap_flags == expected
+    assert ctx.query_device_ex().device_cap_flags_ex == expected
+    assert ctx.query_device().sys_image_guid == ctx.query_device().node_guid != 0
 
 
 def test_query_port_1_is_active_ethernet(ctx):
     port = ctx.query_port(1)
+    assert {name: getattr(port, name) for name in RXE_PORT} == RXE_PORT
     assert port.state == e.ibv_port_state.IBV_PORT_ACTIVE
     assert port.link_layer == e.ibv_link_layer.IBV_LINK_LAYER_ETHERNET
     assert port.active_mtu in set(e.ibv_mtu)
@@ -417,6 +440,76 @@ def test_mr_keys_match_and_differ_between_mrs(pd):
     assert first.lkey == first.rkey
     assert second.lkey == second.rkey
     assert first.lkey != second.lkey
+
+
+ADVICES = [e.IBV_ADVISE_MR_ADVICE_PREFETCH, e.IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+           e.IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT]  # fmt: skip
+FLUSH = e.IBV_ADVISE_MR_FLAG_FLUSH
+
+
+@pytest.mark.parametrize("flags", [0, FLUSH], ids=["async", "sync"])
+@pytest.mark.parametrize("advice", ADVICES)
+def test_advise_mr_prefetch_of_ranges_in_mrs_of_the_pd_succeeds(pd, advice, flags):
+    """Every MR pages on demand: a prefetch of any range of an MR of the PD (the whole MR, an
+    empty SGE at its end, two MRs at once) is checked and returns 0; the MR still works."""
+    first = MR(pd, 4096, LOCAL_WRITE | A.IBV_ACCESS_ON_DEMAND)
+    second = MR(pd, 64, LOCAL_WRITE)
+    sges = [SGE(first.buf, 4096, first.lkey), SGE(second.buf + 64, 0, second.lkey), SGE(second.buf + 8, 8, second.lkey)]
+    assert pd.advise_mr(advice, flags, sges) == 0
+    first.write(b"paged", 5, 100)
+    assert first.read(5, 100) == b"paged"
+
+
+def test_advise_mr_of_a_read_only_mr_reads_but_does_not_write(pd):
+    """A read prefetch of an MR without local write passes; a write prefetch is EPERM (mlx5's
+    and rxe's check)."""
+    read_only = MR(pd, 64, 0)
+    sge = SGE(read_only.buf, 64, read_only.lkey)
+    assert pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH, FLUSH, [sge]) == 0
+    with raises_errno(errno.EPERM):
+        pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, FLUSH, [sge])
+
+
+@pytest.mark.parametrize(("case", "code"), [
+    ("advice 3", errno.EOPNOTSUPP), ("flags 2", errno.EINVAL), ("no SGE", errno.EINVAL),
+    ("4096 SGEs", errno.EINVAL), ("lkey of no MR", errno.EINVAL), ("MR of another PD", errno.EINVAL),
+    ("MR closed", errno.EINVAL), ("before the MR", errno.EFAULT), ("past the MR", errno.EFAULT),
+])  # fmt: skip
+def test_advise_mr_misuse_has_the_kernels_errno(ctx, pd, mr, case, code):
+    """ib_uverbs' checks (flags, an SGE list of 1 to 4095), rxe's (advice, an lkey of an MR of
+    this PD, a synchronous prefetch's range inside its MR): each its errno."""
+    advice, flags, sges = e.IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, FLUSH, [SGE(mr.buf, 64, mr.lkey)]
+    if case == "advice 3":
+        advice = 3
+    elif case == "flags 2":
+        flags = 2
+    elif case == "no SGE":
+        sges = []
+    elif case == "4096 SGEs":
+        sges = sges * 4096
+    elif case == "lkey of no MR":
+        sges = [SGE(mr.buf, 64, mr.lkey ^ 0x100)]
+    elif case == "MR of another PD":
+        other = MR(PD(ctx), 64, LOCAL_WRITE)
+        sges = [SGE(other.buf, 64, other.lkey)]
+    elif case == "MR closed":
+        gone = MR(pd, 64, LOCAL_WRITE)
+        sges = [SGE(gone.buf, 64, gone.lkey)]
+        gone.close()
+    elif case == "before the MR":
+        sges = [SGE(mr.buf - 1, 64, mr.lkey)]
+    else:
+        sges = [SGE(mr.buf + 4096 - 63, 64, mr.lkey)]
+    with raises_errno(code):
+        pd.advise_mr(advice, flags, sges)
+
+
+def test_advise_mr_asynchronous_checks_keys_not_ranges(pd, mr):
+    """As rxe and mlx5: an asynchronous prefetch is best effort, its range faulted in (and found
+    outside the MR) later or never, so only its keys are checked."""
+    assert pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [SGE(mr.buf + 4000, 4096, mr.lkey)]) == 0
+    with raises_errno(errno.EINVAL):
+        pd.advise_mr(e.IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [SGE(mr.buf, 64, mr.lkey + 1)])
 
 
 # --- completion queues ----------------------------------------------------------------------------------------------

@@ -58,7 +58,10 @@ int main(void)
 	report("create_qp_ex_create_flags", null_errno(ibv_create_qp_ex(ctx, &ex)));
 	struct ibv_cq_init_attr_ex cq_ex = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	report("create_cq_ex", null_errno(ibv_create_cq_ex(ctx, &cq_ex)));
-	report("reg_mr_on_demand", null_errno(ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));
+	struct ibv_mr *odp = ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+	report("reg_mr_on_demand", null_errno(odp));
+	report("dereg_mr_on_demand", odp ? ibv_dereg_mr(odp) : EINVAL);
+	report("reg_mr_implicit_odp", null_errno(ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND)));
 	int cmd_fd = dup(ctx->cmd_fd); /* a descriptor, as the uverbs file is, that no context imports */
 	report("dup_cmd_fd", cmd_fd < 0 ? errno : 0);
 	report("import_device", null_errno(ibv_import_device(cmd_fd)));

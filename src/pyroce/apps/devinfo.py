@@ -1,7 +1,7 @@
 """What ``ibv_devices`` and ``ibv_devinfo`` print, line for line (``device_list.c`` and
 ``devinfo.c`` of rdma-core v44, the Debian bookworm tools), from a Context's own queries.
 
-The extended capabilities pyroce does not offer (ODP, TSO, RSS, packet pacing, tag matching)
+The extended capabilities pyroce does not offer (TSO, RSS, packet pacing, tag matching)
 print as ``devinfo`` prints them for a device whose ``ibv_query_device_ex`` leaves them zero.
 """
 
@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import socket
 
-from pyroce.verbs.device import Context, Device
-from pyroce.verbs.enums import ibv_atomic_cap, ibv_gid_type_sysfs, ibv_link_layer, ibv_port_state, ibv_transport_type
+from pyroce.verbs.device import Context, Device, ODPCaps
+from pyroce.verbs.enums import (
+    ibv_atomic_cap,
+    ibv_device_cap_flags,
+    ibv_gid_type_sysfs,
+    ibv_link_layer,
+    ibv_odp_general_caps,
+    ibv_odp_transport_cap_bits,
+    ibv_port_state,
+    ibv_transport_type,
+)
 
 TRANSPORTS = {ibv_transport_type.IBV_TRANSPORT_IB: "InfiniBand", ibv_transport_type.IBV_TRANSPORT_IWARP: "iWARP"}
 PORT_STATES = {ibv_port_state.IBV_PORT_DOWN: "PORT_DOWN", ibv_port_state.IBV_PORT_INIT: "PORT_INIT",
@@ -27,10 +36,14 @@ VLS = {1: "1", 2: "2", 3: "4", 4: "8", 5: "15"}
 LINK_LAYERS = {ibv_link_layer.IBV_LINK_LAYER_UNSPECIFIED: "Unspecified",
                ibv_link_layer.IBV_LINK_LAYER_INFINIBAND: "InfiniBand",
                ibv_link_layer.IBV_LINK_LAYER_ETHERNET: "Ethernet"}  # fmt: skip
-ODP_CAPS = ("\tgeneral_odp_caps:",
-            *(line for kind in ("rc", "uc", "ud", "xrc") for line in (f"\t{kind}_odp_caps:", "\t\t\t\t\tNO SUPPORT")))  # fmt: skip
-NO_EXTENDED_CAPS = (*ODP_CAPS, "\tcompletion_timestamp_mask not supported", "\tcore clock not supported",
-                    "\tdevice_cap_flags_ex:\t\t0x0", "\ttso_caps:", "\t\tmax_tso:\t\t\t0", "\trss_caps:",
+CAP_TABS = "\t\t\t\t\t"  # devinfo.c's PRINT_TAB_SPACES
+ODP_GENERAL = ((ibv_odp_general_caps.IBV_ODP_SUPPORT, "ODP_SUPPORT"),
+               (ibv_odp_general_caps.IBV_ODP_SUPPORT_IMPLICIT, "ODP_SUPPORT_IMPLICIT"))  # fmt: skip
+ODP_TRANSPORT = tuple((getattr(ibv_odp_transport_cap_bits, f"IBV_ODP_SUPPORT_{name}"), f"SUPPORT_{label}")
+                      for name, label in (("SEND", "SEND"), ("RECV", "RECV"), ("WRITE", "WRITE"), ("READ", "READ"),
+                                          ("ATOMIC", "ATOMIC"), ("SRQ_RECV", "SRQ")))  # fmt: skip
+NO_CLOCK = ("\tcompletion_timestamp_mask not supported", "\tcore clock not supported")
+NO_EXTENDED_CAPS = ("\ttso_caps:", "\t\tmax_tso:\t\t\t0", "\trss_caps:",
                     "\t\tmax_rwq_indirection_tables:\t\t\t0", "\t\tmax_rwq_indirection_table_size:\t\t\t0",
                     "\t\trx_hash_function:\t\t\t\t0x0", "\t\trx_hash_fields_mask:\t\t\t\t0x0",
                     "\tmax_wq_type_rq:\t\t\t0", "\tpacket_pacing_caps:", "\t\tqp_rate_limit_min:\t0kbps",
@@ -73,7 +86,10 @@ def device_verbose_lines(ctx: Context) -> list[str]:
     a = ctx.query_device()
     lines = [f"\tmax_mr_size:\t\t\t0x{a.max_mr_size:x}", f"\tpage_size_cap:\t\t\t0x{a.page_size_cap:x}",
              f"\tmax_qp:\t\t\t\t{a.max_qp}", f"\tmax_qp_wr:\t\t\t{a.max_qp_wr}",
-             f"\tdevice_cap_flags:\t\t0x{a.device_cap_flags:08x}", f"\tmax_sge:\t\t\t{a.max_sge}",
+             f"\tdevice_cap_flags:\t\t0x{a.device_cap_flags:08x}",
+             *(CAP_TABS + flag.name.removeprefix("IBV_DEVICE_") for flag in ibv_device_cap_flags
+               if a.device_cap_flags & flag),
+             f"\tmax_sge:\t\t\t{a.max_sge}",
              f"\tmax_sge_rd:\t\t\t{a.max_sge_rd}", f"\tmax_cq:\t\t\t\t{a.max_cq}", f"\tmax_cqe:\t\t\t{a.max_cqe}",
              f"\tmax_mr:\t\t\t\t{a.max_mr}", f"\tmax_pd:\t\t\t\t{a.max_pd}",
              f"\tmax_qp_rd_atom:\t\t\t{a.max_qp_rd_atom}", f"\tmax_ee_rd_atom:\t\t\t{a.max_ee_rd_atom}",
@@ -89,7 +105,26 @@ def device_verbose_lines(ctx: Context) -> list[str]:
              f"\tmax_srq:\t\t\t{a.max_srq}",
              *([f"\tmax_srq_wr:\t\t\t{a.max_srq_wr}", f"\tmax_srq_sge:\t\t\t{a.max_srq_sge}"] if a.max_srq else []),
              f"\tmax_pkeys:\t\t\t{a.max_pkeys}", f"\tlocal_ca_ack_delay:\t\t{a.local_ca_ack_delay}"]  # fmt: skip
-    return [*lines, *NO_EXTENDED_CAPS, f"\tnum_comp_vectors:\t\t{ctx.num_comp_vectors}"]
+    ex = ctx.query_device_ex()  # devinfo.c names the bits above 31 of device_cap_flags_ex only: none here
+    return [*lines, *odp_lines(ex.odp_caps), *NO_CLOCK, f"\tdevice_cap_flags_ex:\t\t0x{ex.device_cap_flags_ex:X}",
+            *NO_EXTENDED_CAPS, f"\tnum_comp_vectors:\t\t{ctx.num_comp_vectors}"]  # fmt: skip
+
+
+def odp_lines(caps: ODPCaps) -> list[str]:
+    """devinfo.c's ``print_odp_caps``: the general bits, then each transport's."""
+    lines = ["\tgeneral_odp_caps:", *(CAP_TABS + name for bit, name in ODP_GENERAL if caps.general_caps & bit)]
+    unknown = caps.general_caps & ~sum(bit for bit, _ in ODP_GENERAL)
+    if unknown:
+        lines.append(f"{CAP_TABS}unknown general caps (0x{unknown:x})")
+    for kind in ("rc", "uc", "ud", "xrc"):
+        bits = getattr(caps, f"{kind}_odp_caps")
+        lines += [f"\t{kind}_odp_caps:", *(CAP_TABS + name for bit, name in ODP_TRANSPORT if bits & bit)]
+        unknown = bits & ~sum(bit for bit, _ in ODP_TRANSPORT)
+        if not bits:
+            lines.append(CAP_TABS + "NO SUPPORT")
+        elif unknown:
+            lines.append(f"{CAP_TABS}unknown transport capability (0x{unknown:x})")
+    return lines
 
 
 def port_lines(ctx: Context, port: int, transport_type: int, verbose: bool) -> list[str]:

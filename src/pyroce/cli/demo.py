@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import closing
 from typing import Any, TextIO
 
 from pyroce.apps.rc_endpoint import RcEndpoint
@@ -24,7 +25,7 @@ from pyroce.cli import args as types
 from pyroce.cli.demo_client import Demo
 from pyroce.cli.demo_protocol import Channel, connect
 from pyroce.cli.demo_report import header_line, verified_line
-from pyroce.cli.demo_server import open_endpoint, serve
+from pyroce.cli.demo_server import open_endpoint, open_for, serve
 from pyroce.cli.errors import CliError
 from pyroce.cli.progress import Progress
 from pyroce.verbs.pyverbs_error import PyverbsError
@@ -132,7 +133,8 @@ def _local_server(args: argparse.Namespace) -> int:
     """The spawned server: once connected, its errors go to the client, which prints them."""
     conn = connect(args.connect_server, args.timeout)
     try:
-        serve(conn)
+        with closing(open_for(conn)) as ep:
+            serve(conn, ep)
     except (CliError, PyverbsError, OSError):
         return 1
     finally:
@@ -141,26 +143,28 @@ def _local_server(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
-    """``--serve``: say where it listens, wait ``--timeout`` for a client, serve it, report."""
-    try:
-        listener = socket.create_server(args.serve)
-    except OSError as exc:
-        raise CliError(f"cannot listen on {args.serve[0]}:{args.serve[1]}: {exc.strerror or exc}") from None
-    with listener:
-        host, port = listener.getsockname()[:2]
-        _say(out, args.json, f"pyroce demo: listening on {host}:{port} for {args.timeout:g} s",
-             {"listening": {"host": host, "port": port}})  # fmt: skip
-        listener.settimeout(args.timeout)
+    """``--serve``: open the device (a bad ``PYROCE_ADDR`` is said now, not when a client comes),
+    say where it listens, wait ``--timeout`` for a client, serve it, report."""
+    with closing(open_endpoint()) as ep:
         try:
-            sock = listener.accept()[0]
-        except TimeoutError:
-            raise CliError(f"no client connected to {host}:{port} within {args.timeout:g} s") from None
-    conn = Channel(sock, args.timeout)
-    try:
-        conn.greet()
-        verdict = serve(conn)
-    finally:
-        conn.close()
+            listener = socket.create_server(args.serve)
+        except OSError as exc:
+            raise CliError(f"cannot listen on {args.serve[0]}:{args.serve[1]}: {exc.strerror or exc}") from None
+        with listener:
+            host, port = listener.getsockname()[:2]
+            _say(out, args.json, f"pyroce demo: listening on {host}:{port} for {args.timeout:g} s",
+                 {"listening": {"host": host, "port": port}})  # fmt: skip
+            listener.settimeout(args.timeout)
+            try:
+                sock = listener.accept()[0]
+            except TimeoutError:
+                raise CliError(f"no client connected to {host}:{port} within {args.timeout:g} s") from None
+        conn = Channel(sock, args.timeout)
+        try:
+            conn.greet()
+            verdict = serve(conn, ep)
+        finally:
+            conn.close()
     if set(verdict) != {"operations", "bytes", "errors"}:
         raise CliError(f"the client at {conn.peer} ended without a verdict")
     _say(out, args.json, f"pyroce demo: served {conn.peer}, {verified_line(verdict)}",

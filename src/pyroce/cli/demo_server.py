@@ -33,40 +33,41 @@ def open_endpoint() -> RcEndpoint:
     return RcEndpoint.open(MR_SIZE, max_wr=32)
 
 
-def serve(conn: Channel) -> dict[str, Any]:
-    """Answer the client until it says ``bye``; returns its verdict. A device that cannot open
-    is reported to the client too (it prints it: the local child's errors show once)."""
+def open_for(conn: Channel) -> RcEndpoint:
+    """The local child's endpoint, opened once its client is there: a device that cannot open
+    is reported to the client (it prints it: the local child's errors show once)."""
     try:
-        ep = open_endpoint()
+        return open_endpoint()
     except PyverbsError as exc:
         conn.send("error", str(exc))
         raise
-    try:
-        conn.send("info", to_wire(ep.info()), os.getpid(), ep.ctx.device.address, int(ep.ctx.active_mtu))
-        handlers: dict[str, Callable[..., Any]] = {
-            "connect": lambda peer, mtu: ep.connect(from_wire(peer), path_mtu=ibv_mtu(mtu)),
-            "post_recv": lambda size: ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, size, ep.mr.lkey)])),
-            "wait_recv": lambda: _received(ep, conn.timeout),
-            "digest": lambda offset, length: digest(ep.mr.read(length, offset)),
-            "fill": lambda offset, length: _fill(ep, offset, length),
-            "set_word": lambda offset, value: ep.mr.write(WORD.pack(value), 8, offset),
-            "get_word": lambda offset: WORD.unpack(ep.mr.read(8, offset))[0],
-            "stats": lambda: ep.ctx.device.stats(),
-        }
-        while True:
-            request, *args = conn.recv()
-            if request == "bye":
-                return args[0] if args and isinstance(args[0], dict) else {}
-            if request not in handlers:
-                raise CliError(f"{conn.peer} sent an unknown request {request!r}")
-            try:
-                result = handlers[request](*args)
-            except (PyverbsError, CliError) as exc:
-                conn.send("error", str(exc))
-                continue
-            conn.send("ok", result)
-    finally:
-        ep.close()
+
+
+def serve(conn: Channel, ep: RcEndpoint) -> dict[str, Any]:
+    """Answer the client on ``ep`` until it says ``bye``; returns its verdict."""
+    conn.send("info", to_wire(ep.info()), os.getpid(), ep.ctx.device.address, int(ep.ctx.active_mtu))
+    handlers: dict[str, Callable[..., Any]] = {
+        "connect": lambda peer, mtu: ep.connect(from_wire(peer), path_mtu=ibv_mtu(mtu)),
+        "post_recv": lambda size: ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, size, ep.mr.lkey)])),
+        "wait_recv": lambda: _received(ep, conn.timeout),
+        "digest": lambda offset, length: digest(ep.mr.read(length, offset)),
+        "fill": lambda offset, length: _fill(ep, offset, length),
+        "set_word": lambda offset, value: ep.mr.write(WORD.pack(value), 8, offset),
+        "get_word": lambda offset: WORD.unpack(ep.mr.read(8, offset))[0],
+        "stats": lambda: ep.ctx.device.stats(),
+    }
+    while True:
+        request, *args = conn.recv()
+        if request == "bye":
+            return args[0] if args and isinstance(args[0], dict) else {}
+        if request not in handlers:
+            raise CliError(f"{conn.peer} sent an unknown request {request!r}")
+        try:
+            result = handlers[request](*args)
+        except (PyverbsError, CliError) as exc:
+            conn.send("error", str(exc))
+            continue
+        conn.send("ok", result)
 
 
 def _received(ep: RcEndpoint, timeout: float) -> tuple[int, str, int]:

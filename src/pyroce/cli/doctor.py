@@ -16,9 +16,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.cli.nicd import describe_status
 from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
+from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.link.udp import LinkError, UdpLink, interface_mtu
 from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.place import nic_place
@@ -33,6 +33,7 @@ class Check:
     value: str  # what a device would use, or what is wrong
     why: str = ""  # where the value comes from
     fix: str = ""  # what to change, when not ok
+    warning: bool = False  # not ok, yet not a problem: only `pyroce run` needs it (the exit status stays 0)
 
 
 def _from_env(name: str, default: str) -> str:
@@ -111,14 +112,24 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
 
 
 def check_c_driver() -> list[Check]:
-    """What ``pyroce run`` builds its libibverbs with: a C compiler and the system's verbs headers."""
+    """What ``pyroce run`` builds its libibverbs with: a C compiler and the system's verbs headers.
+    Their absence is a warning, each missing one named with its Debian package: Python programs
+    (the demo, the tools, ``pyroce.verbs``) need neither."""
     include = os.environ.get("PYROCE_VERBS_INCLUDE") or DEFAULT_INCLUDE
     why = "`pyroce run` builds pyroce's libibverbs.so.1 with them on first use (Python programs need neither)"
+    found: list[str] = []
+    missing: list[str] = []
     try:
-        found = [compiler(), str(verbs_header(include)), str(mlx5dv_header(include))]
+        found.append(compiler())
     except BuildError as exc:
-        return [Check("c_driver", False, str(exc), why, "install gcc and libibverbs-dev (Debian), or point CC "
-                      "and PYROCE_VERBS_INCLUDE at them")]  # fmt: skip
+        missing.append(str(exc))
+    try:  # both are libibverbs-dev's: the first one missing says so
+        found += [str(verbs_header(include)), str(mlx5dv_header(include))]
+    except BuildError as exc:
+        missing.append(str(exc))
+    if missing:
+        return [Check("c_driver", False, "; ".join(missing), why, "only for `pyroce run`: install what is named, or "
+                      "point CC and PYROCE_VERBS_INCLUDE at them", warning=True)]  # fmt: skip
     return [Check("c_driver", True, ", ".join(found), why)]
 
 
@@ -147,7 +158,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="what a device would use here (address, GID, MTU, progress, GSO), and what is wrong",
         description="Say which address, GID, active MTU and progress mode a pyroce device would use "
         "here and why, whether UDP 4791 can be bound and GSO/GRO are available, whether `pyroce run` "
-        "finds a C compiler and <infiniband/verbs.h>, and what to "
+        "finds a C compiler and <infiniband/verbs.h> (a warning when not: only it needs them), and what to "
         "change when something is wrong. Exit 0 when all is well, 1 otherwise.",
     )
     parser.add_argument("--json", action="store_true", help='print {"ok": ..., "checks": [...]} as JSON')
@@ -158,17 +169,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     checks, settings = check_settings()
     checks = check_address(settings) + checks + check_c_driver() + check_shared_nic()
-    ok = all(check.ok for check in checks)
+    ok = all(check.ok or check.warning for check in checks)
     if args.json:
         print(json.dumps({"ok": ok, "checks": [asdict(check) for check in checks]}, indent=2), file=out)
         return 0 if ok else 1
     width = max(len(check.name) for check in checks)
     for check in checks:
-        print(f"{'ok' if check.ok else 'FAIL':<5} {check.name:<{width}}  {check.value}", file=out)
+        mark = "ok" if check.ok else "WARN" if check.warning else "FAIL"
+        print(f"{mark:<5} {check.name:<{width}}  {check.value}", file=out)
         if check.why:
             print(f"{'':<{width + 8}}({check.why})", file=out)
         if check.fix:
             print(f"{'':<{width + 8}}fix: {check.fix}", file=out)
-    problems = sum(not check.ok for check in checks)
-    print("all is well" if ok else f"{problems} problem{'s' * (problems > 1)}", file=out)
+    problems = sum(not check.ok and not check.warning for check in checks)
+    warnings = sum(check.warning for check in checks)
+    print(", ".join(filter(None, ("all is well" if ok else _count(problems, "problem"),
+                                  warnings and _count(warnings, "warning")))), file=out)  # fmt: skip
     return 0 if ok else 1
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number > 1)}"

@@ -19,9 +19,9 @@ from typing import Any, TextIO
 from pyroce.cli.args import seconds_or_zero
 from pyroce.cli.errors import CliError
 from pyroce.host.registry import LinkError
+from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.launch import BUSY, FAILED, READY
 from pyroce.nicd.place import DEFAULT_DEVICE, NicPlace, nic_place
-from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.server import DEFAULT_IDLE_S, NicBusy, NicServer, open_server
 
 DESCRIPTION = """The shared NIC: one pyroce0 per user and address (PYROCE_ADDR, default 127.0.0.1) that every

@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 from pyroce.cli.errors import CliError
 from pyroce.driver.build import BuildError, library_dir
-from pyroce.host.registry import LinkError, configured_address, device_settings
 from pyroce.driver.environment import driver_environment
+from pyroce.host.registry import LinkError, configured_address, device_settings
 
 DESCRIPTION = """Run PROGRAM (ibv_devinfo, ibv_rc_pingpong -d pyroce0 -g 3, ...) with pyroce's
 libibverbs.so.1 in place of the system's: it sees the device pyroce0, and its verbs run on the

@@ -34,10 +34,10 @@ import ipaddress
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from pyroce.cm.errors import CmError
+from pyroce.cm.exchanges import Exchange, Exchanges
 from pyroce.cm.ids import CONNECTED, CmChannel, CmId, IdState
 from pyroce.cm.messages import DEFAULT_PKEY, form_tid, make_rep, make_req
 from pyroce.cm.ports import PortTable
@@ -71,7 +71,6 @@ from pyroce.ib.cm import (
 )
 from pyroce.ib.enums import ibv_mtu
 from pyroce.nic.events import EventQueue
-from pyroce.nic.timers import Timers
 from pyroce.wire.cm import (
     CmaHeader,
     CmDrep,
@@ -96,16 +95,6 @@ E = CmEventType
 ANY_V4 = "0.0.0.0"
 
 
-@dataclass
-class _Exchange:
-    """A sent MAD that waits for its answer: resent on timeout, given up after the retries."""
-
-    gid: bytes
-    mad: bytes
-    timeout: float
-    retries: int
-
-
 class RdmaCm:
     """The connection manager of one NIC address (``device.cm``)."""
 
@@ -124,11 +113,7 @@ class RdmaCm:
         self.ports = PortTable(self._rng)
         self._by_comm_id: dict[int, CmId] = {}  # our comm ID (SIDR: request ID) -> id
         self._by_peer: dict[tuple[int, bytes], CmId] = {}  # (peer's comm ID, peer's GID) -> passive id
-        self._timewait: dict[tuple[int, bytes], float] = {}  # ended connections: (peer's comm ID, GID) -> until
-        self._exchanges: dict[CmId, _Exchange] = {}
-        self._timers: Timers[CmId] = Timers()
-        self._pending_timers: list[CmId] = []  # exchanges sent by a command: armed at the next pass
-        self._now = 0.0  # the engine's time at its last pass: a command's time (commands get none)
+        self.exchanges: Exchanges[CmId] = Exchanges()  # resends and time waits (the engine reads its deadline)
         self._channels: set[CmChannel] = set()
 
     # --- channels and ids -------------------------------------------------------------------
@@ -429,51 +414,20 @@ class RdmaCm:
         """The engine's link reaches GIDs through ``route`` (resolve_addr asks it)."""
         self._route = route
 
-    def output(self, now: float, budget: int, route: Route) -> list[tuple[str, object]]:
-        """The engine's pass: MADs to send (retry timers start now for what commands sent)."""
-        self._now = now
-        for cm_id in self._pending_timers:
-            exchange = self._exchanges.get(cm_id)
-            if exchange is not None:
-                self._timers.arm(cm_id, now + exchange.timeout)
-        self._pending_timers.clear()
-        return self.qp1.output(budget, route)  # type: ignore[return-value]
-
-    @property
-    def has_output(self) -> bool:
-        return self.qp1.has_output or bool(self._pending_timers)
-
-    def next_deadline(self) -> float | None:
-        deadline = self._timers.next_deadline()
-        if self._timewait:
-            soonest = min(self._timewait.values())
-            deadline = soonest if deadline is None else min(deadline, soonest)
-        return deadline
-
     def handle_timer(self, now: float) -> None:
         """Resend what is still unanswered, give up what has run out of retries, forget
         connections whose time wait is over."""
-        self._now = now
-        for cm_id in self._timers.due(now):
-            exchange = self._exchanges.get(cm_id)
-            if exchange is None:
-                continue
-            if exchange.retries > 0:
-                exchange.retries -= 1
-                self.counters["cm_mads_resent"] += 1
-                self.qp1.send(exchange.gid, exchange.mad)
-                self._timers.arm(cm_id, now + exchange.timeout)
-            else:
-                del self._exchanges[cm_id]
-                self._timed_out(cm_id)
-        if self._timewait:
-            for key in [key for key, until in self._timewait.items() if until <= now]:
-                del self._timewait[key]
+        resend, expired = self.exchanges.due(now)
+        for exchange in resend:
+            self.counters["cm_mads_resent"] += 1
+            self.qp1.send(exchange.gid, exchange.mad)
+        for cm_id in expired:
+            self._timed_out(cm_id)
 
     # --- MADs in ----------------------------------------------------------------------------
 
     def _on_mad(self, gid: bytes, header: MadHeader, message: CmMessage, now: float) -> None:
-        self._now = now
+        self.exchanges.now = now
         handler = self._HANDLERS.get(type(message))
         if handler is None:
             self.counters["cm_drop_unhandled"] += 1
@@ -496,7 +450,7 @@ class RdmaCm:
                     ),
                 )
             return
-        if key in self._timewait:
+        if self.exchanges.in_timewait(key):
             self.counters["cm_req_stale"] += 1
             self._answer_rej(gid, header.tid, req.local_comm_id, RejectReason.STALE_CONN, CmMsgResponse.REQ)
             return
@@ -549,13 +503,12 @@ class RdmaCm:
 
     def _on_mra(self, gid: bytes, header: MadHeader, mra: CmMra, now: float) -> None:
         cm_id = self._mine(mra.remote_comm_id, gid)
-        exchange = self._exchanges.get(cm_id) if cm_id is not None else None
         waiting = {CmMsgResponse.REQ: IdState.REQ_SENT, CmMsgResponse.REP: IdState.REP_SENT}.get(mra.message_mraed)
-        if cm_id is None or exchange is None or cm_id.state is not waiting:
+        if cm_id is None or not self.exchanges.waiting(cm_id) or cm_id.state is not waiting:
             self.counters["cm_drop_stray_mra"] += 1
             return
         # the peer needs longer: wait what it asks, then go on resending as before
-        self._timers.arm(cm_id, now + time_of(mra.service_timeout) + time_of(PACKET_LIFE_TIME))
+        self.exchanges.extend(cm_id, now + time_of(mra.service_timeout) + time_of(PACKET_LIFE_TIME))
 
     def _on_rej(self, gid: bytes, header: MadHeader, rej: CmRej, now: float) -> None:
         cm_id = self._mine(rej.remote_comm_id, gid)
@@ -647,7 +600,7 @@ class RdmaCm:
     def _disconnected(self, cm_id: CmId, now: float, private_data: bytes = b"") -> None:
         was_connected = cm_id.state in CONNECTED or cm_id.state is IdState.REP_SENT
         cm_id.state = IdState.TIMEWAIT
-        self._timewait[(cm_id.remote_comm_id, self._peer_gid(cm_id))] = now + TIMEWAIT_S
+        self.exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S, now)
         if was_connected:
             self._event(cm_id, E.DISCONNECTED, 0, conn=ConnParam(private_data))
 
@@ -671,11 +624,10 @@ class RdmaCm:
         self._end_exchange(cm_id)
         self._forget_comm_id(cm_id)
         if cm_id.state in CONNECTED and cm_id.remote_comm_id:
-            self._timewait[(cm_id.remote_comm_id, self._peer_gid(cm_id))] = self._now + TIMEWAIT_S
+            self.exchanges.enter_timewait((cm_id.remote_comm_id, self._peer_gid(cm_id)), TIMEWAIT_S)
 
     def _end_exchange(self, cm_id: CmId) -> None:
-        if self._exchanges.pop(cm_id, None) is not None:
-            self._timers.cancel(cm_id)
+        self.exchanges.end(cm_id)
 
     def _forget_comm_id(self, cm_id: CmId) -> None:
         if self._by_comm_id.get(cm_id.local_comm_id) is cm_id:
@@ -699,8 +651,7 @@ class RdmaCm:
         self.qp1.send(gid, mad)
         if exchange:
             timeout = 2 * time_of(PACKET_LIFE_TIME) + time_of(self.response_timeout)
-            self._exchanges[cm_id] = _Exchange(gid, mad, timeout, self.max_retries)
-            self._pending_timers.append(cm_id)
+            self.exchanges.start(cm_id, Exchange(gid, mad, timeout, self.max_retries))
 
     def _dreq(self, cm_id: CmId, private_data: bytes = b"") -> CmDreq:
         return CmDreq(local_comm_id=cm_id.local_comm_id, remote_comm_id=cm_id.remote_comm_id,

@@ -71,10 +71,6 @@ class Qp1:
         """Queue ``mad`` for QP 1 at ``gid``; it leaves on the engine's next pass."""
         self.outbox.append((gid, mad))
 
-    @property
-    def has_output(self) -> bool:
-        return bool(self.outbox)
-
     def output(self, budget: int, route: Route) -> list[tuple[str, Packet]]:
         """Up to ``budget`` queued MADs as packets, each with its destination's address (a GID
         the link cannot reach is dropped and counted: the exchange's timeout reports it)."""

@@ -14,6 +14,7 @@ to each.
 from __future__ import annotations
 
 import errno
+import struct
 from typing import Any
 
 from pyroce.host.stats_file import summary_line
@@ -32,7 +33,10 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.qp_ex import send_ops
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
+from pyroce.verbs.wr import SGE
 
+IMPLICIT_ODP_LENGTH = (1 << 64) - 1  # ibv_reg_mr(pd, NULL, SIZE_MAX, ...) asks for implicit ODP
+_SGE = struct.Struct("=QII")  # struct ibv_sge, the program's byte order: addr, length, lkey
 PROGRESS = "thread"  # a C program lends the engine no thread: the engine thread does everything
 
 
@@ -130,9 +134,11 @@ def dealloc_pd(pd: PD) -> None:
 
 def reg_mr(pd: PD, addr: int, length: int, access: int) -> tuple[MR, int, int]:
     """``ibv_reg_mr`` of process memory at ``addr``: the NIC reaches it through a memoryview."""
-    if addr == 0 and length:
+    implicit = addr == 0 and length == IMPLICIT_ODP_LENGTH
+    if addr == 0 and length and not implicit:
         raise PyverbsRDMAError("Failed to register a MR: no memory at address 0", errno.EFAULT)
-    mr = MR(pd, length, access, address=pd.ctx.driver_memory.program_memory(addr, length))
+    mr = MR(pd, length, access, address=None if implicit else pd.ctx.driver_memory.program_memory(addr, length),
+            implicit=implicit)  # fmt: skip
     return mr, mr.lkey, mr.rkey
 
 
@@ -145,6 +151,12 @@ def rereg_mr(mr: MR, flags: int, pd: PD | None, addr: int, length: int, access: 
 
 def dereg_mr(mr: MR) -> None:
     mr.close()
+
+
+def advise_mr(pd: PD, advice: int, flags: int, sg_list: bytes) -> None:
+    """``ibv_advise_mr``: the program's ``struct ibv_sge`` array as its bytes, checked by
+    ``PD.advise_mr`` (which is all a prefetch does here)."""
+    pd.advise_mr(advice, flags, [SGE(*fields) for fields in _SGE.iter_unpack(sg_list)])
 
 
 def alloc_mw(pd: PD, mw_type: int) -> tuple[MW, int]:

@@ -76,8 +76,8 @@ def read_table(path: Path) -> list[Stub]:
 def declared_kind(header: str, symbol: str) -> str | None:
     """The KIND of ``symbol`` as ``header`` (C text) declares it, or None where it declares no
     such function (a declaration: the parameter list followed by ``;``)."""
-    text = re.sub(r"/\*.*?\*/|//[^\n]*|^\s*#[^\n]*", "", header, flags=re.S | re.M)
-    for match in re.finditer(rf"(^|[;{{}}])([^;{{}}]*?)\b{re.escape(symbol)}\s*\(", text, flags=re.M):
+    text = re.sub(r"/\*.*?\*/|//[^\n]*|^\s*#[^\n]*", "", header, flags=re.DOTALL | re.MULTILINE)
+    for match in re.finditer(rf"(^|[;{{}}])([^;{{}}]*?)\b{re.escape(symbol)}\s*\(", text, flags=re.MULTILINE):
         close = balanced_end(text, match.end() - 1)
         if close is None or not text[close:].lstrip().startswith(";"):
             continue  # a call or a definition, not the declaration

@@ -3,8 +3,18 @@ transport ``Completion`` to the mlx5 CQE that reports it."""
 
 from __future__ import annotations
 
-from pyroce.nic.cqe import (GENERAL_ERR_SYNDROME, GRH_FLAG, ROCE_PKT_IPV4, ROCE_PKT_IPV6, ROCE_PKT_SHIFT, ROCE_PKT_UDP,
-                            SYNDROME_OF_STATUS, Cqe, CqeOpcode, new_cqe)  # fmt: skip
+from pyroce.nic.cqe import (
+    GENERAL_ERR_SYNDROME,
+    GRH_FLAG,
+    ROCE_PKT_IPV4,
+    ROCE_PKT_IPV6,
+    ROCE_PKT_SHIFT,
+    ROCE_PKT_UDP,
+    SYNDROME_OF_STATUS,  # fmt: skip
+    Cqe,
+    CqeOpcode,
+    new_cqe,
+)
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.work import SendWork, UdDest, WorkOp

@@ -21,6 +21,7 @@ from __future__ import annotations
 import traceback
 from collections import Counter
 
+from pyroce.cm.exchanges import NEVER
 from pyroce.cm.manager import RdmaCm
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
@@ -128,12 +129,14 @@ class Engine:
     def has_work(self) -> bool:
         """Whether a pass now would do something without anything new arriving."""
         return bool(self.rung or self.active or self.receives or self.port.has_loopback
-                    or (self.cm is not None and self.cm.has_output))  # fmt: skip
+                    or (self.cm is not None and self.cm.qp1.outbox))  # fmt: skip
 
     def next_deadline(self) -> float | None:
-        """When a pass next has work with nothing new arriving (a timer, a held datagram)."""
-        cm_deadline = self.cm.next_deadline() if self.cm is not None else None
-        deadlines = [t for t in (self.timers.next_deadline(), self.port.next_due(), cm_deadline) if t is not None]
+        """When a pass next has work with nothing new arriving (a timer, a held datagram, the
+        CM's clocks)."""
+        deadlines = [t for t in (self.timers.next_deadline(), self.port.next_due()) if t is not None]
+        if self.cm is not None and self.cm.exchanges.deadline != NEVER:
+            deadlines.append(self.cm.exchanges.deadline)
         return min(deadlines) if deadlines else None
 
     # --- passes ---------------------------------------------------------------------------
@@ -163,8 +166,12 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "send queue")
             moved = True
-        self._tx_batch.flush()
-        moved = self.port.release_due(now) or moved
+        # Each check below saves the pass a call when there is nothing of its kind to do.
+        tx_batch, port = self._tx_batch, self.port
+        if tx_batch.segments:
+            tx_batch.flush()
+        if port.delayed:
+            moved = port.release_due(now) or moved
         if self.receives:
             for qp in list(self.receives):
                 try:
@@ -173,6 +180,25 @@ class Engine:
                     self._fail(qp, exc, "receive queue")
             self.receives.clear()
         moved = self._receive(now, receive) or moved
+        deadlines = self.timers.heap
+        if deadlines and deadlines[0][0] <= now:
+            self._fire_timers(now)
+        for qp in list(self.active):
+            try:
+                moved = self._service(qp, now) or moved
+            except Exception as exc:  # noqa: BLE001 - contained to the QP
+                self._fail(qp, exc, "output")
+        cm = self.cm
+        if cm is not None and (cm.qp1.outbox or cm.exchanges.deadline <= now):
+            moved = self._service_cm(cm, now) or moved
+        if tx_batch.segments:
+            tx_batch.flush()  # one GSO send for what the QPs had for the same peer
+        if self._dirty:
+            self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
+        return moved
+
+    def _fire_timers(self, now: float) -> None:
+        """The transport timers due at ``now``; their QPs become active (a retransmission)."""
         for qp in self.timers.due(now):
             try:
                 qp.rc.handle_timer(now)
@@ -180,17 +206,6 @@ class Engine:
                 self._fail(qp, exc, "timer")
                 continue
             self.active.add(qp)
-        for qp in list(self.active):
-            try:
-                moved = self._service(qp, now) or moved
-            except Exception as exc:  # noqa: BLE001 - contained to the QP
-                self._fail(qp, exc, "output")
-        if self.cm is not None:
-            moved = self._service_cm(self.cm, now) or moved
-        self._tx_batch.flush()  # one GSO send for what the QPs had for the same peer
-        if self._dirty:
-            self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
-        return moved
 
     def _receive(self, now: float, socket: bool) -> bool:
         """Up to ``RX_BATCH`` packets from the port into the transport."""
@@ -294,13 +309,12 @@ class Engine:
 
     def _service_cm(self, cm: RdmaCm, now: float) -> bool:
         """The connection manager's timers and MADs; whether it sent any."""
-        deadline = cm.next_deadline()
-        if deadline is not None and deadline <= now:
+        if cm.exchanges.deadline <= now:
             cm.handle_timer(now)
-        if not cm.has_output:
+        if not cm.qp1.outbox:
             return False
         batch, port = self._tx_batch, self.port
-        datagrams = cm.output(now, TX_BUDGET, port.route)
+        datagrams = cm.qp1.output(TX_BUDGET, port.route)
         for peer, packet in datagrams:
             batch.start(peer, port.gso_to(peer))
             batch.send(port.link.tx_path(peer), [packet])

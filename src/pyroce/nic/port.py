@@ -53,7 +53,7 @@ class Port:
         self._counters = counters
         self._clock = clock
         self._loopback: deque[bytes] = deque()
-        self._delayed: list[tuple[float, int, str, bytes]] = []  # (due, order, peer, datagram) held by faults
+        self.delayed: list[tuple[float, int, str, bytes]] = []  # a heap: (due, order, peer, datagram) held by faults
         self._order = itertools.count()
         self._self_path = link.rx_path(link.address, link.port)
         self.capture: Capture | None = None  # records what is sent and received when set
@@ -86,7 +86,7 @@ class Port:
             return
         for delay, copy in faults.apply(bytes(data)):
             if delay:
-                heapq.heappush(self._delayed, (self._clock() + delay, next(self._order), peer, copy))
+                heapq.heappush(self.delayed, (self._clock() + delay, next(self._order), peer, copy))
             else:
                 self.put(peer, copy)
 
@@ -113,7 +113,7 @@ class Port:
 
     def release_due(self, now: float) -> bool:
         """Send the held-back datagrams whose time has come; whether there were any."""
-        delayed = self._delayed
+        delayed = self.delayed
         released = False
         while delayed and delayed[0][0] <= now:
             _, _, peer, data = heapq.heappop(delayed)
@@ -122,7 +122,7 @@ class Port:
         return released
 
     def next_due(self) -> float | None:
-        return self._delayed[0][0] if self._delayed else None
+        return self.delayed[0][0] if self.delayed else None
 
     @property
     def has_loopback(self) -> bool:

@@ -24,12 +24,14 @@ class Timers(Generic[Key]):
 
     def __init__(self) -> None:
         self._deadline: dict[Key, float] = {}  # each key's live deadline
-        self._heap: list[tuple[float, int, Key]] = []  # (deadline, order, key); some entries stale
+        self.heap: list[
+            tuple[float, int, Key]
+        ] = []  # (deadline, order, key); some stale: its top is no later than the next deadline
         self._order = itertools.count()
 
     def __len__(self) -> int:
         """Entries held, stale ones included (what the bound is about)."""
-        return len(self._heap)
+        return len(self.heap)
 
     def armed(self) -> int:
         return len(self._deadline)
@@ -42,17 +44,17 @@ class Timers(Generic[Key]):
         if self._deadline.get(key) == deadline:
             return
         self._deadline[key] = deadline
-        heapq.heappush(self._heap, (deadline, next(self._order), key))
-        if len(self._heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+        heapq.heappush(self.heap, (deadline, next(self._order), key))
+        if len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
             self._sweep()
 
     def cancel(self, key: Key) -> None:
-        if self._deadline.pop(key, None) is not None and len(self._heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+        if self._deadline.pop(key, None) is not None and len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
             self._sweep()
 
     def next_deadline(self) -> float | None:
         """The earliest live deadline, or None."""
-        heap = self._heap
+        heap = self.heap
         while heap and self._deadline.get(heap[0][2]) != heap[0][0]:
             heapq.heappop(heap)  # stale: its key's deadline moved or was cancelled
         return heap[0][0] if heap else None
@@ -60,7 +62,7 @@ class Timers(Generic[Key]):
     def due(self, now: float) -> list[Key]:
         """The keys whose deadline has come (each disarmed), earliest first."""
         keys: list[Key] = []
-        heap, live = self._heap, self._deadline
+        heap, live = self.heap, self._deadline
         while heap and heap[0][0] <= now:
             deadline, _, key = heapq.heappop(heap)
             if live.get(key) == deadline:
@@ -70,5 +72,5 @@ class Timers(Generic[Key]):
 
     def _sweep(self) -> None:
         live = self._deadline
-        self._heap = [entry for entry in self._heap if live.get(entry[2]) == entry[0]]
-        heapq.heapify(self._heap)
+        self.heap = [entry for entry in self.heap if live.get(entry[2]) == entry[0]]
+        heapq.heapify(self.heap)

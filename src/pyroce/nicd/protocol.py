@@ -38,7 +38,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 PROTOCOL = 1
-MAX_MESSAGE = 1 << 16  # bytes of one message: no command or answer comes near it
+MAX_MESSAGE = 1 << 17  # bytes of one message: the largest, ibv_advise_mr of 4095 SGEs (64 KiB of them), fits
 MAX_FDS = 8  # descriptors one message may carry
 
 _U32 = struct.Struct("<I")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import mmap
 import os
 import select
 import struct
@@ -27,9 +28,11 @@ from pyroce.ib.enums import QpState
 from pyroce.nic.events import AsyncEvent
 from pyroce.nic.memory import BindError, BusyError
 from pyroce.nic.rings import CqRing, RecvRing
+from pyroce.nicd.arena import ArenaFull
 from pyroce.nicd.client import Connection, NicError, connection
 from pyroce.nicd.commands import DEVICE_PREFIX
 from pyroce.nicd.remote_cm import RemoteCm
+from pyroce.verbs.driver_memory import LOCAL
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 
 _RECORD = struct.Struct("=I")  # a doorbell record, native byte order (host.handoff)
@@ -50,6 +53,14 @@ class SharedRings:
 
     def program_memory(self, addr: int, length: int) -> Any:
         return addr
+
+    def mr_memory(self, length: int) -> tuple[mmap.mmap | None, memoryview]:
+        """In the arena, so the NIC registers it in place (no ``process_vm_readv``, nothing a
+        ptrace policy can refuse); private memory when the arena has no room left for it."""
+        try:
+            return None, self.alloc(length)
+        except ArenaFull:
+            return LOCAL.mr_memory(length)
 
 
 class RemoteQueue:

@@ -28,6 +28,7 @@ from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
 from pyroce.nicd.protocol import PROTOCOL, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
+from pyroce.verbs.driver_memory import LOCAL
 
 log = logging.getLogger("pyroce.nicd")
 
@@ -67,6 +68,7 @@ class ProgramMemory:
         self.alloc = arena.alloc
         self.address = arena.address
         self.export_fd = arena.export_fd
+        self.mr_memory = LOCAL.mr_memory  # the NIC's own memory: a C driver's MRs are its program's
 
     def program_memory(self, addr: int, length: int) -> Any:
         from pyroce.nicd.process_memory import ForeignMemory

@@ -2,7 +2,12 @@
 a misbehaving network, and failure reports that show what the NIC saw.
 
 Each fixture opens pyroce0 for the test and closes it after, so the device a test gets is
-made with that test's settings (``rdma_faults``) and nothing carries over between tests.
+made with that test's settings (``rdma_faults``) and nothing carries over between tests: the
+fixtures' devices are the process's own NIC, even under ``PYROCE_NIC=shared`` (the shared NIC
+is the host's, made before the test, with no faults or capture of one test's). The
+``embedded_nic`` marker does the same for a test that opens its own devices and reaches into the
+device model (its engine, QPs, simulated time, link faults), so a suite runs under
+``PYROCE_NIC=shared`` with those tests still on the NIC they are about.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ MR_SIZE = 4 << 20
 REPORT_PACKETS = 20  # the last packets a failure report shows
 CAPTURE_KEEP = 10_000
 _OPENED = pytest.StashKey[list]()  # what the test's fixtures opened: endpoints, captures, peers
+EMBEDDED_NIC = "own"  # PYROCE_NIC's choice of the process's own NIC (pyroce.verbs.device.NIC_CHOICES)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,12 +41,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "device sends through these faults (each a probability per datagram; the same seed gives the "
         "same faults in the same order)",
     )
+    config.addinivalue_line(
+        "markers",
+        "embedded_nic: the test reaches into the device model, so the devices it opens are the process's own "
+        "NIC (PYROCE_NIC=own) whatever PYROCE_NIC says",
+    )
+
+
+def use_embedded_nic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Devices opened from here on in this test (and the processes it starts) are their process's own NIC."""
+    monkeypatch.setenv("PYROCE_NIC", EMBEDDED_NIC)
+
+
+@pytest.fixture(autouse=True)
+def embedded_nic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``embedded_nic`` opens its devices on its own NIC."""
+    if request.node.get_closest_marker("embedded_nic") is not None:
+        use_embedded_nic(monkeypatch)
 
 
 @pytest.fixture
 def rdma_faults(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> FaultConfig | None:
     """The test's ``rdma_faults`` marker as a ``FaultConfig`` (None without one), set for the
-    devices the test opens (``PYROCE_FAULTS``)."""
+    devices the test opens (``PYROCE_FAULTS``), which are its own NIC's (the fixtures' devices are)."""
+    use_embedded_nic(monkeypatch)
     marker = request.node.get_closest_marker("rdma_faults")
     if marker is None:
         monkeypatch.delenv("PYROCE_FAULTS", raising=False)

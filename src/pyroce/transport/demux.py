@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from pyroce.transport.rc import RcQp
 from pyroce.transport.ud import UdQp
-from pyroce.wire.errors import MalformedPacket
+from pyroce.wire.bth import BTH
+from pyroce.wire.errors import BadPadCount, MalformedPacket
 from pyroce.wire.framing import IpHeader, network_header
 from pyroce.wire.opcodes import BTH_LEN
-from pyroce.wire.packet import parse_packet
+from pyroce.wire.packet import Packet, parse_packet
 
 Verify = Callable[[memoryview], bool]  # a path's ICRC check (``RocePath.verify``)
 OnError = Callable[[int, Exception], None]  # a QP's transport raised (a bug): its QPN and the exception
@@ -98,6 +99,8 @@ class Demux:
             pkt = parse_packet(data)
         except MalformedPacket as exc:
             self.counters[f"malformed_{type(exc).__name__}"] += 1
+            if isinstance(exc, BadPadCount) and exc.bth is not None and exc.bth.dqpn in self.qps:
+                self._receive_malformed(exc.bth, now)
             return
         qpn = pkt.bth.dqpn
         qp = self.qps.get(qpn)
@@ -115,3 +118,13 @@ class Demux:
             self.on_error(qpn, exc)
             return
         self.touched.add(qpn)
+
+    def _receive_malformed(self, bth: BTH, now: float) -> None:
+        """A packet whose PadCnt does not pad its payload, for a connected QP: its BTH alone, for
+        the QP to answer as a length error (``RcQp.receive``)."""
+        try:
+            self.qps[bth.dqpn].receive(Packet(bth), now, malformed=True)
+        except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
+            self.on_error(bth.dqpn, exc)
+            return
+        self.touched.add(bth.dqpn)

@@ -123,8 +123,9 @@ class RcQp:
             return
         self.responder.post(work)
 
-    def receive(self, pkt: Packet, now: float) -> None:
-        """Handle one packet addressed to this QP (already parsed and ICRC-checked)."""
+    def receive(self, pkt: Packet, now: float, malformed: bool = False) -> None:
+        """Handle one packet addressed to this QP (already parsed and ICRC-checked); ``malformed``:
+        only its BTH, of a packet whose PadCnt does not pad its payload (``BadPadCount``)."""
         if self.state not in RECEIVING_STATES:
             self.counters["drop_qp_state"] += 1
             return
@@ -142,12 +143,14 @@ class RcQp:
             self.established = True
             self.events.append((EventType.COMM_EST, f"QP 0x{self.config.qpn:x}: first packet received in RTR"))
         if OPCODE_FLAGS[pkt.bth.opcode] & Flag.ACK:
-            if self.state is not QpState.RTR:
+            if malformed:
+                self.counters["drop_malformed_response"] += 1
+            elif self.state is not QpState.RTR:
                 self.completer.receive(pkt, now)
             else:
                 self.counters["drop_qp_state"] += 1
         else:
-            self.responder.receive(pkt, now)
+            self.responder.receive(pkt, now, malformed)
 
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH

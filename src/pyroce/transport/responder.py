@@ -166,8 +166,14 @@ class Responder:
 
     # --- input --------------------------------------------------------------------------
 
-    def receive(self, pkt: Packet, now: float) -> None:
+    def receive(self, pkt: Packet, now: float, malformed: bool = False) -> None:
+        """``malformed``: a request whose PadCnt does not pad its payload to 4 bytes (only its
+        BTH is here): at the expected PSN a length error, NAK invalid request, as rxe answers a
+        WRITE whose pad disagrees with its length (UC drops its message); a duplicate is not
+        answered again."""
         state = self._check_psn(pkt)
+        if malformed and state in (RespState.EXECUTE, RespState.DUPLICATE):
+            state = RespState.ERR_LENGTH if state is RespState.EXECUTE else RespState.DROP
         if state is RespState.EXECUTE:
             state = self._check_request(pkt)
         if state is RespState.EXECUTE:
@@ -296,12 +302,12 @@ class Responder:
         if flags & Flag.RETH:
             return self._check_rkey(pkt, flags)
         if flags & Flag.ATMETH:
-            atomic = pkt.atomiceth
+            atomic = pkt.atomiceth  # the key and its 8 bytes first: a range leaving the MR is an R_Key
+            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
+            if isinstance(view, MemFault):  # violation even when misaligned too (rxe checks in this order)
+                return RespState.ERR_RKEY_VIOLATION
             if atomic.va & 7:  # type: ignore[union-attr]
                 return RespState.ERR_MISALIGNED_ATOMIC
-            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
-            if isinstance(view, MemFault):
-                return RespState.ERR_RKEY_VIOLATION
             self.checked = view
         elif flags & Flag.WRITE and self.offset + len(pkt.payload) > self.write_length:
             return RespState.ERR_LENGTH

@@ -18,7 +18,16 @@ import weakref
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
-from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, GRH_MASK, RECV_OPCODES, ROCE_PKT_SHIFT, STATUS_OF_SYNDROME, Cqe, CqeOpcode
+from pyroce.nic.cqe import (
+    CQE_SIZE,
+    ERROR_OPCODES,
+    GRH_MASK,
+    RECV_OPCODES,
+    ROCE_PKT_SHIFT,
+    STATUS_OF_SYNDROME,
+    Cqe,
+    CqeOpcode,
+)
 from pyroce.nic.events import EventQueue
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing
 from pyroce.nic.wqe import WqeOpcode

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.ib.addressing import GID_TABLE_LEN, node_guid_of
@@ -18,10 +18,13 @@ from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.driver_memory import LOCAL, DriverMemory
 from pyroce.verbs.enums import (
     ibv_atomic_cap,
+    ibv_device_cap_flags,
     ibv_event_type,
     ibv_link_layer,
     ibv_mtu,
     ibv_node_type,
+    ibv_odp_general_caps,
+    ibv_odp_transport_cap_bits,
     ibv_port_state,
     ibv_transport_type,
 )
@@ -31,7 +34,7 @@ from pyroce.wire.bth import DEFAULT_PKEY
 from pyroce.wire.mtu import mtu_for_netdev
 
 PORT_NUM = 1
-__all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "PortAttr", "get_device_list",
+__all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "ODPCaps", "PortAttr", "get_device_list",
            "translate_event_type", "translate_gid_type"]  # fmt: skip
 
 
@@ -39,6 +42,25 @@ __all__ = ["AsyncEvent", "Context", "Device", "DeviceAttr", "DeviceAttrEx", "GID
 class _Attr:
     def __str__(self) -> str:
         return "\n".join(f"{f.name.replace('_', ' ').capitalize():<28}: {getattr(self, f.name)}" for f in fields(self))
+
+
+_CAP = ibv_device_cap_flags
+PORT_COUNTER_MAX = 0xFFFF
+DEVICE_CAP_FLAGS = (
+    _CAP.IBV_DEVICE_UD_AV_PORT_ENFORCE  # one port: an AH of any other is EINVAL (verbs/ah.py)
+    | _CAP.IBV_DEVICE_CURR_QP_STATE_MOD  # modify_qp honours IBV_QP_CUR_STATE as rdmavt does (verbs/qp.py)
+    | _CAP.IBV_DEVICE_PORT_ACTIVE_EVENT  # the port coming up raises IBV_EVENT_PORT_ACTIVE (nic/device.py set_port_state)
+    | _CAP.IBV_DEVICE_SYS_IMAGE_GUID  # sys_image_guid is the node GUID (query_device)
+    | _CAP.IBV_DEVICE_RC_RNR_NAK_GEN  # a SEND with no receive WQE is answered with an RNR NAK (transport/responder.py)
+    | _CAP.IBV_DEVICE_SRQ_RESIZE  # modify_srq with IBV_SRQ_MAX_WR resizes, keeping the WQEs posted (verbs/srq.py)
+    | _CAP.IBV_DEVICE_MEM_WINDOW  # type 1 and type 2 memory windows (verbs/mw.py, nic/memory.py)
+    | _CAP.IBV_DEVICE_BAD_PKEY_CNTR  # the port's bad_pkey_cntr counts packets dropped for their P_Key (query_port)
+    | _CAP.IBV_DEVICE_BAD_QKEY_CNTR  # and qkey_viol_cntr the UD datagrams dropped for their Q_Key
+)
+"""``device_cap_flags``: only what pyroce does (each bit's reason beside it). Not offered, though
+rxe reports them: AUTO_PATH_MIG and CHANGE_PHY_PORT (no
+alternate path; one port), MEM_MGT_EXTENSIONS (no fast-register work request), and
+MEM_WINDOW_TYPE_2B (an access through a type 2 window checks its PD, not the QP that bound it)."""
 
 
 @dataclass
@@ -57,7 +79,7 @@ class DeviceAttr(_Attr):
     hw_ver: int = 0
     max_qp: int = 0x10000
     max_qp_wr: int = 0x4000
-    device_cap_flags: int = 0
+    device_cap_flags: int = DEVICE_CAP_FLAGS
     max_sge: int = 32
     max_sge_rd: int = 32
     max_cq: int = 0x4000
@@ -89,12 +111,37 @@ class DeviceAttr(_Attr):
     phys_port_cnt: int = 1
 
 
+_ODP_RC = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_WRITE | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_READ
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_ATOMIC | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SRQ_RECV)  # fmt: skip
+_ODP_UD = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SRQ_RECV)  # fmt: skip
+_ODP_UC = (ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_SEND | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_RECV
+           | ibv_odp_transport_cap_bits.IBV_ODP_SUPPORT_WRITE)  # fmt: skip
+
+
+@dataclass
+class ODPCaps(_Attr):
+    """``ibv_odp_caps`` (pyverbs' ``ODPCaps``, with ``xrc_odp_caps``): on-demand paging is what
+    pyroce does for every MR (the NIC reads and writes registered memory when a packet needs it,
+    nothing is pinned, an unmapped page fails the access), so an ``IBV_ACCESS_ON_DEMAND`` MR
+    works for every operation of RC, UC and UD (rxe offers RC and UD). Not implicit ODP: an MR
+    of the whole address space has no memory behind it here; no XRC."""
+
+    general_caps: int = int(ibv_odp_general_caps.IBV_ODP_SUPPORT)
+    rc_odp_caps: int = _ODP_RC
+    uc_odp_caps: int = _ODP_UC
+    ud_odp_caps: int = _ODP_UD
+    xrc_odp_caps: int = 0
+
+
 @dataclass
 class DeviceAttrEx(_Attr):
-    """``ibv_device_attr_ex``: the basic attributes in ``orig_attr``; no extended capability
-    (ODP, TSO, RSS, device memory ...) is offered yet."""
+    """``ibv_device_attr_ex``: the basic attributes in ``orig_attr``, and ODP (``ODPCaps``);
+    no other extended capability (TSO, RSS, device memory ...) is offered yet."""
 
     orig_attr: DeviceAttr
+    odp_caps: ODPCaps = field(default_factory=ODPCaps)
     comp_mask: int = 0
     completion_timestamp_mask: int = 0
     hca_core_clock: int = 0
@@ -192,21 +239,27 @@ class Context(PyverbsObject):
     CLOSE_ORDER = 3
 
     def __init__(self, name: str | bytes = "pyroce0", *, progress: str | None = None,
-                 driver_memory: DriverMemory = LOCAL, nic: str | None = None, **kwargs: object) -> None:  # fmt: skip
+                 driver_memory: DriverMemory = LOCAL, nic: str | None = None, device: NicDevice | None = None,
+                 **kwargs: object) -> None:  # fmt: skip
         """``progress`` (pyroce's): the mode the device starts in when ``PYROCE_PROGRESS``
         names none (the C driver, whose program lends no thread, asks for ``thread``);
         ``driver_memory`` (pyroce's): where the rings of this context's objects live
         (``verbs.driver_memory``: the shared NIC's connections give theirs); ``nic`` (pyroce's):
         ``own`` (a NIC in this process) or ``shared`` (the address's ``pyroce nicd``), else
-        ``PYROCE_NIC``'s choice (``nic_choice``)."""
+        ``PYROCE_NIC``'s choice (``nic_choice``); ``device`` (pyroce's): a device the caller
+        built and closes (``host.assembly.build_device``: a simulator's NIC on a link of its
+        own, in host mode), the verbs then drive it as they drive pyroce0."""
         super().__init__()
         self.driver_memory = driver_memory
         device_name = name.decode() if isinstance(name, bytes) else name
-        if device_name not in DEVICE_NAMES:
+        if device is None and device_name not in DEVICE_NAMES:
             raise PyverbsRDMAError(f"Failed to open device {device_name}: no such device", errno.ENODEV)
-        self.nic = nic_choice(nic)
+        self.nic = "given" if device is not None else nic_choice(nic)
         try:
-            if self.nic == "shared":
+            if device is not None:
+                self.device = device
+                device_name = device.name
+            elif self.nic == "shared":
                 from pyroce.nicd.remote_device import RemoteDevice
 
                 remote = RemoteDevice(device_name)
@@ -234,7 +287,7 @@ class Context(PyverbsObject):
         self.device.close_async_events(self.async_queue)
         if self.nic == "shared":
             self.device.close()
-        else:
+        elif self.nic == "own":
             release_device(self.device)
 
     @property
@@ -261,7 +314,8 @@ class Context(PyverbsObject):
         return DeviceAttr(node_guid=guid, sys_image_guid=guid)
 
     def query_device_ex(self) -> DeviceAttrEx:
-        return DeviceAttrEx(self.query_device())
+        attr = self.query_device()
+        return DeviceAttrEx(attr, device_cap_flags_ex=attr.device_cap_flags)  # the kernel's: all 64 bits, the 32 too
 
     def _check_port(self, port_num: int) -> None:
         self._check_open()
@@ -271,7 +325,10 @@ class Context(PyverbsObject):
     def query_port(self, port_num: int = PORT_NUM) -> PortAttr:
         self._check_port(port_num)
         state = ibv_port_state.IBV_PORT_ACTIVE if self.device.port_active else ibv_port_state.IBV_PORT_DOWN
-        return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids))
+        drops = self.device.stats()  # PortInfo's violation counters are 16 bits and stop at the top
+        return PortAttr(state=state, active_mtu=int(self.active_mtu), gid_tbl_len=len(self.gids),
+                        bad_pkey_cntr=min(drops.get("drop_pkey", 0), PORT_COUNTER_MAX),
+                        qkey_viol_cntr=min(drops.get("drop_qkey", 0), PORT_COUNTER_MAX))  # fmt: skip
 
     def query_gid(self, port_num: int, index: int) -> GID:
         """The GID at ``index``, zero where it is empty (EINVAL past the table, or on another port)."""

@@ -10,6 +10,7 @@ to the Context (``Context(..., driver_memory=...)``).
 from __future__ import annotations
 
 import ctypes
+import mmap
 from typing import Any, Protocol
 
 
@@ -39,6 +40,12 @@ class DriverMemory(Protocol):
         """What ``MR(..., address=)`` registers for ``length`` bytes at ``addr`` of the program."""
         ...
 
+    def mr_memory(self, length: int) -> tuple[mmap.mmap | None, memoryview]:
+        """``length`` zeroed, page-aligned bytes for an MR that allocates its own (pyverbs'
+        ``MR(pd, length, access)``), where the NIC reaches them best, and what the MR closes
+        with them (None: they go when the view does)."""
+        ...
+
 
 class LocalMemory:
     """The program is this process: plain buffers, real addresses, the same descriptors."""
@@ -54,6 +61,10 @@ class LocalMemory:
 
     def program_memory(self, addr: int, length: int) -> Any:
         return addr
+
+    def mr_memory(self, length: int) -> tuple[mmap.mmap | None, memoryview]:
+        memory = mmap.mmap(-1, max(length, 1))
+        return memory, memoryview(memory)[:length]
 
 
 LOCAL = LocalMemory()

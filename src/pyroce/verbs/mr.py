@@ -1,6 +1,8 @@
 """Memory regions (pyverbs ``mr.pyx``): ``MR(pd, length, access, address=None)``.
 
-An MR either allocates its own page-aligned memory or wraps memory the caller owns: any object
+An MR either allocates its own page-aligned memory (where the Context's ``driver_memory`` says:
+on the shared NIC, the connection's shared memory, which the NIC reaches in place) or wraps
+memory the caller owns: any object
 with a writable buffer (bytearray, mmap, numpy array), as in pyverbs an integer address, or
 another process's memory (a ``pyroce.nic.memory.MirroredMemory``: the shared NIC's clients).
 ``buf`` is the integer address that SGEs and RETHs name; the NIC reaches the bytes only through
@@ -24,7 +26,8 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 SUPPORTED_ACCESS = (ibv_access_flags.IBV_ACCESS_LOCAL_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
                     | ibv_access_flags.IBV_ACCESS_REMOTE_READ | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
-                    | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)  # fmt: skip
+                    | ibv_access_flags.IBV_ACCESS_MW_BIND | ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING
+                    | ibv_access_flags.IBV_ACCESS_ON_DEMAND)  # fmt: skip  # every MR pages on demand (ODPCaps)
 NEEDS_LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_REMOTE_WRITE | ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC
 
 
@@ -43,11 +46,11 @@ def nic_access(access: int) -> Access:
 
 
 def memory_at(address: Any, length: int, what: str,
-              writable: bool = False) -> tuple[mmap.mmap | MirroredMemory | None, memoryview, int]:  # fmt: skip
-    """The bytes an MR registers: its own page-aligned memory (``address`` None), ``length``
-    bytes at an integer address, a caller's writable buffer, or another process's memory (its
-    first ``length`` bytes, every page probed: EFAULT if one cannot be read, or, ``writable``,
-    written); with the memory it owns, the view and the address SGEs name."""
+              writable: bool = False) -> tuple[MirroredMemory | None, memoryview, int]:  # fmt: skip
+    """The bytes an MR registers that the caller owns: ``length`` bytes at an integer address, a
+    writable buffer, or another process's memory (its first ``length`` bytes, every page
+    probed: EFAULT if one cannot be read, or, ``writable``, written); with the memory the MR
+    holds, the view and the address SGEs name."""
     if isinstance(address, MirroredMemory):
         if length > address.length:
             raise PyverbsRDMAError(f"Failed to {what}: {address!r} has {address.length} bytes, not {length}",
@@ -57,10 +60,6 @@ def memory_at(address: Any, length: int, what: str,
         except OSError as exc:
             raise PyverbsRDMAError(f"Failed to {what}: {exc.strerror or exc}", exc.errno or errno.EFAULT) from None
         return address, memoryview(address.mirror)[:length], address.address
-    if address is None:
-        memory = mmap.mmap(-1, max(length, 1))
-        view = memoryview(memory)[:length]
-        return memory, view, address_of(view) if length else 0
     if isinstance(address, int):
         return None, memoryview((ctypes.c_char * length).from_address(address)).cast("B"), address
     try:
@@ -85,9 +84,16 @@ class MR(PyverbsObject):
         if length < 0:
             raise PyverbsUserError(f"MR length must not be negative, got {length}")
         check_access(access, "register a MR")
+        if kwargs.get("implicit"):  # pyverbs' MR(..., implicit=True): ibv_reg_mr(pd, NULL, SIZE_MAX, ...)
+            raise PyverbsRDMAError("Failed to register a MR: implicit ODP is not offered (ODPCaps)", errno.EINVAL)
         self.pd = creator
         writable = bool(access & ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
-        self._memory, self._view, self.buf = memory_at(address, length, "register a MR", writable)
+        self._memory: mmap.mmap | MirroredMemory | None
+        if address is None:
+            self._memory, self._view = creator.ctx.driver_memory.mr_memory(length)
+            self.buf = address_of(self._view) if length else 0
+        else:
+            self._memory, self._view, self.buf = memory_at(address, length, "register a MR", writable)
         self.length = length
         self.access = access
         mirrored = self._memory if isinstance(self._memory, MirroredMemory) else None

@@ -265,9 +265,9 @@ class QP(PyverbsObject):
         """The state as the NIC has it: it moves a QP to ERROR by itself (retries exhausted, a
         remote access error), as a device does, and ``query`` and ``modify`` start from there."""
         state = self._qp_state
-        if state not in (ibv_qp_state.IBV_QPS_RESET, ibv_qp_state.IBV_QPS_ERR) and not self.closed:
-            if self.device.qp_state(self.qp_num) is QpState.ERR:
-                state = self._qp_state = ibv_qp_state.IBV_QPS_ERR
+        if (state not in (ibv_qp_state.IBV_QPS_RESET, ibv_qp_state.IBV_QPS_ERR) and not self.closed
+                and self.device.qp_state(self.qp_num) is QpState.ERR):  # fmt: skip
+            state = self._qp_state = ibv_qp_state.IBV_QPS_ERR
         return state
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:

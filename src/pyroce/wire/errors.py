@@ -29,7 +29,13 @@ class BadTransportVersion(MalformedPacket):
 
 
 class BadPadCount(MalformedPacket):
-    """PadCnt larger than the payload, or non-zero where the opcode carries no payload."""
+    """PadCnt larger than the payload, or one that does not pad the payload to 4 bytes. For
+    the latter, ``bth`` is the packet's BTH: the transport answers a request so malformed as a
+    length error (an RC responder NAKs it), which it cannot do for a packet it never sees."""
+
+    def __init__(self, message: str, bth: object = None) -> None:
+        super().__init__(message)
+        self.bth = bth
 
 
 class LengthMismatch(MalformedPacket):

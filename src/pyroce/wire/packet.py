@@ -138,7 +138,7 @@ def parse_packet(data: Buffer) -> Packet:
     if payload_len < 0:
         raise BadPadCount(f"PadCnt {pad} is larger than the {payload_len + pad}-byte payload of {info.name}")
     if pad != -payload_len & 3:
-        raise BadPadCount(f"PadCnt {pad} does not pad a {payload_len}-byte payload to 4 bytes")
+        raise BadPadCount(f"PadCnt {pad} does not pad a {payload_len}-byte payload to 4 bytes", bth)
     if layout.exact_payload >= 0 and payload_len != layout.exact_payload:
         raise LengthMismatch(f"{info.name} carries {info.payload.value} bytes of payload, got {payload_len}")
     fields: list[Any] = list(_EMPTY_FIELDS)

@@ -160,6 +160,21 @@ PR_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return ret;
 }
 
+/* verbs_context.advise_mr, what ibv_advise_mr (the header's inline) calls: the SGEs cross as
+ * their bytes, and pyroce.verbs' PD.advise_mr checks them as the kernel does (and does no more:
+ * every MR already pages on demand). libibverbs' own check first: the SGE list is an ioctl
+ * attribute, its length 16 bits, so more SGEs than fit are EINVAL before any command. */
+int pr_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge)
+{
+	size_t size = (size_t)num_sge * sizeof(*sg_list);
+
+	if (size > UINT16_MAX)
+		return EINVAL;
+	return pr_run(pr_ctx(pd->context), "ibv_advise_mr", "advise_mr", "hIIy", ((struct pr_pd *)pd)->handle,
+		      (unsigned int)advice, flags, (const void *)sg_list, size);
+}
+
 /* --- completion channels and CQs --------------------------------------------------- */
 
 PR_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)

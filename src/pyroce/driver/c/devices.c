@@ -175,6 +175,7 @@ PR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	ctx->vctx.query_port = pr_query_port;
 	ctx->vctx.query_device_ex = pr_query_device_ex;
+	ctx->vctx.advise_mr = pr_advise_mr;
 	ctx->vctx.create_qp_ex = pr_create_qp_ex;
 	ctx->vctx.create_cq_ex = pr_create_cq_ex;
 	struct ibv_context *context = &ctx->vctx.context;

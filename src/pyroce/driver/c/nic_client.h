@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #define PR_PROTOCOL 1
-#define PR_MAX_MESSAGE (1 << 16) /* protocol.MAX_MESSAGE */
+#define PR_MAX_MESSAGE (1 << 17) /* protocol.MAX_MESSAGE */
 #define PR_MAX_FDS 8             /* protocol.MAX_FDS */
 
 struct pr_value {

@@ -152,6 +152,8 @@ void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone);
 		(int)(ah)->src_path_bits, "static_rate", (int)(ah)->static_rate, "is_global", (int)(ah)->is_global,   \
 		"port_num", (int)(ah)->port_num
 int pr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int pr_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		 uint32_t num_sge);
 struct pr_cq *pr_find_cq(struct pr_context *ctx, uint32_t cqn);
 struct pr_qp *pr_find_qp(struct pr_context *ctx, uint32_t qpn);
 struct pr_srq *pr_find_srq(struct pr_context *ctx, uint32_t srqn);
