@@ -13,7 +13,8 @@ CPU seconds per GB; the same Python verbs with both processes on one shared NIC
 (``perftest_rows.py``), and qperf's ``rc_lat`` and ``rc_bw`` over rdma_cm the same way
 (``qperf_rows.py``), and ucx_perftest's ``tag_lat``, ``tag_bw`` and ``ucp_put_bw`` over
 pyroce0's rc_verbs the same way (``ucx_rows.py``); each skipped with a note where its program, a C
-compiler or libibverbs-dev is missing. Each figure is printed beside its ceiling as a ratio.
+compiler or libibverbs-dev is missing. Each figure is printed beside its ceiling as a ratio;
+last, the Python calls a 2-byte SEND costs on each hop (``calls_per_msg.py``, counted).
 Every run checks the bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in
 under a minute.
 """
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import udp_ceiling
 from perftest_rows import perftest_rows
 from qperf_rows import qperf_rows
+from calls_per_msg import calls_per_msg
 from ucx_rows import ucx_rows
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
@@ -432,7 +434,9 @@ def run(quick: bool) -> dict[str, Any]:
         notes += [note] if note else []
     for row in results:
         row["ratio"] = ratio(row, ceiling)
-    return {"ceiling": ceiling, "results": results, "errors": errors, "notes": notes, "quick": quick}
+    calls = calls_per_msg(50 if quick else 200)  # counted, not timed: the same on every run
+    return {"ceiling": ceiling, "results": results, "errors": errors, "notes": notes, "quick": quick,
+            "calls_per_msg": calls}  # fmt: skip
 
 
 def shared_nic_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], list[str]]:
@@ -487,6 +491,10 @@ def print_table(report: dict[str, Any]) -> None:
           "way, over rdma_cm; /ucx rows: ucx_perftest's own (tag_lat: its median; tag_bw, put_bw: its overall average), "
           "the same way, over rc_verbs; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
+    calls = report["calls_per_msg"]
+    print(f"calls per 2-byte SEND (calls_per_msg.py): send {calls['send']:.0f}, receive {calls['receive']:.0f}, "
+          f"ack {calls['ack']:.0f}; requester {calls['send'] + calls['ack']:.0f}, responder {calls['receive']:.0f} "
+          "(goal: 40 per side)")  # fmt: skip
     for note in report["notes"]:
         print(note)
     errors = report["errors"]
