@@ -36,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import udp_ceiling
+from calls_per_msg import calls_per_msg
 from perftest_rows import perftest_rows
 from qperf_rows import qperf_rows
-from calls_per_msg import calls_per_msg
 from ucx_rows import ucx_rows
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
