@@ -10,8 +10,11 @@ the NIC cannot address: the transport still gets real memoryviews, of a local mi
 first pulls the range from the memory into the mirror (a fault is ``MemFault.UNMAPPED``); a
 range looked up for an access that may write it is dirty while its view lives, and is pushed
 back when the view goes (``weakref.finalize`` on the ctypes array the view is made from) and by
-``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push that
-fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
+``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push
+writes back only the bytes that changed since they were pulled (or last pushed), as a DMA
+writes only what it places: a receive WQE's buffer is larger than most messages, and a program
+may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
+last bytes of a posted one). A push that fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
 lookup; the engine, one dict test per pass and per CQE batch (``dirty``).
 """
 
@@ -146,6 +149,26 @@ class MemoryWindow:
     qpn: int = 0  # type 2: the QP that bound it
 
 
+@dataclass(eq=False, slots=True)
+class DirtyRange:
+    """A range of a mirrored region the transport may write, while a view of it lives, with its
+    bytes as last pulled or pushed: what changed since is what a push writes back."""
+
+    memory: MirroredMemory
+    start: int
+    length: int
+    known: bytes
+
+    def changed(self) -> tuple[int, bytes] | None:
+        """Where the changed bytes begin in the range and the mirror's range now; None if none."""
+        now = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length])
+        diff = int.from_bytes(now, "little") ^ int.from_bytes(self.known, "little")
+        if not diff:
+            return None
+        first, last = ((diff & -diff).bit_length() - 1) // 8, (diff.bit_length() - 1) // 8
+        return first, now[: last + 1]
+
+
 class BindError(ValueError):
     """A bind, or an invalidation, the table refuses (rxe answers EINVAL / IB_WC_MW_BIND_ERR)."""
 
@@ -161,7 +184,7 @@ class MrTable:
         self.counters: Counter[str] = Counter() if counters is None else counters
         # Ranges of mirrored regions looked up for an access that may write, while their view
         # lives: (memory, offset, length) by a number of their own. Empty when nothing is mirrored.
-        self.dirty: dict[int, tuple[MirroredMemory, int, int]] = {}
+        self.dirty: dict[int, DirtyRange] = {}
         self._view_numbers = itertools.count()
 
     def __len__(self) -> int:
@@ -202,7 +225,7 @@ class MrTable:
         region.view, region.addr, region.length, region.mirrored = view, addr, len(view), mirrored
 
     def _forget(self, memory: MirroredMemory) -> None:
-        for number in [number for number, entry in self.dirty.items() if entry[0] is memory]:
+        for number in [number for number, entry in self.dirty.items() if entry.memory is memory]:
             del self.dirty[number]
         memory.close()
 
@@ -310,14 +333,14 @@ class MrTable:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
         number = next(self._view_numbers)
-        self.dirty[number] = (memory, start, length)
+        self.dirty[number] = DirtyRange(memory, start, length, bytes(memoryview(memory.mirror)[start : start + length]))
         weakref.finalize(holder, self._dropped, number).atexit = False
         return memoryview(holder).cast("B")[at : at + length]
 
     def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> None:
         end = start + length
         for entry in list(self.dirty.values()):
-            if entry[0] is memory and entry[1] < end and start < entry[1] + entry[2]:
+            if entry.memory is memory and entry.start < end and start < entry.start + entry.length:
                 self._push(entry)
 
     def _dropped(self, number: int) -> None:
@@ -326,12 +349,18 @@ class MrTable:
         if entry is not None:
             self._push(entry)
 
-    def _push(self, entry: tuple[MirroredMemory, int, int]) -> None:
-        memory, start, length = entry
+    def _push(self, entry: DirtyRange) -> None:
+        """The range's changed bytes back to the memory (those from its first to its last change)."""
+        changed = entry.changed()
+        if changed is None:
+            return
+        first, now = changed
         try:
-            memory.push(start, length)
+            entry.memory.push(entry.start + first, len(now) - first)
         except OSError:
             self.counters["dma_errors"] += 1
+            return
+        entry.known = now + entry.known[len(now) :]
 
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it
