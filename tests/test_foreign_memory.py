@@ -285,6 +285,19 @@ def test_flush_pushes_what_is_still_held_and_an_overlapping_pull_sees_it() -> No
     assert bytes(again) == b"W!more" + b"rr"  # type: ignore[arg-type]
 
 
+def test_an_overlapping_pull_is_no_change_of_the_nic_to_push_later() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.LOCAL_WRITE, 1)
+    view[:4] = b"NEW!"  # type: ignore[index]
+    memory.remote[36] = ord("Z")  # the program's, before the next pull
+    again = table.lookup(key, memory.address + 32, 16, Access.REMOTE_READ, 1)
+    assert bytes(again)[4] == ord("Z")  # type: ignore[arg-type]
+    memory.remote[36] = ord("Y")  # and after it
+    del view
+    assert memory.remote[:4] == b"NEW!" and memory.remote[36] == ord("Y")
+
+
 def test_a_failed_pull_is_unmapped_and_a_failed_push_is_counted() -> None:
     memory = FakeMemory(8192)
     table, key = table_with(memory)

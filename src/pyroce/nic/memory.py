@@ -320,15 +320,15 @@ class MrTable:
 
     def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access) -> memoryview | MemFault:
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
-        while the view lives if the access may write (the whole range is pushed back: it was
-        pulled, so the bytes the operation does not write keep their values)."""
-        if self.dirty:
-            self._push_overlapping(memory, start, length)  # the NIC's bytes first, then the pull
+        while the view lives if the access may write (what it changes is pushed back)."""
+        overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
         try:
             memory.pull(start, length)
         except OSError:
             self.counters["dma_errors"] += 1
             return MemFault.UNMAPPED
+        for entry in overlapping:  # the pull is no change of theirs: the program's bytes
+            entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
         if not int(access) & _WRITES:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
@@ -337,11 +337,14 @@ class MrTable:
         weakref.finalize(holder, self._dropped, number).atexit = False
         return memoryview(holder).cast("B")[at : at + length]
 
-    def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> None:
+    def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> list[DirtyRange]:
+        """Push the dirty ranges of ``memory`` that overlap the range; those ranges."""
         end = start + length
-        for entry in list(self.dirty.values()):
-            if entry.memory is memory and entry.start < end and start < entry.start + entry.length:
-                self._push(entry)
+        found = [entry for entry in self.dirty.values()
+                 if entry.memory is memory and entry.start < end and start < entry.start + entry.length]  # fmt: skip
+        for entry in found:
+            self._push(entry)
+        return found
 
     def _dropped(self, number: int) -> None:
         """The last view of a dirty range went: its bytes go back to the memory."""
