@@ -160,13 +160,20 @@ class DirtyRange:
     known: bytes
 
     def changed(self) -> tuple[int, bytes] | None:
-        """Where the changed bytes begin in the range and the mirror's range now; None if none."""
-        now = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length])
-        diff = int.from_bytes(now, "little") ^ int.from_bytes(self.known, "little")
-        if not diff:
+        """Where the changed bytes begin in the range and the mirror's range now, up to its
+        last changed byte; None if none changed. Bisected with slice comparisons (memcmp)."""
+        now, known = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length]), self.known
+        if now == known:
             return None
-        first, last = ((diff & -diff).bit_length() - 1) // 8, (diff.bit_length() - 1) // 8
-        return first, now[: last + 1]
+        lo, hi = 0, len(now)  # now[:lo] == known[:lo], now[:hi] != known[:hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if now[lo:mid] == known[lo:mid] else (lo, mid)
+        first, hi = lo, len(now)  # now[hi:] == known[hi:], now[lo:] != known[lo:]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if now[mid:hi] == known[mid:hi] else (mid, hi)
+        return first, now[:hi]
 
 
 class BindError(ValueError):
