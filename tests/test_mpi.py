@@ -83,19 +83,7 @@ def check_ranks(done: subprocess.CompletedProcess[str], ranks: int) -> None:
     assert lanes and all("rc_verbs/pyroce0:1" in lane for lane in lanes), out
 
 
-# Four ranks crashed inside UCX now and then on this loaded 2-core machine. The crashes in
-# uct_ud_ep_process_rx (a foreign ucp_ep pointer in a UD wireup message, UD assertions on ack_psn
-# and CREP ids) are fixed: UCX sent its 65-byte UD CREQ from a buffer it reuses on a simultaneous
-# CREQ, before the NIC had read it, because a QP that asked for 64 inline bytes was said to hold
-# 64 (libmlx5 says 124, so UCX sends it inline; tests/test_c_driver.py and test_ud_datapath.py).
-# Still open: a segfault in ucp_tag_recv_nbx (a NULL list link of a matched unexpected-tag
-# descriptor; 2 in 117 runs after that fix), and, before it, two runs in which a UD endpoint
-# timed out after 30 s with no UD datagram moving. Until those are understood these runs report
-# XFAIL/XPASS instead of failing the suite.
-FLAKY_FOUR_RANKS = pytest.mark.xfail(strict=False, reason="four UCX ranks crash now and then: a known defect")
-
-
-@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=FLAKY_FOUR_RANKS)])
+@pytest.mark.parametrize("ranks", [2, 4])
 def test_mpirun_on_one_shared_nic(program: Path, nics: list[Nic], ranks: int) -> None:
     """``pyroce run -- mpirun -np N``: every rank on the one NIC of ``pyroce run``'s address."""
     before = sent_packets(nics[0])
@@ -105,7 +93,6 @@ def test_mpirun_on_one_shared_nic(program: Path, nics: list[Nic], ranks: int) ->
     assert sent_more(nics[0], before)
 
 
-@FLAKY_FOUR_RANKS
 def test_mpirun_with_two_ranks_on_each_of_two_nics(program: Path, nics: list[Nic]) -> None:
     """Two application contexts of one ``mpirun``, each rank started by ``pyroce run`` on its
     context's address: ranks 0 and 1 share one NIC, 2 and 3 the other."""
