@@ -241,7 +241,7 @@ def test_a_read_pulls_and_leaves_nothing_dirty() -> None:
     assert memory.pushes == []
 
 
-def test_a_write_is_pushed_whole_when_its_last_view_goes() -> None:
+def test_a_write_pushes_the_bytes_it_changed_when_its_last_view_goes() -> None:
     memory = FakeMemory(8192)
     table, key = table_with(memory)
     view = table.lookup(key, memory.address + 4000, 300, Access.REMOTE_WRITE, 1)
@@ -251,8 +251,27 @@ def test_a_write_is_pushed_whole_when_its_last_view_goes() -> None:
     del view
     assert memory.pushes == [] and memory.remote[4010:4020] == b"r" * 10  # a slice still holds it
     del part
-    assert memory.pushes == [(4000, 300)] and not table.dirty
+    assert memory.pushes == [(4010, 10)] and not table.dirty
     assert memory.remote[4000:4300] == b"r" * 10 + b"x" * 10 + b"r" * 280
+
+
+def test_a_push_leaves_the_bytes_the_nic_did_not_write_to_the_program() -> None:
+    """A receive buffer is looked up whole, but a short message writes its start only: the
+    program's bytes past it, written after the pull, stay (as UCX keeps the next descriptor's
+    header in the last bytes of a posted receive buffer: pushed whole, its list link went back to
+    an old value and ucp_tag_recv_nbx crashed)."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address + 1024, 4096, Access.LOCAL_WRITE, 1)
+    assert isinstance(view, memoryview)
+    memory.remote[1024 + 4096 - 11 : 1024 + 4096] = b"descriptor!"  # the program's, meanwhile
+    view[:31] = b"m" * 31
+    table.flush()  # before the CQE
+    assert memory.pushes == [(1024, 31)]
+    view[31:40] = b"m" * 9  # more of it arrives: only that goes
+    del view
+    assert memory.pushes == [(1024, 31), (1055, 9)]
+    assert memory.remote[1024:1064] == b"m" * 40 and memory.remote[1024 + 4085 : 1024 + 4096] == b"descriptor!"
 
 
 def test_flush_pushes_what_is_still_held_and_an_overlapping_pull_sees_it() -> None:
@@ -268,10 +287,24 @@ def test_flush_pushes_what_is_still_held_and_an_overlapping_pull_sees_it() -> No
     assert bytes(again) == b"W!more" + b"rr"  # type: ignore[arg-type]
 
 
+def test_an_overlapping_pull_is_no_change_of_the_nic_to_push_later() -> None:
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.LOCAL_WRITE, 1)
+    view[:4] = b"NEW!"  # type: ignore[index]
+    memory.remote[36] = ord("Z")  # the program's, before the next pull
+    again = table.lookup(key, memory.address + 32, 16, Access.REMOTE_READ, 1)
+    assert bytes(again)[4] == ord("Z")  # type: ignore[arg-type]
+    memory.remote[36] = ord("Y")  # and after it
+    del view
+    assert memory.remote[:4] == b"NEW!" and memory.remote[36] == ord("Y")
+
+
 def test_a_failed_pull_is_unmapped_and_a_failed_push_is_counted() -> None:
     memory = FakeMemory(8192)
     table, key = table_with(memory)
     view = table.lookup(key, memory.address, 64, Access.REMOTE_ATOMIC, 1)
+    view[:8] = bytes(8)  # type: ignore[index]  # an atomic's result
     memory.gone = True
     del view  # the push fails: counted, not raised
     assert table.counters["dma_errors"] == 1

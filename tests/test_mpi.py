@@ -83,15 +83,7 @@ def check_ranks(done: subprocess.CompletedProcess[str], ranks: int) -> None:
     assert lanes and all("rc_verbs/pyroce0:1" in lane for lane in lanes), out
 
 
-# Four ranks crash inside UCX now and then (a segfault in uct_ud_ep_process_rx or
-# ucp_tag_recv_nbx, about one run in four on this 2-core machine; two ranks never did in a dozen
-# runs): a known defect, cause not found (not the shared NIC's MR mirror keeping a written range
-# past its pass: instrumented runs showed none). Until it is fixed these runs report XFAIL/XPASS
-# instead of failing the suite.
-FLAKY_FOUR_RANKS = pytest.mark.xfail(strict=False, reason="four UCX ranks crash now and then: a known defect")
-
-
-@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=FLAKY_FOUR_RANKS)])
+@pytest.mark.parametrize("ranks", [2, 4])
 def test_mpirun_on_one_shared_nic(program: Path, nics: list[Nic], ranks: int) -> None:
     """``pyroce run -- mpirun -np N``: every rank on the one NIC of ``pyroce run``'s address."""
     before = sent_packets(nics[0])
@@ -101,7 +93,6 @@ def test_mpirun_on_one_shared_nic(program: Path, nics: list[Nic], ranks: int) ->
     assert sent_more(nics[0], before)
 
 
-@FLAKY_FOUR_RANKS
 def test_mpirun_with_two_ranks_on_each_of_two_nics(program: Path, nics: list[Nic]) -> None:
     """Two application contexts of one ``mpirun``, each rank started by ``pyroce run`` on its
     context's address: ranks 0 and 1 share one NIC, 2 and 3 the other."""

@@ -54,8 +54,9 @@ def make_qp(conn, qp_type=RC):
 def test_commands_answer_as_the_verbs_do(nic):
     place, _, _ = nic
     conn = connect(place, start=False)
-    ctx, pd, cq, (qp, qpn, sq, sq_wqebbs, rq, rq_count, _rq_stride, doorbell) = make_qp(conn)
+    ctx, pd, cq, (qp, qpn, sq, sq_wqebbs, rq, rq_count, _rq_stride, doorbell, max_inline) = make_qp(conn)
     assert 0 < qpn < 1 << 24 and sq_wqebbs >= 16 and rq_count >= 16
+    assert max_inline == 12  # none asked: an RC WQE of one basic block holds 12 inline bytes (libmlx5 too)
     for address in (sq, rq, doorbell):  # rings in the connection's shared memory, as mapped here
         assert conn.base <= address < conn.base + len(conn.arena)
     assert conn.call("query_port", ctx, 1).state == 4  # IBV_PORT_ACTIVE

@@ -265,7 +265,7 @@ def test_a_bad_wr_fails_the_whole_batch(pair: tuple[Endpoint, Endpoint]) -> None
     assert info.value.error_code == errno.EINVAL
     qp.wr_start()
     qp.wr_send()
-    qp.wr_set_inline_data(a.mr.buf, 65)  # max_inline_data is 64
+    qp.wr_set_inline_data(a.mr.buf, qp.cap.max_inline_data + 1)  # one byte more than its WQE holds
     with pytest.raises(PyverbsRDMAError) as info:
         qp.wr_complete()
     assert info.value.error_code == errno.EINVAL

@@ -188,6 +188,34 @@ def test_datagram_longer_than_the_receive_buffer_is_dropped_not_written_past(pai
     assert wc.byte_len == GRH + 16 and wc.status == e.ibv_wc_status.IBV_WC_SUCCESS
 
 
+def test_max_inline_data_is_what_the_wqe_holds_and_inline_is_copied_at_post(pair: tuple[Endpoint, Endpoint]) -> None:
+    """A UD QP that asked for 64 inline bytes has WQEs of three basic blocks, which hold 124:
+    the QP reports 124 (as libmlx5's ``calc_sq_size``) and takes 124. Programs size their
+    inline sends by it: UCX sends its 65-byte connection request inline, copied at post; sent
+    from its buffer instead, the NIC read it after UCX had reused the buffer for another
+    peer's message (a datagram with another process's endpoint: four MPI ranks crashed)."""
+    a, b = pair
+    limit = a.qp.query()[0].cap.max_inline_data
+    assert limit == 124
+    payload = bytes(range(limit))
+    a.mr.write(payload, limit, 0)
+    post_recvs(b, 1)
+    inline = e.ibv_send_flags.IBV_SEND_INLINE | e.ibv_send_flags.IBV_SEND_SIGNALED
+    wr = SendWR(wr_id=7, sg=[SGE(a.mr.buf, limit, a.mr.lkey)], send_flags=inline)
+    wr.set_wr_ud(ah_to(a, b.info().gid), b.qp.qp_num, QKEY)
+    a.qp.post_send(wr)
+    a.mr.write(bytes(limit), limit, 0)  # the buffer reused at once: the WQE holds the datagram
+    (sent,) = a.poll()
+    assert sent.status == e.ibv_wc_status.IBV_WC_SUCCESS
+    (wc,) = b.poll()
+    assert wc.status == e.ibv_wc_status.IBV_WC_SUCCESS and wc.byte_len == GRH + limit
+    assert b.mr.read(limit, RECV_AT + GRH) == payload
+    wr = SendWR(wr_id=8, sg=[SGE(a.mr.buf, limit + 1, a.mr.lkey)], send_flags=inline)
+    wr.set_wr_ud(ah_to(a, b.info().gid), b.qp.qp_num, QKEY)
+    with raises_errno(errno.EINVAL):
+        a.qp.post_send(wr)
+
+
 def test_misuse_is_refused_at_post(pair: tuple[Endpoint, Endpoint]) -> None:
     a, b = pair
     wr = SendWR(wr_id=1, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])

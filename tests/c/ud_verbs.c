@@ -13,7 +13,8 @@
 #define QKEY 0x11223344
 #define GRH_ROOM 40
 
-static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+/* A UD QP in RTS; `max_inline` gets the max_inline_data ibv_create_qp wrote back into its cap. */
+static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t *max_inline)
 {
 	struct ibv_qp_init_attr init = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
 					.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
@@ -21,6 +22,7 @@ static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	struct ibv_qp *qp = ibv_create_qp(pd, &init);
 	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY};
 
+	*max_inline = init.cap.max_inline_data;
 	if (!qp || ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
 		return NULL;
 	attr.qp_state = IBV_QPS_RTR;
@@ -79,11 +81,14 @@ int main(void)
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_qp *a = ud_qp(pd, cq), *b = ud_qp(pd, cq);
+	uint32_t max_inline;
+	struct ibv_qp *a = ud_qp(pd, cq, &max_inline), *b = ud_qp(pd, cq, &max_inline);
 	if (!pd || !cq || !mr || !a || !b) {
 		perror("setup");
 		return 1;
 	}
+	/* what the WQE holds, as libmlx5 writes it back: UCX reads it to send its CREQ inline */
+	printf("max_inline_data_written_back %u\n", max_inline);
 
 	/* AHs misused: no GRH (RoCE needs one), a GID no link reaches, a GID index outside the table */
 	struct ibv_ah_attr attr = {.port_num = 1};

@@ -261,14 +261,16 @@ def route_from_header(ctx: Context, header: bytes) -> tuple[bytes, int, int, int
 def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, sq_sig_all: int, max_send_wr: int,
               max_recv_wr: int, max_send_sge: int, max_recv_sge: int, max_inline_data: int) -> tuple[Any, ...]:  # fmt: skip
     """``ibv_create_qp``: (QP, QPN, send ring address, its basic blocks, receive ring address,
-    its WQEs, their stride, doorbell record address); with an SRQ, the receive ring is the SRQ's."""
+    its WQEs, their stride, doorbell record address, the max_inline_data its WQEs hold, which
+    C writes back into the caller's ``cap`` as libibverbs providers do); with an SRQ, the
+    receive ring is the SRQ's."""
     cap = QPCap(max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data)
     qp = QP(pd, QPInitAttr(qp_type, None, send_cq, recv_cq, srq, cap, sq_sig_all))
     ring = qp.rq.ring
     address = pd.ctx.driver_memory.address
     send_ring, doorbell = qp.driver_rings
     return (qp, qp.qp_num, address(send_ring), qp.sq_wqebbs, address(ring.buf), ring.count, ring.stride,
-            address(doorbell))  # fmt: skip
+            address(doorbell), qp.cap.max_inline_data)  # fmt: skip
 
 
 def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:

@@ -10,8 +10,11 @@ the NIC cannot address: the transport still gets real memoryviews, of a local mi
 first pulls the range from the memory into the mirror (a fault is ``MemFault.UNMAPPED``); a
 range looked up for an access that may write it is dirty while its view lives, and is pushed
 back when the view goes (``weakref.finalize`` on the ctypes array the view is made from) and by
-``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push that
-fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
+``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push
+writes back only the bytes that changed since they were pulled (or last pushed), as a DMA
+writes only what it places: a receive WQE's buffer is larger than most messages, and a program
+may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
+last bytes of a posted one). A push that fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
 lookup; the engine, one dict test per pass and per CQE batch (``dirty``).
 """
 
@@ -146,6 +149,33 @@ class MemoryWindow:
     qpn: int = 0  # type 2: the QP that bound it
 
 
+@dataclass(eq=False, slots=True)
+class DirtyRange:
+    """A range of a mirrored region the transport may write, while a view of it lives, with its
+    bytes as last pulled or pushed: what changed since is what a push writes back."""
+
+    memory: MirroredMemory
+    start: int
+    length: int
+    known: bytes
+
+    def changed(self) -> tuple[int, bytes] | None:
+        """Where the changed bytes begin in the range and the mirror's range now, up to its
+        last changed byte; None if none changed. Bisected with slice comparisons (memcmp)."""
+        now, known = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length]), self.known
+        if now == known:
+            return None
+        lo, hi = 0, len(now)  # now[:lo] == known[:lo], now[:hi] != known[:hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if now[lo:mid] == known[lo:mid] else (lo, mid)
+        first, hi = lo, len(now)  # now[hi:] == known[hi:], now[lo:] != known[lo:]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if now[mid:hi] == known[mid:hi] else (mid, hi)
+        return first, now[:hi]
+
+
 class BindError(ValueError):
     """A bind, or an invalidation, the table refuses (rxe answers EINVAL / IB_WC_MW_BIND_ERR)."""
 
@@ -161,7 +191,7 @@ class MrTable:
         self.counters: Counter[str] = Counter() if counters is None else counters
         # Ranges of mirrored regions looked up for an access that may write, while their view
         # lives: (memory, offset, length) by a number of their own. Empty when nothing is mirrored.
-        self.dirty: dict[int, tuple[MirroredMemory, int, int]] = {}
+        self.dirty: dict[int, DirtyRange] = {}
         self._view_numbers = itertools.count()
 
     def __len__(self) -> int:
@@ -202,7 +232,7 @@ class MrTable:
         region.view, region.addr, region.length, region.mirrored = view, addr, len(view), mirrored
 
     def _forget(self, memory: MirroredMemory) -> None:
-        for number in [number for number, entry in self.dirty.items() if entry[0] is memory]:
+        for number in [number for number, entry in self.dirty.items() if entry.memory is memory]:
             del self.dirty[number]
         memory.close()
 
@@ -297,28 +327,31 @@ class MrTable:
 
     def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access) -> memoryview | MemFault:
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
-        while the view lives if the access may write (the whole range is pushed back: it was
-        pulled, so the bytes the operation does not write keep their values)."""
-        if self.dirty:
-            self._push_overlapping(memory, start, length)  # the NIC's bytes first, then the pull
+        while the view lives if the access may write (what it changes is pushed back)."""
+        overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
         try:
             memory.pull(start, length)
         except OSError:
             self.counters["dma_errors"] += 1
             return MemFault.UNMAPPED
+        for entry in overlapping:  # the pull is no change of theirs: the program's bytes
+            entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
         if not int(access) & _WRITES:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
         number = next(self._view_numbers)
-        self.dirty[number] = (memory, start, length)
+        self.dirty[number] = DirtyRange(memory, start, length, bytes(memoryview(memory.mirror)[start : start + length]))
         weakref.finalize(holder, self._dropped, number).atexit = False
         return memoryview(holder).cast("B")[at : at + length]
 
-    def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> None:
+    def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> list[DirtyRange]:
+        """Push the dirty ranges of ``memory`` that overlap the range; those ranges."""
         end = start + length
-        for entry in list(self.dirty.values()):
-            if entry[0] is memory and entry[1] < end and start < entry[1] + entry[2]:
-                self._push(entry)
+        found = [entry for entry in self.dirty.values()
+                 if entry.memory is memory and entry.start < end and start < entry.start + entry.length]  # fmt: skip
+        for entry in found:
+            self._push(entry)
+        return found
 
     def _dropped(self, number: int) -> None:
         """The last view of a dirty range went: its bytes go back to the memory."""
@@ -326,12 +359,18 @@ class MrTable:
         if entry is not None:
             self._push(entry)
 
-    def _push(self, entry: tuple[MirroredMemory, int, int]) -> None:
-        memory, start, length = entry
+    def _push(self, entry: DirtyRange) -> None:
+        """The range's changed bytes back to the memory (those from its first to its last change)."""
+        changed = entry.changed()
+        if changed is None:
+            return
+        first, now = changed
         try:
-            memory.push(start, length)
+            entry.memory.push(entry.start + first, len(now) - first)
         except OSError:
             self.counters["dma_errors"] += 1
+            return
+        entry.known = now + entry.known[len(now) :]
 
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it

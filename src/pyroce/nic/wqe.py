@@ -129,7 +129,17 @@ MAX_DS = 0x3F  # the ds field is 6 bits
 
 
 def _inline_segs(length: int) -> int:
-    return -(-(4 + length) // SEG)
+    return -(-(_INLINE_HDR.size + length) // SEG)
+
+
+def inline_room(fixed_segs: int, ds: int) -> int:
+    """The inline bytes a WQE of ``ds`` segments holds after its ``fixed_segs`` (control, then
+    address or datagram segments), its basic blocks filled: the ``max_inline_data`` a QP
+    reports, as mlx5's ``calc_sq_size`` reports it. Programs read it back to choose inline
+    sends (UCX's UD sends its 65-byte connection request inline on mlx5, whose UD QP asked
+    for 64 reports 124), and inline data is copied at post, where a buffer is read when the
+    NIC gets to it."""
+    return -(-ds * SEG // WQEBB) * WQEBB - fixed_segs * SEG - _INLINE_HDR.size
 
 
 def _ds(wqe: SendWqe) -> int:

@@ -22,7 +22,7 @@ from pyroce.ib.enums import Access, QpState
 from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
-from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode
+from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode, inline_room
 from pyroce.verbs.addr import AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
@@ -220,9 +220,11 @@ class QP(PyverbsObject):
         self.scq, self.rcq = scq, rcq
         inline_segs = -(-(4 + cap.max_inline_data) // SEG) if cap.max_inline_data else 0
         # ctrl, then raddr and atomic, or a UD QP's datagram segment; then data or inline
-        ds = 1 + (AV_SEGS if init_attr.qp_type == ibv_qp_type.IBV_QPT_UD else 2) + max(cap.max_send_sge, inline_segs, 1)
+        fixed = 1 + (AV_SEGS if init_attr.qp_type == ibv_qp_type.IBV_QPT_UD else 2)
+        ds = fixed + max(cap.max_send_sge, inline_segs, 1)
         if ds > MAX_DS:
             raise PyverbsRDMAError(f"Failed to create QP: a WQE of {ds} segments is too large", errno.EINVAL)
+        self.cap.max_inline_data = min(MAX_INLINE_DATA, inline_room(fixed, ds))  # what the WQE holds, as mlx5
         wqebbs = max(1, cap.max_send_wr) * -(-ds * SEG // WQEBB)
         if wqebbs > MAX_SQ_WQEBBS:
             raise PyverbsRDMAError(f"Failed to create QP: {cap.max_send_wr} WQEs of {ds} segments take {wqebbs} basic "

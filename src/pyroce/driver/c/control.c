@@ -430,7 +430,7 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	struct pr_answer answer;
 	struct pr_qp *qp = NULL;
 	void *sq, *rq, *doorbell;
-	uint32_t handle, qpn, sq_wqebbs, rq_count, rq_stride;
+	uint32_t handle, qpn, sq_wqebbs, rq_count, rq_stride, max_inline_data;
 
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
@@ -441,7 +441,8 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 		       attr->srq ? ((struct pr_srq *)attr->srq)->handle : 0, (int)attr->qp_type, attr->sq_sig_all,
 		       cap->max_send_wr, cap->max_recv_wr, cap->max_send_sge, cap->max_recv_sge, cap->max_inline_data))
 		return NULL;
-	if (!pr_unpack(&answer, "hIAIAIIA", &handle, &qpn, &sq, &sq_wqebbs, &rq, &rq_count, &rq_stride, &doorbell)) {
+	if (!pr_unpack(&answer, "hIAIAIIAI", &handle, &qpn, &sq, &sq_wqebbs, &rq, &rq_count, &rq_stride, &doorbell,
+		       &max_inline_data)) {
 		qp = calloc(1, sizeof(*qp));
 		if (qp) {
 			qp->sq_entries = calloc(cap->max_send_wr ? cap->max_send_wr : 1, sizeof(*qp->sq_entries));
@@ -470,7 +471,8 @@ PR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	qp->max_recv_wr = cap->max_recv_wr;
 	qp->max_send_sge = cap->max_send_sge;
 	qp->max_recv_sge = cap->max_recv_sge;
-	qp->max_inline_data = cap->max_inline_data;
+	cap->max_inline_data = max_inline_data; /* what the WQEs hold, written back as mlx5 writes it */
+	qp->max_inline_data = max_inline_data;
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->sq = sq;
 	qp->sq_wqebbs = sq_wqebbs;
