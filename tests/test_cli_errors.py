@@ -122,6 +122,7 @@ def test_device_errors_show_once(env: dict[str, str], words: list[str]) -> None:
     assert result.returncode == 1
 
 
+@pytest.mark.embedded_nic  # --loss: link faults of the demo's own NICs
 def test_a_failed_completion_shows_its_status_and_reason() -> None:
     result = pyroce("demo", "--loss", "1", "--timeout", "20", timeout=60)
     assert_one_line_error(result, "SEND of 0 B failed with IBV_WC_RETRY_EXC_ERR (transport retry counter exceeded)",

@@ -30,6 +30,7 @@ from pyroce.nicd.process_memory import (
     read_memory,
     write_memory,
 )
+from pyroce.testing.plugin import use_embedded_nic
 from pyroce.transport.memory import MemFault
 from pyroce.verbs.mr import MR
 from pyroce.verbs.mw import MW, MWBind, MWBindInfo
@@ -92,7 +93,9 @@ def child() -> Iterator[Child]:
 
 @pytest.fixture(scope="module")
 def shared_pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
+    with pytest.MonkeyPatch.context() as patch:  # set up before the marker's per-test fixture
+        use_embedded_nic(patch)
+        a, b = connected_pair()
     yield a, b
     a.close()
     b.close()
