@@ -86,18 +86,22 @@ def test_get_async_event_blocks_until_an_event_comes(pair: Pair) -> None:
 
 def test_asyncio_add_reader_on_async_fd(pair: Pair) -> None:
     a, _ = pair
+    plan = FaultPlan(a.ctx.device)
 
     async def wait_for_event() -> AsyncEvent:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[AsyncEvent] = loop.create_future()
         loop.add_reader(a.ctx.async_fd, lambda: ready.done() or ready.set_result(a.ctx.get_async_event()))
         try:
-            FaultPlan(a.ctx.device).port_down()
+            plan.port_down()
             return await asyncio.wait_for(ready, DEADLINE_S)
         finally:
             loop.remove_reader(a.ctx.async_fd)
 
-    assert asyncio.run(wait_for_event()).event_type == ibv_event_type.IBV_EVENT_PORT_ERR
+    try:
+        assert asyncio.run(wait_for_event()).event_type == ibv_event_type.IBV_EVENT_PORT_ERR
+    finally:
+        plan.port_up()  # a shared NIC's port stays as a test leaves it, for every later program
 
 
 def test_a_non_blocking_async_fd_answers_eagain(rc_pair: Pair) -> None:

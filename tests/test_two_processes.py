@@ -48,6 +48,7 @@ def wait_for_digest(conn: Connection, length: int, expected: str, failure: str) 
         time.sleep(0.01)
 
 
+@pytest.mark.embedded_nic  # the device's counters: no retransmission (a shared NIC's count every program's)
 def test_a_deep_queue_posted_without_polling_still_goes_out(pair) -> None:
     """Only the first WRITE runs the engine at its doorbell; the seven posted behind it wait
     for a poll that never comes, so the engine thread must send them (doorbell batching)."""
