@@ -14,8 +14,9 @@ back when the view goes (``weakref.finalize`` on the ctypes array the view is ma
 writes back only the bytes that changed since they were pulled (or last pushed), as a DMA
 writes only what it places: a receive WQE's buffer is larger than most messages, and a program
 may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
-last bytes of a posted one). A push that fails is counted (``dma_errors``), never raised. Ordinary regions pay one attribute test per
-lookup; the engine, one dict test per pass and per CQE batch (``dirty``).
+last bytes of a posted one). A push that fails is counted (``dma_errors``), never raised.
+Ordinary regions pay one attribute test per lookup; the engine, one dict test per pass and per
+CQE batch (``dirty``).
 """
 
 from __future__ import annotations
