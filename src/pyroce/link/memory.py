@@ -29,27 +29,28 @@ class MemoryWire:
         return link
 
 
-class MemoryLink(RocePaths):
-    """One address on a ``MemoryWire`` (the ``Link`` the engine needs; no GSO)."""
+class QueuedLink(RocePaths):
+    """A link whose datagrams arrive in a queue this process fills (no socket, no GSO): the
+    inbox, its fd (readable while a datagram waits, so an engine thread can wait on it), and
+    the receive side the engine reads. Subclasses say where ``send`` puts datagrams."""
 
     gso = False
 
-    def __init__(self, wire: MemoryWire, address: str) -> None:
+    def __init__(self, address: str) -> None:
         super().__init__(address)
-        self._wire = wire
         self._inbox: deque[tuple[bytes, str]] = deque()
         self._ready = os.eventfd(0, os.EFD_NONBLOCK)
 
     def fileno(self) -> int:
         return self._ready
 
+    def deliver(self, data: bytes, sender: str) -> None:
+        """A datagram from ``sender`` arrived for this link."""
+        self._inbox.append((data, sender))
+        os.eventfd_write(self._ready, 1)
+
     def send(self, data: memoryview | bytes, peer: str) -> bool:
-        """Deliver to the link bound at ``peer``; to no link, the datagram is lost (as on a wire)."""
-        target = self._wire.links.get(peer)
-        if target is not None:
-            target._inbox.append((bytes(data), self.address))
-            os.eventfd_write(target._ready, 1)
-        return True
+        raise NotImplementedError
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         for start in range(0, len(data), segment_size):
@@ -58,7 +59,7 @@ class MemoryLink(RocePaths):
 
     def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
         if not self._inbox:
-            try:  # not readable until the next send; checked again after, so none is missed
+            try:  # not readable until the next delivery; checked again after, so none is missed
                 os.eventfd_read(self._ready)
             except BlockingIOError:
                 pass
@@ -69,8 +70,26 @@ class MemoryLink(RocePaths):
         return len(data), (sender, self.port), len(data)
 
     def close(self) -> None:
-        if self._wire.links.get(self.address) is self:
-            del self._wire.links[self.address]
         if self._ready >= 0:
             os.close(self._ready)
             self._ready = -1
+
+
+class MemoryLink(QueuedLink):
+    """One address on a ``MemoryWire`` (the ``Link`` the engine needs; no GSO)."""
+
+    def __init__(self, wire: MemoryWire, address: str) -> None:
+        super().__init__(address)
+        self._wire = wire
+
+    def send(self, data: memoryview | bytes, peer: str) -> bool:
+        """Deliver to the link bound at ``peer``; to no link, the datagram is lost (as on a wire)."""
+        target = self._wire.links.get(peer)
+        if target is not None:
+            target.deliver(bytes(data), self.address)
+        return True
+
+    def close(self) -> None:
+        if self._wire.links.get(self.address) is self:
+            del self._wire.links[self.address]
+        super().close()
