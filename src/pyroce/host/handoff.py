@@ -78,19 +78,20 @@ class Handoff:
                 pass  # the pipe is full: it is readable, which is all a wake-up needs
 
     def drain(self) -> None:
-        """The engine thread woke: empty the pipe (its doorbell records join the sets), then let
-        the next ``wake`` write again."""
-        chunks = [self._partial]
-        try:
-            while chunk := os.read(self._read_fd, 65536):
-                chunks.append(chunk)
-        except BlockingIOError:
-            pass
-        data = b"".join(chunks)
-        whole = len(data) - len(data) % RECORD_SIZE
-        self._partial = data[whole:]
-        records = [record for record in memoryview(data[:whole]).cast("I") if record] if whole else []
+        """Empty the pipe (its doorbell records join the sets), then let the next ``wake`` write
+        again: the engine thread when it wakes, or a command that must see every doorbell rung
+        before it (destroying a QP). The lock covers the read, so two drains never split a record."""
         with self._lock:
+            chunks = [self._partial]
+            try:
+                while chunk := os.read(self._read_fd, 65536):
+                    chunks.append(chunk)
+            except BlockingIOError:
+                pass
+            data = b"".join(chunks)
+            whole = len(data) - len(data) % RECORD_SIZE
+            self._partial = data[whole:]
+            records = [record for record in memoryview(data[:whole]).cast("I") if record] if whole else []
             for record in records:
                 if record & SEND_DOORBELL:
                     self._rung.add(record & QPN_MASK)

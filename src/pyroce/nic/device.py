@@ -365,9 +365,15 @@ class NicDevice:
         self._progress.wake()
 
     def destroy_qp(self, qpn: int) -> None:
-        """Remove the QP, and its async events not yet read (as ib_uverbs does)."""
+        """Remove the QP, and its async events not yet read (as ib_uverbs does). What its
+        doorbell announced is sent first (``Engine.send_posted``), the records of a driver
+        without the GIL included."""
         with self._lock:
-            qp = self.engine.remove_qp(qpn)
+            engine = self.engine
+            self._doorbells.drain()
+            engine.doorbells(*self._doorbells.take())
+            engine.send_posted(qpn)
+            qp = engine.remove_qp(qpn)
             self.qp_owners.pop(qpn, None)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
@@ -375,6 +381,8 @@ class NicDevice:
                     qp.srq.qps -= 1
         if qp is not None:
             _discard_events(qp.events, QP_EVENTS, qpn)
+        if engine.has_work:
+            self._progress.wake()  # the other QPs' doorbells the drain took
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""

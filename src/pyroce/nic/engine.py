@@ -74,6 +74,7 @@ class Engine:
         self.active: set[HwQp] = set()
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
+        self.now = 0.0  # the time of the last pass: what a command runs at (``send_posted``)
         # One async event queue per open context (its async_fd), and the device's own: where the
         # events of objects created with no queue of their own go (a driver other than the verbs)
         self.event_queues = event_queues
@@ -98,6 +99,22 @@ class Engine:
             self.demux.datagram_qps[qp.qpn] = qp.rc
         else:
             self.demux.qps[qp.qpn] = qp.rc
+
+    def send_posted(self, qpn: int) -> None:
+        """Fetch and send now what the QP's doorbell announced: a NIC fetches WQEs as the doorbell
+        arrives, so a QP destroyed just after posting (a program's last datagrams, then its
+        teardown) has sent them; here they would wait for the next pass, after the QP is gone."""
+        qp = self.qps.get(qpn)
+        if qp is None or qp not in self.rung:
+            return
+        self.rung.discard(qp)
+        try:
+            self.fetch(qp)
+            self._service(qp, self.now)
+        except Exception as exc:  # noqa: BLE001 - contained to the QP
+            self._fail(qp, exc, "send queue")
+        if self._tx_batch.segments:
+            self._tx_batch.flush()
 
     def remove_qp(self, qpn: int) -> HwQp | None:
         qp = self.qps.pop(qpn, None)
@@ -156,6 +173,7 @@ class Engine:
         pass: what it sends cannot be answered yet). Whether anything moved."""
         moved = False
         self.rx_full = False
+        self.now = now
         while self.rung:
             qp = self.rung.pop()
             # New work goes out before the receive below: a request on its way while this
