@@ -232,7 +232,8 @@ def test_multicast_from_a_program_built_against_libibverbs(driver_env: dict[str,
     received = sorted(line for line in done.stdout.splitlines() if line.startswith("received "))
     assert received == [
         f"received member={member} wr_id={10 + member} status=success byte_len=56 grh=1 src_qp_is_sender=1 "
-        "data=to every member" for member in (0, 1)
+        "data=to every member"
+        for member in (0, 1)
     ], done.stdout
 
 
