@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +23,8 @@ from pyroce.verbs.addr import GID
 from pyroce.verbs.qp import QP, QPCap, QPInitAttr
 from pyroce.wire import parse_frame
 from pyroce.wire.framing import LINKTYPE_RAW
+from tests.cli import ROOT, SRC
+from tests.netns import two_hosts  # noqa: F401 - a fixture (ruff: F811 below is its use)
 from tests.rc_pair import Endpoint, open_endpoint
 from tests.test_ud_datapath import GRH, QKEY, RECV_AT, ah_to, post_recvs, send, ud_endpoint
 from tests.test_verbs_api import raises_errno
@@ -213,3 +217,26 @@ def test_a_capture_shows_qp_0xffffff_to_the_groups_address(three: tuple[Endpoint
     assert parsed.icrc_ok and parsed.packet.bth.dqpn == MULTICAST_QPN and parsed.packet.deth.src_qp == a.qp.qp_num
     ip = IP(frames[0])
     assert ip.dst == mgid.ipv4() and ip.dport == 4791 and ip[ScapyBTH].dqpn == MULTICAST_QPN
+
+
+def test_a_group_spans_two_nics_on_two_hosts(two_hosts: tuple[str, str]) -> None:  # noqa: F811
+    """Two network namespaces joined by a veth, a NIC in each: the receiver's link joined the
+    group on its interface (IP_ADD_MEMBERSHIP), the sender's datagram leaves its own for the
+    group's address and arrives with the sender's address and the group's in its GRH."""
+    a, b = two_hosts
+    env = {**os.environ, "PYROCE_NIC": "own", "PYTHONPATH": os.pathsep.join((str(SRC), str(ROOT)))}
+    peer = [sys.executable, str(ROOT / "tests" / "mcast_peer.py")]
+    receiver = subprocess.Popen(["ip", "netns", "exec", b, *peer, "receive", "239.1.1.9"], text=True,
+                                stdout=subprocess.PIPE, env={**env, "PYROCE_ADDR": "10.199.0.2"})  # fmt: skip
+    try:
+        assert receiver.stdout is not None and receiver.stdout.readline() == "ready\n"
+        sent = subprocess.run(["ip", "netns", "exec", a, *peer, "send", "239.1.1.9", "across"], text=True,
+                              capture_output=True, timeout=60, env={**env, "PYROCE_ADDR": "10.199.0.1"})  # fmt: skip
+        assert sent.returncode == 0 and sent.stdout.startswith("sent 0 qpn="), sent.stdout + sent.stderr
+        got = receiver.communicate(timeout=60)[0]
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.communicate()
+    sender_qpn = int(sent.stdout.split("qpn=")[1])
+    assert got == f"got across src_qp={sender_qpn} from=10.199.0.1 to=239.1.1.9\n"
