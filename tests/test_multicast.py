@@ -10,7 +10,9 @@ module under ``PYROCE_NIC=shared`` (``tests/test_shared_nic_suite.py`` runs a sh
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -219,19 +221,24 @@ def test_a_capture_shows_qp_0xffffff_to_the_groups_address(three: tuple[Endpoint
     assert ip.dst == mgid.ipv4() and ip.dport == 4791 and ip[ScapyBTH].dqpn == MULTICAST_QPN
 
 
+def peer_env(address: str) -> dict[str, str]:
+    """``tests/mcast_peer.py``'s environment: its own NIC on ``address``, this tree's pyroce."""
+    return {**os.environ, "PYROCE_NIC": "own", "PYROCE_ADDR": address,
+            "PYTHONPATH": os.pathsep.join((str(SRC), str(ROOT)))}  # fmt: skip
+
+
 def test_a_group_spans_two_nics_on_two_hosts(two_hosts: tuple[str, str]) -> None:  # noqa: F811
     """Two network namespaces joined by a veth, a NIC in each: the receiver's link joined the
     group on its interface (IP_ADD_MEMBERSHIP), the sender's datagram leaves its own for the
     group's address and arrives with the sender's address and the group's in its GRH."""
     a, b = two_hosts
-    env = {**os.environ, "PYROCE_NIC": "own", "PYTHONPATH": os.pathsep.join((str(SRC), str(ROOT)))}
     peer = [sys.executable, str(ROOT / "tests" / "mcast_peer.py")]
-    receiver = subprocess.Popen(["ip", "netns", "exec", b, *peer, "receive", "239.1.1.9"], text=True,
-                                stdout=subprocess.PIPE, env={**env, "PYROCE_ADDR": "10.199.0.2"})  # fmt: skip
+    receiver = subprocess.Popen(["ip", "netns", "exec", b, *peer, "receive", "::ffff:239.1.1.9"], text=True,
+                                stdout=subprocess.PIPE, env=peer_env("10.199.0.2"))  # fmt: skip
     try:
         assert receiver.stdout is not None and receiver.stdout.readline() == "ready\n"
-        sent = subprocess.run(["ip", "netns", "exec", a, *peer, "send", "239.1.1.9", "across"], text=True,
-                              capture_output=True, check=False, timeout=60, env={**env, "PYROCE_ADDR": "10.199.0.1"})  # fmt: skip
+        sent = subprocess.run(["ip", "netns", "exec", a, *peer, "send", "::ffff:239.1.1.9", "across"], text=True,
+                              capture_output=True, check=False, timeout=60, env=peer_env("10.199.0.1"))  # fmt: skip
         assert sent.returncode == 0 and sent.stdout.startswith("sent 0 qpn="), sent.stdout + sent.stderr
         got = receiver.communicate(timeout=60)[0]
     finally:
@@ -240,3 +247,20 @@ def test_a_group_spans_two_nics_on_two_hosts(two_hosts: tuple[str, str]) -> None
             receiver.communicate()
     sender_qpn = int(sent.stdout.split("qpn=")[1])
     assert got == f"got across src_qp={sender_qpn} from=10.199.0.1 to=239.1.1.9\n"
+
+
+def test_an_ipv6_group_on_an_ipv6_device_with_no_route_still_loops_back() -> None:
+    """An IPv6 device on a bare ``lo`` (a network namespace of its own, no multicast route): the
+    group's datagram cannot leave (counted, no engine error), and the NIC's own member still
+    gets it, its GRH the IPv6 header from the device's address to the group."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare")
+    env = peer_env("::1")
+    script = f"ip link set lo up && exec {sys.executable} {ROOT / 'tests' / 'mcast_peer.py'} both ff0e::1:2 six"
+    done = subprocess.run(["unshare", "-n", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got, counters = done.stdout.splitlines()
+    assert got.startswith("got six src_qp=") and got.endswith(" from=::1 to=ff0e::1:2")
+    stats = json.loads(counters)
+    assert stats["drop_mcast_unsent"] == 1 and "engine_errors" not in stats
