@@ -27,7 +27,8 @@ from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
 
-TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "ib_send_bw")
+TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "ib_send_bw",
+         "ib_atomic_lat")
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
@@ -94,6 +95,18 @@ def test_rping_verifies_its_pings(nic: tuple[str, dict[str, str]]) -> None:
     assert "error" not in (server_out + client_out).lower()
 
 
+def test_rping_quiet_with_a_size_of_its_own(nic: tuple[str, dict[str, str]]) -> None:
+    """rping -S (a 1000-byte ping buffer) -q (quiet) -V (verify): twenty verified pings and no ping
+    lines printed; both exit 0."""
+    address, env = nic
+    options = ("-a", address, "-p", "7178", "-C", "20", "-S", "1000", "-q", "-V")
+    server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
+                                                        env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    assert "ping data" not in server_out + client_out
+    assert "error" not in (server_out + client_out).lower(), (server_out, client_out)
+
+
 def test_rping_to_a_port_nobody_listens_on_is_rejected(nic: tuple[str, dict[str, str]]) -> None:
     """The NIC answers a REQ for a service nobody listens on with a REJ (invalid service ID, 8):
     rping says REJECTED and exits non-zero, at once."""
@@ -139,16 +152,21 @@ def test_rdma_server_and_client(nic: tuple[str, dict[str, str]]) -> None:
         assert "rdma_" in out and "error" not in out.lower(), out  # both print their steps and end
 
 
-def test_perftest_connects_through_rdma_cm(nic: tuple[str, dict[str, str]]) -> None:
-    """``ib_send_bw -R``: perftest's server and client meet through rdma_cm instead of its TCP
-    exchange, and the run ends with its final table."""
+PERFTEST_TOOLS = ("ib_send_bw", "ib_send_lat", "ib_write_bw", "ib_write_lat", "ib_read_bw", "ib_read_lat",
+                  "ib_atomic_bw", "ib_atomic_lat")
+
+
+@pytest.mark.parametrize("tool", PERFTEST_TOOLS)
+def test_perftest_connects_through_rdma_cm(nic: tuple[str, dict[str, str]], tool: str) -> None:
+    """perftest's ``-R``, each of its eight tools: server and client meet through rdma_cm instead of
+    its TCP exchange, and the run ends with its final table (a line for the size and iterations)."""
     address, env = nic
-    options = ("-d", "pyroce0", "-R", "-p", "7175", "-s", "4096", "-n", "100")
-    server_rc, server_out, client_rc, client_out = pair(run("ib_send_bw", *options),
-                                                        run("ib_send_bw", *options, address), env)  # fmt: skip
+    size = "8" if "atomic" in tool else "4096"
+    port = str(7180 + PERFTEST_TOOLS.index(tool))
+    options = ("-d", "pyroce0", "-R", "-p", port, "-s", size, "-n", "100")
+    server_rc, server_out, client_rc, client_out = pair(run(tool, *options), run(tool, *options, address), env)
     assert client_rc == 0 and server_rc == 0, (server_out, client_out)
-    for out in (server_out, client_out):
-        assert re.search(r"^\s*4096\s+100\s", out, re.MULTILINE), out
+    assert re.search(rf"^\s*{size}\s+100\s", client_out, re.MULTILINE), client_out
 
 
 @pytest.mark.parametrize("tool", ["rstream", "riostream"])

@@ -43,12 +43,25 @@ GID_TABLE_LEN = 16  # gid_tbl_len: those four, then empty entries (rxe has 1024,
 _LINK_LOCAL_PREFIX = b"\xfe\x80" + bytes(6)
 
 
+def mac_of(address: str) -> bytes:
+    """The port's MAC. pyroce's port has no Ethernet interface of its own; it takes the locally
+    administered ``02:00:a:b:c:d`` of its IPv4 address (the last 32 bits of an IPv6 one): the MAC
+    its default GID is made from, and the one its frames carry where a link needs whole frames.
+    A multicast address's is Ethernet's for the group (``01:00:5e`` and its low 23 bits for IPv4,
+    RFC 1112; ``33:33`` and its last 32 bits for IPv6, RFC 2464), as rxe's ``ip_eth_mc_map``."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_multicast:
+        packed = ip.packed
+        if ip.version == 4:
+            return b"\x01\x00\x5e" + bytes([packed[1] & 0x7F]) + packed[2:]
+        return b"\x33\x33" + packed[-4:]
+    return b"\x02\x00" + ip.packed[-4:]
+
+
 def link_local_gid(address: str) -> bytes:
-    """The default GID: ``fe80::/64`` and the EUI-64 of the port's MAC. pyroce's port has no
-    Ethernet MAC; it takes the locally administered ``02:00:a:b:c:d`` of its IPv4 address (the
-    last 32 bits of an IPv6 one), so on an IPv4 device the GID names the address
-    (``ipv4_of_link_local``)."""
-    mac = b"\x02\x00" + ipaddress.ip_address(address).packed[-4:]
+    """The default GID: ``fe80::/64`` and the EUI-64 of the port's MAC (``mac_of``), so on an
+    IPv4 device the GID names the address (``ipv4_of_link_local``)."""
+    mac = mac_of(address)
     return _LINK_LOCAL_PREFIX + bytes([mac[0] ^ 0x02]) + mac[1:3] + b"\xff\xfe" + mac[3:]
 
 
