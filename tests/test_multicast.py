@@ -20,9 +20,13 @@ from collections.abc import Iterator
 import pytest
 
 import pyroce.verbs.enums as e
+from pyroce.apps.rc_endpoint import RcEndpoint
+from pyroce.host.assembly import build_device
 from pyroce.ib.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH
+from pyroce.link.memory import MemoryWire
 from pyroce.verbs.addr import GID
-from pyroce.verbs.qp import QP, QPCap, QPInitAttr
+from pyroce.verbs.device import Context
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.wire import parse_frame
 from pyroce.wire.framing import LINKTYPE_RAW
 from tests.cli import ROOT, SRC
@@ -264,3 +268,42 @@ def test_an_ipv6_group_on_an_ipv6_device_with_no_route_still_loops_back() -> Non
     assert got.startswith("got six src_qp=") and got.endswith(" from=::1 to=ff0e::1:2")
     stats = json.loads(counters)
     assert stats["drop_mcast_unsent"] == 1 and "engine_errors" not in stats
+
+
+@pytest.mark.embedded_nic
+def test_a_group_on_a_memory_wire_reaches_the_nics_that_joined_in_simulated_time() -> None:
+    """Three NICs on one ``MemoryWire`` (no sockets), stepped by hand: the two whose QPs are
+    attached get the sender's datagram, each once; a QP of the sender's NIC not attached gets
+    nothing, and no NIC counts a drop."""
+    wire = MemoryWire()
+    devices = [build_device(f"wire-{n}", wire.link(f"10.3.0.{n}"), progress="host") for n in (1, 2, 3)]
+    sender, *members, outsider = (open_ud(Context(device=device)) for device in (*devices, devices[0]))
+    try:
+        mgid = GID("::ffff:239.3.0.1")
+        for ep in members:
+            ep.qp.attach_mcast(mgid, 0)
+            post_recvs(ep, 1)
+        post_recvs(outsider, 1)
+        sender.mr.write(b"wired", 5, 0)
+        send(sender, ah_to(sender, mgid.raw), MULTICAST_QPN, 5)
+        for step in range(4):
+            for device in devices:
+                device.step(step * 1e-5)
+        for ep in members:
+            count, wcs = ep.cq.poll(2)
+            assert count == 1 and wcs[0].src_qp == sender.qp.qp_num and ep.mr.read(5, RECV_AT + GRH) == b"wired"
+        assert sender.cq.poll(2)[0] == 1 and outsider.cq.poll(1)[0] == 0
+        assert all("drop_mcast_no_group" not in device.stats() for device in devices)
+    finally:
+        for ep in (sender, *members, outsider):
+            ep.close()
+        for device in devices:
+            device.close()
+
+
+def open_ud(context: Context) -> Endpoint:
+    ep = RcEndpoint.open(1 << 21, context=context, qp_type=e.ibv_qp_type.IBV_QPT_UD)
+    attr = QPAttr(port_num=1)
+    attr.qkey = QKEY
+    ep.qp.to_rts(attr)
+    return ep
