@@ -45,7 +45,26 @@ def test_foreign_and_broken_frames_are_dropped_and_counted() -> None:
     assert receiver.counters == {"drop_not_ours": 1, "drop_TruncatedPacket": 1, "drop_NotRoce": 1}
     sender.send(bytes(32), A)
     receiver.receive_frame(sender.frames.popleft())
-    assert receiver.recv_into(bytearray(64)) == (32, (B, 4791), 32)
+    assert receiver.recv_into(bytearray(64)) == (32, (B, 4791), 32, A)
+    sender.close()
+    receiver.close()
+
+
+def test_a_multicast_groups_frames_are_taken_once_joined() -> None:
+    """To a group: Ethernet's multicast MAC for it (01:00:5e and its low 23 bits, as rxe's
+    ip_eth_mc_map), taken only by a link that joined the group, with the group as destination."""
+    sender, receiver = EthernetLink(B), EthernetLink(A)
+    sender.send(bytes(32), "239.130.1.2")
+    frame = sender.frames.popleft()
+    assert Ether(frame).dst == "01:00:5e:02:01:02" and Ether(frame)[IP].dst == "239.130.1.2"
+    receiver.receive_frame(frame)
+    assert receiver.recv_into(bytearray(64)) is None and receiver.counters == {"drop_not_ours": 1}
+    receiver.join("239.130.1.2")
+    receiver.receive_frame(frame)
+    assert receiver.recv_into(bytearray(64)) == (32, (B, 4791), 32, "239.130.1.2")
+    receiver.leave("239.130.1.2")
+    receiver.receive_frame(frame)
+    assert receiver.recv_into(bytearray(64)) is None and receiver.counters["drop_not_ours"] == 2
     sender.close()
     receiver.close()
 

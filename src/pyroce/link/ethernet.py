@@ -5,8 +5,8 @@ The engine hands the link UDP payloads, as it would a socket; the link wraps eac
 Ethernet, IP and UDP headers a kernel would add (IPv4 ID 0 with DF, the headers the ICRC was
 computed over; MACs by pyroce's rule, ``ib.addressing.mac_of``) and queues the frame for
 whoever models the wire (``frames``). Frames the wire brings (``receive_frame``) are unwrapped
-into the engine's inbox; one that is not RoCEv2 for this link's address is dropped and counted,
-as a NIC's MAC and IP filters would drop it.
+into the engine's inbox; one that is not RoCEv2 for this link's address, or for a multicast
+group it joined (``join``), is dropped and counted, as a NIC's MAC and IP filters would drop it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class EthernetLink(QueuedLink):
         self._ethertype = (ETHERTYPE_IPV4 if "." in address else ETHERTYPE_IPV6).to_bytes(2, "big")
         self.frames: deque[bytes] = deque()  # sent, for the wire's model to take in order
         self.counters: Counter[str] = Counter()  # frames_sent, frames_received, and the drops by reason
+        self.groups: set[str] = set()  # the multicast addresses whose frames it takes
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:
         path = self.tx_path(peer)
@@ -48,8 +49,16 @@ class EthernetLink(QueuedLink):
         except MalformedPacket as exc:
             self.counters[f"drop_{type(exc).__name__}"] += 1
             return
-        if frame[:6] != self.mac or format_address(where.ip.dst) != self.address:
+        dest = format_address(where.ip.dst)
+        ours = dest == self.address or dest in self.groups
+        if not ours or frame[:6] != (self.mac if dest == self.address else mac_of(dest)):
             self.counters["drop_not_ours"] += 1
             return
         self.counters["frames_received"] += 1
-        self.deliver(bytes(frame[where.roce_at : where.end]), format_address(where.ip.src))
+        self.deliver(bytes(frame[where.roce_at : where.end]), format_address(where.ip.src), dest)
+
+    def join(self, group: str) -> None:
+        self.groups.add(group)
+
+    def leave(self, group: str) -> None:
+        self.groups.discard(group)
