@@ -306,6 +306,15 @@ def destroy_qp(qp: QP) -> None:
     qp.close()
 
 
+def attach_mcast(qp: QP, gid: bytes, lid: int) -> None:
+    """``ibv_attach_mcast`` with the GID's 16 bytes."""
+    qp.attach_mcast(GID(gid), lid)
+
+
+def detach_mcast(qp: QP, gid: bytes, lid: int) -> None:
+    qp.detach_mcast(GID(gid), lid)
+
+
 # --- shared receive queues --------------------------------------------------------------
 
 

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import ipaddress
 
+IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
+
 
 def roce_gid(address: str) -> bytes:
     """RoCEv2's GID of an IP address: IPv4-mapped for IPv4, the address itself for IPv6."""
-    ip = ipaddress.ip_address(address)
-    return ip.packed if ip.version == 6 else ipaddress.IPv6Address(f"::ffff:{address}").packed
+    return gid_of_packed(ipaddress.ip_address(address).packed)
+
+
+def gid_of_packed(packed: bytes) -> bytes:
+    """``roce_gid`` of an address as an IP header carries it (4 or 16 bytes)."""
+    return IPV4_MAPPED + packed if len(packed) == 4 else bytes(packed)
+
+
+def is_multicast_gid(gid: bytes) -> bool:
+    """Whether a GID names a multicast group (the kernel's ``rdma_is_multicast_addr``): an IPv6
+    multicast address (first byte 0xff), or an IPv4-mapped one of 224.0.0.0/4."""
+    return gid[:1] == b"\xff" or (gid[:12] == IPV4_MAPPED and gid[12] & 0xF0 == 0xE0)
 
 
 def node_guid_of(address: str) -> int:

@@ -21,6 +21,7 @@ class MemoryWire:
 
     def __init__(self) -> None:
         self.links: dict[str, MemoryLink] = {}
+        self.groups: dict[str, set[MemoryLink]] = {}  # a multicast address -> the links that joined it
 
     def link(self, address: str) -> MemoryLink:
         if address in self.links:
@@ -37,18 +38,28 @@ class MemoryLink(RocePaths):
     def __init__(self, wire: MemoryWire, address: str) -> None:
         super().__init__(address)
         self._wire = wire
-        self._inbox: deque[tuple[bytes, str]] = deque()
+        self._inbox: deque[tuple[bytes, str, str]] = deque()  # datagram, sender, the address it was sent to
         self._ready = os.eventfd(0, os.EFD_NONBLOCK)
 
     def fileno(self) -> int:
         return self._ready
 
+    def join(self, group: str) -> None:
+        """Receive what other links send to multicast address ``group``."""
+        self._wire.groups.setdefault(group, set()).add(self)
+
+    def leave(self, group: str) -> None:
+        self._wire.groups.get(group, set()).discard(self)
+
     def send(self, data: memoryview | bytes, peer: str) -> bool:
-        """Deliver to the link bound at ``peer``; to no link, the datagram is lost (as on a wire)."""
-        target = self._wire.links.get(peer)
-        if target is not None:
-            target._inbox.append((bytes(data), self.address))
-            os.eventfd_write(target._ready, 1)
+        """Deliver to the link bound at ``peer``, or to the other links that joined group ``peer``;
+        to no link, the datagram is lost (as on a wire)."""
+        wire = self._wire
+        target = wire.links.get(peer)
+        members = [link for link in wire.groups.get(peer, ()) if link is not self]  # own: delivered by its NIC
+        for link in (target,) if target is not None else members:
+            link._inbox.append((bytes(data), self.address, peer))
+            os.eventfd_write(link._ready, 1)
         return True
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
@@ -56,7 +67,7 @@ class MemoryLink(RocePaths):
             self.send(data[start : start + segment_size], peer)
         return True
 
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None:
         if not self._inbox:
             try:  # not readable until the next send; checked again after, so none is missed
                 os.eventfd_read(self._ready)
@@ -64,13 +75,15 @@ class MemoryLink(RocePaths):
                 pass
             if not self._inbox:
                 return None
-        data, sender = self._inbox.popleft()
+        data, sender, dest = self._inbox.popleft()
         buf[: len(data)] = data
-        return len(data), (sender, self.port), len(data)
+        return len(data), (sender, self.port), len(data), dest
 
     def close(self) -> None:
         if self._wire.links.get(self.address) is self:
             del self._wire.links[self.address]
+        for members in self._wire.groups.values():
+            members.discard(self)
         if self._ready >= 0:
             os.close(self._ready)
             self._ready = -1

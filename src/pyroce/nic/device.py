@@ -2,7 +2,8 @@
 
 The verbs layer (and any other driver) reaches a ``NicDevice`` only by commands
 (``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_srq``, ``create_qp``, ``modify_qp``,
-``destroy_*``) and through memory: WQE rings and doorbell records it writes, CQE rings it reads.
+``destroy_*``, ``attach_mcast``/``detach_mcast``) and through memory: WQE rings and doorbell
+records it writes, CQE rings it reads.
 ``ring_doorbell(qpn)`` and ``note_receives(qpn)`` are the doorbell register: hints that a QP's
 doorbell record moved, handed to the engine through the host's ``Doorbells``.
 
@@ -375,6 +376,17 @@ class NicDevice:
                     qp.srq.qps -= 1
         if qp is not None:
             _discard_events(qp.events, QP_EVENTS, qpn)
+
+    def attach_mcast(self, qpn: int, gid: bytes) -> None:
+        """``ibv_attach_mcast``: the UD QP receives what is sent to multicast group ``gid``
+        (``nic.multicast``: ValueError names a refusal, KeyError an unknown QP)."""
+        with self._lock:
+            self.engine.multicast.attach(self.engine.qps[qpn], bytes(gid))
+
+    def detach_mcast(self, qpn: int, gid: bytes) -> None:
+        """``ibv_detach_mcast`` (ValueError if the QP is not attached to ``gid``)."""
+        with self._lock:
+            self.engine.multicast.detach(qpn, bytes(gid))
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""

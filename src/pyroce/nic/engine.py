@@ -30,6 +30,7 @@ from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
+from pyroce.nic.multicast import Multicast
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
@@ -68,6 +69,7 @@ class Engine:
         self.verify_icrc = verify_icrc
         self.port = Port(link, faults, self.counters, clock)
         self.demux = Demux(self._fail_qpn, self.counters)
+        self.multicast = Multicast(self.demux.groups, self.port, self.counters)
         self.timers: Timers[HwQp] = Timers()
         self.rung: set[HwQp] = set()
         self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
@@ -104,6 +106,7 @@ class Engine:
         self.demux.qps.pop(qpn, None)
         self.demux.datagram_qps.pop(qpn, None)
         self.demux.peers.pop(qpn, None)
+        self.multicast.detach_all(qpn)
         if qp is not None:
             self.sending -= qp.sending
             self.rung.discard(qp)

@@ -265,6 +265,12 @@ class DeviceCommands(ConnectionManagerCommands):
         self._device().destroy_qp(self._qpn(qpn))
         self.qpns.discard(qpn)
 
+    def attach_mcast(self, qpn: int, gid: bytes) -> None:
+        self._device().attach_mcast(self._qpn(qpn), _gid(gid))
+
+    def detach_mcast(self, qpn: int, gid: bytes) -> None:
+        self._device().detach_mcast(self._qpn(qpn), _gid(gid))
+
     def qp_state(self, qpn: int) -> int:
         return int(self._device().qp_state(self._qpn(qpn)))
 
@@ -324,6 +330,12 @@ class DeviceCommands(ConnectionManagerCommands):
         self.device = None
         release_device(device)
         return left
+
+
+def _gid(gid: Any) -> bytes:
+    if not isinstance(gid, bytes) or len(gid) != 16:
+        raise CommandRefused(errno.EINVAL, f"a GID is 16 bytes, not {gid!r}")
+    return gid
 
 
 DEVICE_COMMANDS = frozenset(name for kind in DeviceCommands.__mro__[:-1] for name in vars(kind)

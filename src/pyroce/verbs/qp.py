@@ -23,7 +23,7 @@ from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode, inline_room
-from pyroce.verbs.addr import AHAttr
+from pyroce.verbs.addr import GID, AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
@@ -542,6 +542,30 @@ class QP(PyverbsObject):
     def retire_recv(self, wqe_counter: int) -> int:
         """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
         return self.rq.retire(wqe_counter)
+
+    def attach_mcast(self, gid: GID, lid: int = 0) -> None:
+        """``ibv_attach_mcast``: this UD QP receives the datagrams sent to multicast group
+        ``gid`` (a copy to each QP attached); attaching again is nothing. EINVAL for another
+        QP type, a GID that is not multicast, or a device limit reached (``nic.multicast``, as
+        rxe). RoCE ignores ``lid`` (IBA A17.5.6)."""
+        self._mcast("attach", gid, lid)
+
+    def detach_mcast(self, gid: GID, lid: int = 0) -> None:
+        """``ibv_detach_mcast``: EINVAL if the QP is not attached to ``gid``. Destroying the QP
+        detaches it from every group."""
+        self._mcast("detach", gid, lid)
+
+    def _mcast(self, verb: str, gid: GID, lid: int) -> None:
+        self._check_open()
+        if not isinstance(gid, GID):
+            raise PyverbsUserError(f"gid must be a GID, not {type(gid).__name__}")
+        if not 0 <= lid <= 0xFFFF:
+            raise PyverbsRDMAError(f"Failed to {verb} QP to multicast group: LID {lid} is not 16 bits", errno.EINVAL)
+        command = self.device.attach_mcast if verb == "attach" else self.device.detach_mcast
+        try:
+            command(self.qp_num, gid.raw)
+        except ValueError as exc:
+            raise PyverbsRDMAError(f"Failed to {verb} QP to multicast group: {exc}", errno.EINVAL) from None
 
     def bind_mw(self, mw: MW, mw_bind: MWBind) -> None:
         """Bind a type 1 memory window to a range of an MR (``ibv_bind_mw``)."""
