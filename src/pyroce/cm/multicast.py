@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from pyroce.cm.errors import CmError
 from pyroce.cm.records import AhValues, UdParam
-from pyroce.ib.addressing import roce_gid
-from pyroce.ib.cm import MULTICAST_QPN, McJoinFlag
+from pyroce.ib.addressing import is_multicast_gid, roce_gid
+from pyroce.ib.cm import McJoinFlag
+from pyroce.wire.bth import MULTICAST_QPN
 
 if TYPE_CHECKING:
     from pyroce.cm.ids import CmId
@@ -62,6 +63,6 @@ def group_address(address: str, join_flags: int) -> tuple[str, McJoinFlag]:
         ip = ipaddress.ip_address(address)
     except ValueError:
         raise CmError(errno.EINVAL, f"{address!r} is not an IP address") from None
-    if not ip.is_multicast:
+    if not is_multicast_gid(roce_gid(str(ip))):
         raise CmError(errno.EINVAL, f"{ip} is not a multicast address")
     return str(ip), flags

@@ -112,7 +112,6 @@ class CmOption(enum.IntEnum):
 QPT_RC, QPT_UC, QPT_UD = 2, 3, 4  # the ibv_qp_type values an rdma_cm id takes
 QP1_QKEY = 0x80010000  # the Q_Key of every GSI QP (IBA 13.5.1.1)
 UDP_QKEY = 0x01234567  # rdma_cm's Q_Key for RDMA_PS_UDP ids (RDMA_UDP_QKEY)
-MULTICAST_QPN = 0xFFFFFF  # the destination QP of a datagram to a multicast group (IBA 10.5.2.2)
 PRIVATE_DATA_MAX = {PortSpace.TCP: 56, PortSpace.UDP: 180}  # a REQ's or SIDR_REQ's user bytes after rdma_cm's header
 ACCEPT_PRIVATE_DATA_MAX = 196  # a REP's
 REJECT_PRIVATE_DATA_MAX = 148  # a REJ's

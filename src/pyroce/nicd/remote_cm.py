@@ -10,6 +10,7 @@ event is a command that never waits.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,9 @@ class RemoteCm:
         return group
 
     def leave_multicast(self, group: RemoteMcGroup) -> int:
+        """ENOENT for a join left or of an id destroyed, as the NIC's CM (its handle is gone)."""
+        if self._groups.get(int(group.handle)) is not group:
+            raise CmError(errno.ENOENT, "the multicast group was left already")
         reported = self._call("leave_multicast", group.handle)
         self._groups.pop(int(group.handle), None)
         return reported
