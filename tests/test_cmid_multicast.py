@@ -165,7 +165,7 @@ def test_join_and_leave_errors_as_linux(channel) -> None:
                               (BOTH_MASKS, RDMA_MC_JOIN_FLAG_RESERVED, errno.EINVAL),
                               (BOTH_MASKS | RDMA_CM_JOIN_MC_ATTR_RESERVED, 0, errno.EOPNOTSUPP)):  # fmt: skip
         attr = JoinMCAttrEx(address, comp_mask=mask, join_flags=flags)
-        assert errno_of(lambda: cmid.join_multicast(mc_attr=attr)) == code, (mask, flags)
+        assert errno_of(lambda attr=attr: cmid.join_multicast(mc_attr=attr)) == code, (mask, flags)
     assert errno_of(lambda: cmid.leave_multicast(address)) == errno.EADDRNOTAVAIL  # never joined
     joined(channel, cmid)
     cmid.leave_multicast(address)

@@ -120,8 +120,8 @@ class RemoteCm:
         if answer is None:
             return None
         event, context, handle, status, conn, ud, group = answer
-        return CmEvent(CmEventType(event), context, self._id(handle), status, _conn(conn), _ud(ud),  # type: ignore[arg-type]
-                       None if group is None else self._groups.get(int(group)))  # type: ignore[arg-type]
+        joined = None if group is None else self._groups.get(int(group))
+        return CmEvent(CmEventType(event), context, self._id(handle), status, _conn(conn), _ud(ud), joined)  # type: ignore[arg-type]
 
     # --- addresses and connections ----------------------------------------------------------
 

@@ -5,9 +5,8 @@ AH, QPN and Q_Key SIDR or a multicast join found), and ``rdma_cm_join_mc_attr_ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import errno
+from typing import TYPE_CHECKING
 
 from pyroce.cm.records import Address, AhValues
 from pyroce.cm.records import ConnParam as NicConnParam
