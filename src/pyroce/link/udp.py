@@ -88,6 +88,7 @@ class UdpLink(RocePaths):
         self._ready = self._poll.poll
         self._fd = sock.fileno()
         self._groups: dict[int, tuple[socket.socket, str]] = {}  # fd -> a joined group's socket, its address
+        self._group_fds: dict[str, int] = {}  # a joined group's address -> its socket's fd
 
     def fileno(self) -> int:
         """Readable while any of the link's sockets has a datagram (the epoll fd over them)."""
@@ -116,15 +117,15 @@ class UdpLink(RocePaths):
             raise
         sock.setblocking(False)
         self._groups[sock.fileno()] = (sock, group)
+        self._group_fds[group] = sock.fileno()
         self._poll.register(sock.fileno(), select.EPOLLIN)
 
     def leave(self, group: str) -> None:
         """Stop receiving ``group`` (closing its socket drops the membership)."""
-        for fd, (sock, joined) in list(self._groups.items()):
-            if joined == group:
-                self._poll.unregister(fd)
-                del self._groups[fd]
-                sock.close()
+        fd = self._group_fds.pop(group, None)
+        if fd is not None:
+            self._poll.unregister(fd)
+            self._groups.pop(fd)[0].close()
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:
         """Send one datagram; False when it could not leave (the socket buffer is full, the
@@ -187,6 +188,7 @@ class UdpLink(RocePaths):
         for sock, _ in self._groups.values():
             sock.close()
         self._groups.clear()
+        self._group_fds.clear()
         self._poll.close()
         self.sock.close()
 

@@ -7,9 +7,9 @@ demultiplexer's ``groups`` (``transport.demux``: a datagram to QP 0xFFFFFF at th
 to each of them); the first QP attached to a group joins its address on the link and makes the
 port deliver the device's own sends to it (``Port.joined``), the last one detached leaves it.
 The rules and limits are rxe's (its errors are EINVAL: here ``ValueError``): UD QPs only, a
-multicast GID, at most ``MAX_MCAST_GRP`` groups, ``MAX_MCAST_QP_ATTACH`` QPs in a group and
-``MAX_TOTAL_MCAST_QP_ATTACH`` attachments in all; attaching twice is one attachment, detaching
-what is not attached is refused. A group the host will not let the link join (no descriptor
+multicast GID, at most ``MAX_MCAST_GRP`` groups and ``MAX_MCAST_QP_ATTACH`` QPs in a group (so
+never more than ``MAX_TOTAL_MCAST_QP_ATTACH``, their product, in all); attaching twice is one
+attachment, detaching what is not attached is refused. A group the host will not let the link join (no descriptor
 left) still serves this device's own QPs, and ``mcast_join_errors`` counts it.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pyroce.ib.addressing import is_multicast_gid
-from pyroce.ib.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH
+from pyroce.ib.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH
 from pyroce.nic.port import Port
 from pyroce.nic.queues import HwQp
 from pyroce.wire.opcodes import Transport
@@ -33,7 +33,6 @@ class Multicast:
         self._port = port
         self._counters = counters
         self._addresses: dict[bytes, str] = {}  # MGID -> its IP address, for the groups that exist
-        self.attached = 0  # attachments in all groups
 
     def attach(self, qp: HwQp, mgid: bytes) -> None:
         """Attach the QP to the group ``mgid`` (ValueError: refused, with why)."""
@@ -44,14 +43,11 @@ class Multicast:
         members = self.groups.get(mgid)
         if members is not None and qp.qpn in members:
             return  # attached already: nothing to do, as rxe
-        if self.attached >= MAX_TOTAL_MCAST_QP_ATTACH:
-            raise ValueError(f"the device has {MAX_TOTAL_MCAST_QP_ATTACH} multicast attachments, its most")
         if members is None:
             self._create(mgid)
         elif len(members) >= MAX_MCAST_QP_ATTACH:
             raise ValueError(f"multicast group {mgid.hex()} has {MAX_MCAST_QP_ATTACH} QPs attached, its most")
         self.groups[mgid].append(qp.qpn)
-        self.attached += 1
 
     def _create(self, mgid: bytes) -> None:
         if len(self.groups) >= MAX_MCAST_GRP:
@@ -73,7 +69,6 @@ class Multicast:
         if members is None or qpn not in members:
             raise ValueError(f"QP 0x{qpn:x} is not attached to multicast group {mgid.hex()}")
         members.remove(qpn)
-        self.attached -= 1
         if not members:
             del self.groups[mgid]
             address = self._addresses.pop(mgid)
