@@ -27,8 +27,8 @@ from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
 
-TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "ib_send_bw",
-         "ib_atomic_lat")
+TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "mckey",
+         "ib_send_bw", "ib_atomic_lat", "stdbuf")  # fmt: skip
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
@@ -99,7 +99,7 @@ def test_rping_quiet_with_a_size_of_its_own(nic: tuple[str, dict[str, str]]) -> 
     """rping -S (a 1000-byte ping buffer) -q (quiet) -V (verify): twenty verified pings and no ping
     lines printed; both exit 0."""
     address, env = nic
-    options = ("-a", address, "-p", "7178", "-C", "20", "-S", "1000", "-q", "-V")
+    options = ("-a", address, "-p", "7179", "-C", "20", "-S", "1000", "-q", "-V")
     server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
                                                         env)  # fmt: skip
     assert client_rc == 0 and server_rc == 0, (server_out, client_out)
@@ -139,6 +139,37 @@ def test_udaddy_resolves_its_peer_through_sidr(nic: tuple[str, dict[str, str]]) 
     assert client_rc == 0 and server_rc == 0, (server_out, client_out)
     for out in (server_out, client_out):
         assert "test complete" in out and "error" not in out.lower(), out
+
+
+@pytest.mark.parametrize("sender_flags", [(), ("-o",)], ids=["full-member", "send-only"])
+def test_mckey_sends_to_the_group_its_receiver_joined(nic: tuple[str, dict[str, str]],
+                                                      sender_flags: tuple[str, ...]) -> None:  # fmt: skip
+    """mckey: the receiver joins 239.1.2.3 (rdma_join_multicast_ex: librdmacm attaches its QP on
+    MULTICAST_JOIN) and takes all ten datagrams the sender sends to the group's AH and QPN
+    0xFFFFFF; a send-only sender attaches nothing. Both leave and exit 0. The receiver's
+    output is line-buffered (stdbuf), so the sender starts once it has joined."""
+    address, env = nic
+    options = ("-m", "239.1.2.3", "-b", address, "-C", "10")
+    receiver = subprocess.Popen(run("stdbuf", "-oL", "mckey", *options), env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        lines = []
+        while not lines or "joined dgid" not in lines[-1]:
+            line = receiver.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"the receiver ended before it joined: {''.join(lines)}"
+            lines.append(line)
+        assert lines[-1].startswith("mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0"), lines
+        sender = subprocess.run(run("mckey", *options, "-s", *sender_flags), env=env, text=True, timeout=TIMEOUT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        received = "".join(lines) + receiver.communicate(timeout=60)[0]
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.communicate()
+    assert sender.returncode == 0 and receiver.returncode == 0, (sender.stdout, received)
+    for out in (sender.stdout, received):
+        assert "data transfers complete" in out and "test complete" in out and "failure" not in out, out
+    assert "receiving data transfers" in received and "initiating data transfers" in sender.stdout
 
 
 def test_rdma_server_and_client(nic: tuple[str, dict[str, str]]) -> None:
