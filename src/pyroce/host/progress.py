@@ -3,7 +3,9 @@
 Every device has an engine thread that alone is enough: it waits in ``select`` on the link's
 socket and the hand-off's wake-up pipe (holding no GIL) with the next deadline as timeout,
 and runs engine passes for every doorbell, packet and timer. Drivers with no Python thread
-to lend (a C program, a shared NIC process, GPU-posted work) rely on it alone.
+to lend (a C program, a shared NIC process, GPU-posted work) rely on it alone. While a direct
+QP exists (its program posts WQEs by hand and rings nothing the NIC hears: mlx5dv), the thread
+sleeps at most ``DIRECT_POLL_S``, and each pass reads the direct QPs' doorbell records.
 
 Modes (``PYROCE_PROGRESS``):
 
@@ -36,6 +38,7 @@ INLINE_GRACE_S = 0.002  # the engine thread stands back while the application dr
 IDLE_WAIT_S = 0.5  # longest engine sleep with no deadline
 YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
 SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
+DIRECT_POLL_S = 0.0002  # the longest sleep while a direct QP exists: its records are read each pass (architecture.md)
 
 
 class IdleWork(Protocol):
@@ -219,4 +222,6 @@ class Progress:
                     return
         deadline = engine.next_deadline()
         timeout = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, max(0.0, deadline - self._clock()))
+        if engine.direct:  # nobody rings for a direct QP: look at its doorbell records again soon
+            timeout = min(timeout, DIRECT_POLL_S)
         select.select(sources, [], [], timeout)
