@@ -80,6 +80,7 @@ class Engine:
         self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
         self.active: set[HwQp] = set()
         self.direct: set[HwQp] = set()  # QPs whose doorbell records every pass reads (mlx5dv posting)
+        self.direct_found = 0  # passes that found a direct QP's record moved (its host then looks again soon)
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         # One async event queue per open context (its async_fd), and the device's own: where the
@@ -283,12 +284,16 @@ class Engine:
 
     def _notice_direct(self) -> None:
         """Direct QPs whose doorbell records moved past what the engine read: as if rung (a
-        QP waiting at a torn WQE is looked at again, which costs one index compare)."""
+        QP waiting at a torn WQE is looked at again, which costs one index compare, but is no news)."""
+        moved = False  # news: a record moved, not a torn WQE looked at again
         for qp in self.direct:
             if qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
                 self.rung.add(qp)
+                moved = moved or qp.stalled != qp.sq_consumer
             if qp.doorbell.read(DoorbellRecord.RECV) != qp.rq_consumer & 0xFFFF and qp.srq is None:
                 self.receives.add(qp)
+                moved = True
+        self.direct_found += moved
 
     def _torn(self, qp: HwQp, index: int) -> bool:
         """Whether the direct QP's next WQE is not written yet (its control segment holds
