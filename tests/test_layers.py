@@ -40,8 +40,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
-    "sim": frozenset({"link", "host", "nic"}),  # pyroce in a simulator: the peer of a design under test
-    "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path"}),
+    "sim": frozenset({"link", "host", "nic", "verbs", "apps"}),  # pyroce in a simulator: the peer of a design, its corpus
+    "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path", "sim"}),
     "__main__": frozenset({"cli"}),
     "": frozenset(),  # pyroce/__init__.py
 }

@@ -44,6 +44,11 @@ class QueuedLink(RocePaths):
     def fileno(self) -> int:
         return self._ready
 
+    @property
+    def waiting(self) -> bool:
+        """A datagram waits (what the fd's readability says, without a system call)."""
+        return bool(self._inbox)
+
     def deliver(self, data: bytes, sender: str) -> None:
         """A datagram from ``sender`` arrived for this link."""
         self._inbox.append((data, sender))
