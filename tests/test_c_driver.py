@@ -334,11 +334,13 @@ def test_extended_verbs_from_a_program_built_against_libibverbs(driver_env: dict
         assert line in lines, line
 
 
-def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str) -> subprocess.CompletedProcess:
-    """tests/c/<name>.c compiled here against the system's libibverbs and run on pyroce's; it exited 0."""
+def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str,
+                  libraries: tuple[str, ...] = ("-libverbs",)) -> subprocess.CompletedProcess:  # fmt: skip
+    """tests/c/<name>.c compiled here against the system's libibverbs (and ``libraries``) and run
+    on pyroce's; it exited 0."""
     program = tmp_path / name
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / f"{name}.c"),
-                    "-libverbs"], check=True, capture_output=True)  # fmt: skip
+                    *libraries], check=True, capture_output=True)  # fmt: skip
     done = subprocess.run([str(program)], env={**env, "PYROCE_ADDR": device_address}, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

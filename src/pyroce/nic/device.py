@@ -396,6 +396,16 @@ class NicDevice:
         with self._lock:
             self.engine.multicast.detach(qpn, bytes(gid))
 
+    def direct_qp(self, qpn: int, uar: memoryview) -> None:
+        """The QP's program posts by hand (mlx5dv_init_obj): its doorbell records are read on
+        every pass from now on, a doorbell rung or not; ``uar`` is the register page its
+        program may store doorbells to, kept as long as the QP."""
+        with self._lock:
+            qp = self.engine.qps[qpn]
+            qp.uar = uar
+            self.engine.make_direct(qp)
+        self._progress.wake()
+
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""
         self._doorbells.ring(qpn)

@@ -11,6 +11,13 @@ The work lists keep a pass proportional to what there is to do, not to the numbe
 ``rung`` (doorbells), ``receives`` (receive queues with new WQEs), ``active`` (QPs with
 something to send or report, left when a pass sends less than its budget) and the timers.
 
+A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
+the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
+engine on a short timer while one exists (``host.progress``). Its WQEs are read as the ordering
+contract says (docs/architecture.md, "Direct verbs"): the record first, then only the WQEs
+below it, and a WQE whose control segment does not hold its own index is not work yet (torn or
+stale: ``torn_wqes`` counts it once); the engine stops there and reads it again on later passes.
+
 A bug in the transport or the engine (an exception) is contained to its QP: the QP moves to
 the error state with the reason in its error detail, an IBV_EVENT_QP_FATAL event and the
 ``engine_errors`` counter; the engine and the other QPs go on.
@@ -74,6 +81,8 @@ class Engine:
         self.rung: set[HwQp] = set()
         self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
         self.active: set[HwQp] = set()
+        self.direct: set[HwQp] = set()  # QPs whose doorbell records every pass reads (mlx5dv posting)
+        self.direct_found = 0  # passes that found a direct QP's record moved (its host then looks again soon)
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         self.now = 0.0  # the time of the last pass: what a command runs at (``send_posted``)
@@ -129,8 +138,14 @@ class Engine:
             self.rung.discard(qp)
             self.receives.discard(qp)
             self.active.discard(qp)
+            self.direct.discard(qp)
             self.timers.cancel(qp)
         return qp
+
+    def make_direct(self, qp: HwQp) -> None:
+        """From now on the QP's doorbell records are read on every pass, rung or not."""
+        qp.direct = True
+        self.direct.add(qp)
 
     def doorbells(self, rung: set[int], receives: set[int]) -> None:
         """Doorbells handed over by the driver: QPs with new send WQEs, and with new receive
@@ -177,6 +192,8 @@ class Engine:
         moved = False
         self.rx_full = False
         self.now = now
+        if self.direct:
+            self._notice_direct()
         while self.rung:
             qp = self.rung.pop()
             # New work goes out before the receive below: a request on its way while this
@@ -257,7 +274,11 @@ class Engine:
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
             try:
+                if qp.direct and self._torn(qp, qp.sq.wqe_index(qp.sq_consumer)):
+                    break  # the record moved before the WQE was written: not work yet
                 wqe, after = qp.sq.fetch(qp.sq_consumer)
+                if qp.direct and self._torn(qp, wqe.wqe_index):
+                    break  # written while the engine copied it: read again on a later pass
                 if wqe.opcode in LOCAL_OPCODES:
                     if rc.has_send_work or rc.state is QpState.SQD:
                         break  # in order: it runs once the WQEs before it complete (_note_sending); not in SQD
@@ -281,6 +302,29 @@ class Engine:
             rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
             qp.rq_consumer += 1
         self.active.add(qp)
+
+    def _notice_direct(self) -> None:
+        """Direct QPs whose doorbell records moved past what the engine read: as if rung (a
+        QP waiting at a torn WQE is looked at again, which costs one index compare, but is no news)."""
+        moved = False  # news: a record moved, not a torn WQE looked at again
+        for qp in self.direct:
+            if qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
+                self.rung.add(qp)
+                moved = moved or qp.stalled != qp.sq_consumer
+            if qp.doorbell.read(DoorbellRecord.RECV) != qp.rq_consumer & 0xFFFF and qp.srq is None:
+                self.receives.add(qp)
+                moved = True
+        self.direct_found += moved
+
+    def _torn(self, qp: HwQp, index: int) -> bool:
+        """Whether the direct QP's next WQE is not written yet (its control segment holds
+        ``index``, not the counter's): counted once per slot, and the engine waits there."""
+        if index == qp.sq_consumer & 0xFFFF:
+            return False
+        if qp.stalled != qp.sq_consumer:
+            qp.stalled = qp.sq_consumer
+            self.counters["torn_wqes"] += 1
+        return True
 
     def _local(self, qp: HwQp, wqe: SendWqe) -> None:
         """Run a BIND_MW or LOCAL_INV WQE and complete it; a refused one fails the QP."""

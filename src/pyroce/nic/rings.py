@@ -28,6 +28,12 @@ from pyroce.nic.wqe import (
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
+_CTRL_INDEX_AT = 1  # bytes 1-2 of the control segment: the WQE index (``opmod_idx_opcode`` bits 23:8)
+# A direct QP's register page (mlx5's UAR, in the connection's shared memory): where a program's
+# 64-bit doorbell and BlueFlame stores go. The NIC reads the doorbell record, not these stores.
+UAR_SIZE = 4096
+BF_OFFSET = 0x800  # mlx5's MLX5_BF_OFFSET: the page's BlueFlame register
+BF_SIZE = 256  # each of the register's two halves, which a program's BlueFlame stores alternate
 
 if sys.byteorder == "little":
 
@@ -116,6 +122,12 @@ class SendRing:
         self.buf[start : start + first] = data[:first]
         self.buf[: len(data) - first] = data[first:]
         return producer + len(data) // WQEBB
+
+    def wqe_index(self, consumer: int) -> int:
+        """The WQE index the control segment at basic-block counter ``consumer`` holds: a
+        self-posting driver's WQE is written once it equals the counter's low 16 bits."""
+        start = (consumer % self.wqebb_count) * WQEBB + _CTRL_INDEX_AT
+        return self.buf[start] << 8 | self.buf[start + 1]
 
     def fetch(self, consumer: int) -> tuple[SendWqe, int]:
         """Decode the WQE at basic-block counter ``consumer`` from a copy of the ring bytes;
