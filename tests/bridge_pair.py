@@ -50,15 +50,16 @@ class Models:
         self.nics.append(nic)
         return nic
 
-    def endpoint(self, nic: RemoteNic | None = None) -> RcEndpoint:
-        """An RC endpoint (as ``tests.rc_pair``'s) on ``nic``, else on a new model."""
-        return RcEndpoint.open(MR_SIZE, psn=START_PSN, context=Context(device=nic or self.open()))
+    def endpoint(self, nic: RemoteNic | None = None, events: bool = False) -> RcEndpoint:
+        """An RC endpoint (as ``tests.rc_pair``'s) on ``nic``, else on a new model; ``events``:
+        its CQ reports to a completion channel."""
+        return RcEndpoint.open(MR_SIZE, psn=START_PSN, context=Context(device=nic or self.open()), events=events)
 
-    def pair(self, one_model: bool = False, **connect: int) -> tuple[RcEndpoint, RcEndpoint]:
+    def pair(self, one_model: bool = False, events: bool = False, **connect: int) -> tuple[RcEndpoint, RcEndpoint]:
         """Two connected endpoints, each on a model of its own (their packets cross the driver
         side as frames) or, ``one_model``, both on one (the model's loopback carries them)."""
-        a = self.endpoint()
-        b = self.endpoint(self.nics[-1] if one_model else None)
+        a = self.endpoint(events=events)
+        b = self.endpoint(self.nics[-1] if one_model else None, events)
         a.connect(b.info(), **connect)
         b.connect(a.info(), **connect)
         return a, b

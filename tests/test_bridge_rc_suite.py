@@ -11,7 +11,7 @@ import pytest
 import tests.test_rc_datapath as suite
 from tests.bridge_pair import Models
 from tests.rc_pair import Endpoint
-from tests.test_rc_datapath import *  # noqa: F403 - the suite's tests, collected here with this module's fixtures
+from tests.test_rc_datapath import *  # the suite's tests, collected here with this module's fixtures
 
 # Tests that count one device's packets with both QPs on it (the suite's loopback pair): their
 # endpoints share one model, whose loopback carries the packets.

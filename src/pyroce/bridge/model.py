@@ -281,28 +281,36 @@ class ModelServer:
         new WQEs are pulled, then its record holds the value, then the engine hears of it."""
         bells, self._doorbells = self._doorbells, []
         for bell in bells:
-            if bell.kind == ARM_CQ:
-                cq = self.device.engine.cqs.get(bell.number)
-                if cq is None or cq not in self.commands.owned(HwCq):
-                    raise CommandRefused(errno.EINVAL, f"no CQ {bell.number} to arm")
-                self.device.arm_cq(cq, bool(bell.value))
-                continue
-            qp = self.device.qps.get(bell.number)
-            if bell.kind not in (SEND, RECV) or qp is None or bell.number not in self.commands.qpns:
-                raise CommandRefused(errno.EINVAL, f"no doorbell {bell.kind} of QP {bell.number}")
-            which = DoorbellRecord.SEND if bell.kind == SEND else DoorbellRecord.RECV
-            old = qp.doorbell.read(which)
-            fresh = (bell.value - old) & COUNTER_MASK
-            if bell.kind == SEND:
-                self.memory.ring_of(qp.sq.buf).pull_slots(old, fresh, WQEBB, qp.sq.wqebb_count)
-            elif qp.srq is None:
-                self.memory.ring_of(qp.rq.buf).pull_slots(old, fresh, qp.rq.stride, qp.rq.count)
-            qp.doorbell.publish(which, bell.value)
-            self.memory.ring_of(qp.doorbell.buf).accept(which, 4)  # the driver's value: none of the NIC's
-            if bell.kind == SEND:
-                self.device.ring_doorbell(bell.number)
-            else:
-                self.device.note_receives(bell.number)
+            try:
+                self._ring(bell)
+            except CommandRefused as exc:  # a register write has no answer: the complaint is seq 0's
+                self._refuse(0, exc.error_code, f"{bell}: {exc}")
+            except OSError as exc:
+                self._refuse(0, exc.errno or errno.EIO, f"{bell}: {exc}")
+
+    def _ring(self, bell: Doorbell) -> None:
+        if bell.kind == ARM_CQ:
+            cq = self.device.engine.cqs.get(bell.number)
+            if cq is None or cq not in self.commands.owned(HwCq):
+                raise CommandRefused(errno.EINVAL, f"no CQ {bell.number} to arm")
+            self.device.arm_cq(cq, bool(bell.value))
+            return
+        qp = self.device.qps.get(bell.number)
+        if bell.kind not in (SEND, RECV) or qp is None or bell.number not in self.commands.qpns:
+            raise CommandRefused(errno.EINVAL, f"no doorbell {bell.kind} of QP {bell.number}")
+        which = DoorbellRecord.SEND if bell.kind == SEND else DoorbellRecord.RECV
+        old = qp.doorbell.read(which)
+        fresh = (bell.value - old) & COUNTER_MASK
+        if bell.kind == SEND:
+            self.memory.ring_of(qp.sq.buf).pull_slots(old, fresh, WQEBB, qp.sq.wqebb_count)
+        elif qp.srq is None:
+            self.memory.ring_of(qp.rq.buf).pull_slots(old, fresh, qp.rq.stride, qp.rq.count)
+        qp.doorbell.publish(which, bell.value)
+        self.memory.ring_of(qp.doorbell.buf).accept(which, 4)  # the driver's value: none of the NIC's
+        if bell.kind == SEND:
+            self.device.ring_doorbell(bell.number)
+        else:
+            self.device.note_receives(bell.number)
 
 
 def serve_model(sock: socket.socket, name: str, address: str) -> None:

@@ -40,7 +40,6 @@ from pyroce.host.notify import EventFdQueue
 from pyroce.nic.events import AsyncEvent
 from pyroce.nic.rings import DoorbellRecord
 from pyroce.nicd.client import NicError
-from pyroce.nicd.protocol import ProtocolError
 from pyroce.nicd.remote_device import RemoteCq, RemoteDevice, RemoteRegion
 from pyroce.verbs.driver_memory import LOCAL, address_of
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
@@ -128,15 +127,20 @@ class RemoteNic(RemoteDevice):
             self.stream.send(Frame(frame))
         self.outbox.clear()
         self.stream.send(request)
+        complaint: Reply | None = None  # about a message with no answer of its own (a doorbell)
         while True:
             message = self._next()
-            if isinstance(message, Reply):
-                if message.seq != request.seq:
-                    raise PyverbsRDMAError(f"The bridge's model: {message.answer[-1]}", _errno(message.answer))
-                if message.answer[0] == "err":
-                    raise NicError(_errno(message.answer), str(message.answer[-1]))
-                return message.answer[1] if len(message.answer) > 1 else None
-            self._serve(message)
+            if isinstance(message, Reply) and message.seq == request.seq:
+                break
+            if isinstance(message, Reply) and message.seq == 0:
+                complaint = message
+            else:
+                self._serve(message)
+        if complaint is not None:
+            raise PyverbsRDMAError(f"The bridge's model: {complaint.answer[-1]}", _errno(complaint.answer))
+        if message.answer[0] == "err":
+            raise NicError(_errno(message.answer), str(message.answer[-1]))
+        return message.answer[1] if len(message.answer) > 1 else None
 
     def _serve(self, message: Message) -> None:
         if isinstance(message, DmaRead):
@@ -161,7 +165,7 @@ class RemoteNic(RemoteDevice):
         elif isinstance(message, Frame):
             self.fabric.carry(self, message.data)
         else:
-            raise ProtocolError(f"{type(message).__name__} is not a model's message")
+            raise PyverbsRDMAError(f"The bridge's model sent {type(message).__name__} out of turn", errno.EPROTO)
 
     def _sequence(self) -> int:
         self._seq = self._seq % 0xFFFFFFFF + 1
