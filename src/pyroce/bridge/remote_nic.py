@@ -37,6 +37,7 @@ from pyroce.bridge.messages import (
     Time,
 )
 from pyroce.host.notify import EventFdQueue
+from pyroce.host.simulated_time import next_time
 from pyroce.nic.events import AsyncEvent
 from pyroce.nic.rings import DoorbellRecord
 from pyroce.nicd.client import NicError
@@ -56,14 +57,12 @@ class BridgeQueue(EventFdQueue[Any]):
 
 
 class Fabric:
-    """The world the driver side keeps for its models: simulated time, and the Ethernet
-    between their ports (a hub: each frame to every other port; a port drops what is not its
-    own). ``tick``: how far time moves each round; a round where nothing moves jumps to the
-    models' next deadline, so a timer costs no rounds."""
+    """The world the driver side keeps for its models: simulated time (``now``, seconds, by
+    ``host.simulated_time``'s rule), and the Ethernet between their ports (a hub: each frame
+    to every other port; a port drops what is not its own)."""
 
-    def __init__(self, start: float = 0.0, tick: float = 1e-6) -> None:
+    def __init__(self, start: float = 0.0) -> None:
         self.now = start
-        self.tick = tick
         self.nics: list[RemoteNic] = []
 
     def carry(self, sender: RemoteNic, frame: bytes) -> None:
@@ -73,15 +72,9 @@ class Fabric:
 
     def run(self) -> None:
         """One round: every model steps to ``now``, then time moves on."""
-        busy = False
-        deadlines = []
-        for nic in self.nics:
-            working, deadline = nic.step(self.now)
-            busy = busy or working
-            if deadline is not None:
-                deadlines.append(deadline)
-        moving = busy or any(nic.outbox for nic in self.nics)
-        self.now = self.now + self.tick if moving or not deadlines else max(self.now + self.tick, min(deadlines))
+        steps = [nic.step(self.now) for nic in list(self.nics)]
+        busy = any(working for working, _ in steps) or any(nic.outbox for nic in self.nics)
+        self.now = next_time(self.now, busy, (deadline for _, deadline in steps))
 
 
 class RemoteNic(RemoteDevice):
