@@ -40,6 +40,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
+    # the simulator bridge: a model serving the NIC's engine by DMA, and the verbs' device at the other end
+    "bridge": frozenset({"nic", "link", "host", "ib", "nicd", "verbs"}),
     "sim": frozenset({"link", "host", "nic", "verbs", "apps"}),  # pyroce in a simulator: the peer of a design, its corpus
     "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path", "sim"}),
     "__main__": frozenset({"cli"}),

@@ -15,7 +15,7 @@ connection leaves is destroyed when it closes, QPs first, as for a C program.
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import Any, Protocol
 
 from pyroce.host.notify import EventFdQueue
 from pyroce.host.registry import open_device, release_device
@@ -25,7 +25,6 @@ from pyroce.nic.memory import BindError, BusyError, MemoryRegion, MemoryWindow
 from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import RecvRing
 from pyroce.nic.srq import HwSrq
-from pyroce.nicd.arena import Arena
 from pyroce.nicd.cm_commands import ConnectionManagerCommands
 from pyroce.nicd.process_memory import ForeignMemory
 from pyroce.nicd.protocol import Handle, PassFd
@@ -48,10 +47,17 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
 Piece = tuple[int, int]  # (arena offset, length)
 
 
+class Pieces(Protocol):
+    """Where the pieces a connection names are (``nicd.arena.Arena``; the simulator bridge's
+    mirrors of a driver's regions, ``bridge.model``)."""
+
+    def view(self, offset: int, length: int) -> memoryview: ...
+
+
 class DeviceCommands(ConnectionManagerCommands):
     """One connection's commands on the device: its handles, its QPNs, its arena."""
 
-    def __init__(self, pid: int, arena: Arena) -> None:
+    def __init__(self, pid: int, arena: Pieces) -> None:
         self.pid = pid
         self.arena = arena
         self.device: Any = None

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from pyroce.apps.rc_endpoint import RcEndpoint
 from pyroce.host.assembly import build_device
+from pyroce.host.simulated_time import next_time
 from pyroce.link.faults import FaultConfig
 from pyroce.link.memory import MemoryWire
 from pyroce.nic.device import NicDevice
@@ -29,7 +30,6 @@ from pyroce.verbs.wr import SGE, RecvWR, SendWR
 REQUESTER, RESPONDER = "10.3.0.1", "10.3.0.2"
 MR_SIZE = 16 << 10
 REQUESTER_PSN, RESPONDER_PSN = 0x000100, 0x000800
-STEP_S = 1e-6  # the clock's step while a device has work; idle, it jumps to the next deadline
 MAX_STEPS = 100_000
 
 
@@ -103,17 +103,19 @@ class _Bench:
 
     def _next_time(self) -> float:
         engines = [device.engine for device in self.devices]
-        if any(engine.has_work for engine in engines) or any(link.waiting for link in self.wire.links.values()):
-            return self.clock.now + STEP_S
-        deadlines = [deadline for engine in engines if (deadline := engine.next_deadline()) is not None]
-        return max(self.clock.now + STEP_S, min(deadlines, default=self.clock.now + STEP_S))
+        busy = any(engine.has_work for engine in engines) or any(link.waiting for link in self.wire.links.values())
+        return next_time(self.clock.now, busy, (engine.next_deadline() for engine in engines))
 
     def setup(self) -> dict[str, Any]:
         target = self.responder.mr
         return {
             "requester": {"address": REQUESTER, "qpn": self.requester.qp.qp_num, "psn": REQUESTER_PSN},
-            "responder": {"address": RESPONDER, "qpn": self.responder.qp.qp_num, "psn": RESPONDER_PSN,
-                          "mr": {"addr": target.buf, "rkey": target.rkey, "length": MR_SIZE}},
+            "responder": {
+                "address": RESPONDER,
+                "qpn": self.responder.qp.qp_num,
+                "psn": RESPONDER_PSN,
+                "mr": {"addr": target.buf, "rkey": target.rkey, "length": MR_SIZE},
+            },
             "path_mtu": 1024,
             "responder_memory_sha256": hashlib.sha256(target.read(MR_SIZE, 0)).hexdigest(),
         }
