@@ -40,7 +40,7 @@ from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
 from pyroce.transport.ud import UdQp
-from pyroce.transport.work import RecvWork
+from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
 
 MAX_DATAGRAM = 65536
@@ -257,7 +257,7 @@ class Engine:
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
-            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
+            rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
             qp.rq_consumer += 1
         self.active.add(qp)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from pyroce.ib.enums import Access, QpState, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
-from pyroce.transport.completion import Completion
+from pyroce.transport.completion import new_completion
 from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
@@ -373,9 +373,8 @@ class Requester:
         work = entry.work
         if work.signaled or status is not WcStatus.SUCCESS:
             byte_len = entry.length if status is WcStatus.SUCCESS and entry.rd_atomic else 0
-            self.qp.completions.append(
-                Completion(False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len, vendor_err=reason)
-            )
+            self.qp.completions.append(new_completion((False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len,
+                                                       0, WcFlag.NONE, 0, reason, False, False)))  # fmt: skip
 
     def fail_head(self, status: WcStatus, reason: Reason, detail: str) -> None:
         """The oldest WQE failed: complete it with ``status`` and ``reason``, keep ``detail``

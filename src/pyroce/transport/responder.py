@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
-from pyroce.transport.completion import Completion
+from pyroce.transport.completion import Completion, new_completion
 from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
@@ -409,9 +409,8 @@ class Responder:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
         opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
         solicited = pkt is not None and pkt.bth.se
-        completion = Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags,  # type: ignore[union-attr]
-                                solicited=solicited)  # fmt: skip
-        self.qp.completions.append(completion)
+        self.qp.completions.append(new_completion((True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset,  # type: ignore[union-attr]
+                                                   imm, wc_flags, 0, 0, solicited, False)))  # fmt: skip
 
     def _read(self, view: memoryview, psn: int) -> None:
         count = max(1, -(-len(view) // self.qp.config.pmtu))
