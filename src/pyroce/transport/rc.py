@@ -28,7 +28,7 @@ from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
-from pyroce.wire.packet import Packet, PacketRun
+from pyroce.wire.packet import Packet, PacketRun, parse_packet
 from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
@@ -229,10 +229,11 @@ class RcQp:
 
     # --- outputs ------------------------------------------------------------------------
 
-    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun], int]:
-        """Up to ``budget`` packets, the middles of messages as ``PacketRun``s: responses first
-        (they free the peer), then requests. Returns them and how many packets they hold."""
-        out: list[Packet | PacketRun] = []
+    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun | bytes], int]:
+        """Up to ``budget`` packets, the middles of messages as ``PacketRun``s and ACKs as
+        bytes (``AckTemplate``): responses first (they free the peer), then requests. Returns
+        them and how many packets they hold."""
+        out: list[Packet | PacketRun | bytes] = []
         count = 0
         if self.state in RECEIVING_STATES or self.state is QpState.ERR:
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
@@ -251,11 +252,13 @@ class RcQp:
             self.events.append((EventType.SQ_DRAINED, f"QP 0x{self.config.qpn:x}: send queue drained"))
 
     def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
-        """``output`` with every run spelled out as ``Packet`` values."""
+        """``output`` with every run and ACK spelled out as ``Packet`` values."""
         out: list[Packet] = []
         for item in self.output(now, budget)[0]:
             if isinstance(item, PacketRun):
                 out += item.packets()
+            elif isinstance(item, bytes):
+                out.append(parse_packet(item + bytes(ICRC_LEN)))
             else:
                 out.append(item)
         return out

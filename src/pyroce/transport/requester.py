@@ -146,7 +146,7 @@ class Requester:
 
     # --- sending ------------------------------------------------------------------------
 
-    def emit(self, out: list[Packet | PacketRun], budget: int, now: float) -> int:
+    def emit(self, out: list[Packet | PacketRun | bytes], budget: int, now: float) -> int:
         """Append request packets to ``out`` until ``budget`` packets, the window or credits
         stop it; the middle of a message goes as ``PacketRun``s. A WQE not yet started starts
         only in RTS (in SQD the queue drains: rxe ``req_next_wqe``). Returns the packets added."""

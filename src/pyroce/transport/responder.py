@@ -31,7 +31,7 @@ from pyroce.wire.bth import BTH, run_length
 from pyroce.wire.headers import Aeth, AtomicAckEth
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
-from pyroce.wire.packet import Packet, PacketRun, new_run
+from pyroce.wire.packet import AckTemplate, Packet, PacketRun, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ class Responder:
         # A shared queue's WQEs are not this QP's: a reset or a flush leaves them to the others.
         self.recv_queue: RecvSource = self.own_queue if srq is None else srq
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
+        self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
         self.reset()
 
     def reset(self) -> None:
@@ -151,7 +152,7 @@ class Responder:
         self._refused = 0
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
-        self.out: deque[Packet | ReadJob] = deque()
+        self.out: deque[Packet | bytes | ReadJob] = deque()  # bytes: an ACK (``AckTemplate``)
         self.own_queue.clear()
 
     def start(self, psn: int) -> None:
@@ -494,11 +495,13 @@ class Responder:
     def _ack(self, psn: int) -> None:
         if not self.acked:  # UC: nothing is acknowledged, whatever AckReq says
             return
-        ack = Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn))
+        template = self._acks
+        if template is None or template.dqpn != self.qp.config.dqpn:
+            template = self._acks = AckTemplate(self.qp.config.dqpn, _ACK)
+        ack = template.ack(psn, self.msn)
         out = self.out
-        if out and isinstance(out[-1], Packet) and out[-1].bth.opcode == Opcode.RC_ACKNOWLEDGE and (
-                out[-1].aeth.syndrome == _ACK):  # type: ignore[union-attr]  # fmt: skip
-            out[-1] = ack  # coalesce: the newer ACK acknowledges everything the queued one did
+        if out and type(out[-1]) is bytes:  # a queued ACK (NAKs are Packets): coalesce, the newer
+            out[-1] = ack  # acknowledges everything the queued one did
         else:
             out.append(ack)
 
@@ -509,7 +512,7 @@ class Responder:
         bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)
         self.out.append(Packet(bth, aeth=Aeth(_ACK, self.msn), atomicacketh=AtomicAckEth(orig)))
 
-    def emit(self, out: list[Packet | PacketRun], budget: int) -> int:
+    def emit(self, out: list[Packet | PacketRun | bytes], budget: int) -> int:
         """Append responses to ``out`` until ``budget`` packets (the middle of a READ response
         as ``PacketRun``s); returns the packets added."""
         pmtu = self.qp.config.pmtu
@@ -518,8 +521,8 @@ class Responder:
         added = 0
         while queue and added < budget:
             item = queue[0]
-            if isinstance(item, Packet):
-                out.append(item)
+            if type(item) is not ReadJob:  # an ACK or NAK
+                out.append(item)  # type: ignore[arg-type]
                 queue.popleft()
                 added += 1
                 continue
@@ -546,7 +549,7 @@ class Responder:
         """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2; of a
         shared receive queue, only the WQE the QP had taken: the rest serve other QPs); read
         responses not yet sent are dropped, a queued NAK still goes out."""
-        self.out = deque(item for item in self.out if isinstance(item, Packet))
+        self.out = deque(item for item in self.out if not isinstance(item, ReadJob))
         pending = ([self.recv] if self.recv is not None else []) + list(self.own_queue)
         self.recv = None
         self.own_queue.clear()
