@@ -299,7 +299,8 @@ class Engine:
             for event_type, reason in rc.events:
                 qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
             rc.events.clear()
-        self._note_sending(qp)
+        if rc.has_send_work is not qp.sending:
+            self._note_sending(qp)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a

@@ -235,9 +235,9 @@ class RcQp:
         them and how many packets they hold."""
         out: list[Packet | PacketRun | bytes] = []
         count = 0
-        if self.state in RECEIVING_STATES or self.state is QpState.ERR:
+        if self.responder.out and (self.state in RECEIVING_STATES or self.state is QpState.ERR):
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
-        if self.state in SENDING_STATES:
+        if self.requester.queue and self.state in SENDING_STATES:
             count += self.requester.emit(out, budget - count, now)
         self.counters["sent_pkts"] += count
         if self.sq_draining and not self.requester.started:
@@ -267,7 +267,8 @@ class RcQp:
         """The next deadline at which ``handle_timer`` has work, or ``None``."""
         if self.state not in (QpState.RTS, QpState.SQD):
             return None
-        return self.requester.get_timer()
+        requester = self.requester  # waiting out an RNR NAK, else the local ACK timer
+        return requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline
 
     @property
     def has_send_work(self) -> bool:

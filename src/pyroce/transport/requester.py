@@ -165,7 +165,7 @@ class Requester:
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
-            resent = psn_diff(self.high_psn, self.psn)
+            resent = psn_diff(self.high_psn, self.psn)  # never negative: ``psn`` is at most ``high_psn``
             if resent > 0:
                 self.qp.counters["retransmitted_pkts"] += min(resent, count)
             out.append(
@@ -174,12 +174,12 @@ class Requester:
                 else self._packet(entry, self.send_pkt, config.dqpn)
             )
             added += count
-            if psn_diff(self.psn, self.high_psn) > 0:
+            if count > resent:  # past ``high_psn``: these PSNs went out for the first time
                 self.high_psn = self.psn
             if not self.qp.service.acked:
                 self._retire_sent()
-            elif self.ack_deadline is None and config.ack_timeout_s is not None:
-                self.ack_deadline = now + config.ack_timeout_s
+            elif self.ack_deadline is None and (timeout := config.ack_timeout_s) is not None:
+                self.ack_deadline = now + timeout
         return added
 
     def _retire_sent(self) -> None:
@@ -347,11 +347,6 @@ class Requester:
             self.rnr_left -= 1
         self.rewind(psn)
         self.rnr_until = now + wait_s
-
-    def get_timer(self) -> float | None:
-        if self.rnr_until is not None:
-            return self.rnr_until
-        return self.ack_deadline
 
     def progress(self, now: float) -> None:
         """The peer acknowledged something new: retry budgets refill, the timer restarts."""

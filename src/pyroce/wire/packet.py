@@ -153,7 +153,10 @@ def parse_packet(data: Buffer) -> Packet:
 
 def packet_length(pkt: Packet) -> int:
     """Bytes of the UDP payload ``pkt`` builds to: headers, payload, pad and ICRC."""
-    return _info(pkt.bth.opcode).hdr_len + ((len(pkt.payload) + 3) & ~3) + ICRC_LEN
+    opcode = pkt.bth.opcode
+    layout = _LAYOUTS[opcode] if 0 <= opcode <= 0xFF else None  # read inline: once per packet sent
+    info = _info(opcode) if layout is None else layout.info  # (``_info`` raises the BuildError)
+    return info.hdr_len + ((len(pkt.payload) + 3) & ~3) + ICRC_LEN
 
 
 def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
