@@ -155,7 +155,8 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress (RC or UC: ``Service.predicted``), or the next response of the READ
+        message in progress or a SEND ONLY (no immediate, no SE) with a receive WQE waiting
+        that holds it (RC or UC: ``Service.predicted``), or the next response of the READ
         at the head of the send queue, at the expected PSN, is placed without building a
         ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
@@ -169,6 +170,8 @@ class RcQp:
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
             return False
+        if self.state is QpState.RTR and not self.established:
+            return False  # the first packet in RTR raises COMM_EST: the general path's
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]

@@ -187,14 +187,28 @@ class Responder:
 
     def receive_predicted(self, flags: int, psn: int, ackreq: bool, payload: memoryview | bytes) -> bool:
         """Place a MIDDLE or LAST packet (no immediate) if it is exactly what the open message
-        expects (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
-        offset = self.offset
-        end = offset + len(payload)
-        if psn != self.epsn or self.nak_sent or not flags & self.in_message:
+        expects, or a SEND ONLY (no immediate) that a receive WQE waits for and holds
+        (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
+        if psn != self.epsn or self.nak_sent:
+            return False
+        if flags & Flag.START:  # a SEND ONLY: no message open, a WQE ready and no RNR forced
+            if self.in_message or self.dropping or not self.recv_queue or self.forced_rnr:
+                return False
+        elif not flags & self.in_message:
             return False
         if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
             return False
-        if flags & Flag.WRITE:
+        offset = self.offset
+        end = offset + len(payload)
+        if flags & Flag.START:
+            recv = self.recv_queue.popleft()
+            resolved = self._resolve_recv(recv)
+            if isinstance(resolved, MemFault) or len(payload) > resolved.length:
+                self.recv_queue.appendleft(recv)  # the general path takes it again and answers the error
+                return False
+            self.recv, self.recv_data, self.offset = recv, resolved, 0
+            resolved.write(0, payload)
+        elif flags & Flag.WRITE:
             if end > self.write_length or (flags & Flag.END and end != self.write_length):
                 return False
             self.write_view[offset:end] = payload  # type: ignore[index]
@@ -363,7 +377,7 @@ class Responder:
             if flags & Flag.START:
                 self.recv = self.recv_queue.popleft()
                 self.offset = 0
-                resolved = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
+                resolved = self._resolve_recv(self.recv)
                 if isinstance(resolved, MemFault):
                     self._error(pkt, RespState.ERR_RECV_PROT)
                     return
@@ -378,6 +392,10 @@ class Responder:
                 self.write_view = self.checked
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
         self._placed(flags, bth.psn, len(payload), bth.ackreq, pkt)
+
+    def _resolve_recv(self, recv: RecvWork) -> ScatterGather | MemFault:
+        """The buffers of receive WQE ``recv``, which a SEND writes: local write access, this PD."""
+        return ScatterGather.resolve(self.qp.memory, recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
 
     def _placed(self, flags: int, psn: int, length: int, ackreq: bool, pkt: Packet | None) -> None:
         """A SEND or WRITE packet's payload is in place: move past it, end the message (and
