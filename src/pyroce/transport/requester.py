@@ -70,8 +70,8 @@ def segment_opcode(opcodes: tuple[int, int, int, int], index: int, count: int) -
 class SendEntry:
     """A posted send WQE and its progress."""
 
-    __slots__ = ("data", "first_psn", "length", "npsn", "placed", "rd_atomic", "run_end", "run_start", "started",
-                 "work")  # fmt: skip
+    __slots__ = ("data", "first_psn", "last_psn", "length", "npsn", "placed", "rd_atomic", "run_end", "run_start",
+                 "started", "work")  # fmt: skip
 
     def __init__(self, work: SendWork, pmtu: int) -> None:
         self.work = work
@@ -88,14 +88,10 @@ class SendEntry:
             self.run_start = 1 if OPCODE_FLAGS[opcodes[0]] & Flag.RETH else 0
             plain_last = opcodes[2] in PLAIN_LASTS and not self.length % pmtu and not work.solicited
             self.run_end = npsn if plain_last else npsn - 1
-        self.first_psn = 0
+        self.first_psn = self.last_psn = 0  # the PSNs of its first and last packets, once started
         self.started = False
         self.data: ScatterGather | None = None  # resolved local buffers
         self.placed = 0  # read response packets already placed
-
-    @property
-    def last_psn(self) -> int:
-        return psn_add(self.first_psn, self.npsn - 1)
 
 
 class Requester:
@@ -237,7 +233,8 @@ class Requester:
                                  f"an atomic needs an 8-byte local buffer, the SGEs give {data.length}")  # fmt: skip
                 return False
             entry.data = data
-        entry.first_psn = self.psn
+        entry.first_psn = self.psn  # the message takes ``npsn`` PSNs from here
+        entry.last_psn = psn_add(self.psn, entry.npsn - 1)
         entry.started = True
         if entry.rd_atomic:
             self.rd_atomic_outstanding += 1
