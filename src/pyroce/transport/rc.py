@@ -20,7 +20,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.transport.completer import Completer
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemoryTable
-from pyroce.transport.requester import WC_OPCODES, Requester
+from pyroce.transport.requester import WC_OPCODES, Requester, SendEntry
 from pyroce.transport.responder import RecvSource, Responder
 from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
@@ -114,14 +114,14 @@ class RcQp:
             self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WC_OPCODES[work.op],
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
-        self.requester.post(work)
+        self.requester.queue.append(SendEntry(work, self.config.pmtu))
 
     def post_recv(self, work: RecvWork) -> None:
         if self.state is QpState.ERR:
             self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
-        self.responder.post(work)
+        self.responder.own_queue.append(work)
 
     def receive(self, pkt: Packet, now: float, malformed: bool = False) -> None:
         """Handle one packet addressed to this QP (already parsed and ICRC-checked); ``malformed``:

@@ -120,9 +120,6 @@ class Requester:
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
 
-    def post(self, work: SendWork) -> None:
-        self.queue.append(SendEntry(work, self.qp.config.pmtu))
-
     @property
     def has_output(self) -> bool:
         """Whether a packet could go now: the next WQE to send from may start (RTS), or has
@@ -318,10 +315,6 @@ class Requester:
 
     # --- what the completer tells the requester ----------------------------------------------
 
-    def acknowledged(self, psn: int) -> None:
-        """Responses acknowledged every PSN before ``psn`` (the new oldest unacknowledged)."""
-        self.comp_psn = psn
-
     def retry(self, psn: int, reason: Reason, detail: str) -> None:
         """Something was lost from ``psn`` on (a timeout, a sequence NAK, an implied NAK): go
         back and resend while ``retry_cnt`` allows (IBA 9.7.5.1.4), else fail the oldest WQE
@@ -352,7 +345,7 @@ class Requester:
         self.rnr_left = config.rnr_retry
         self.retrying = False
         timeout = config.ack_timeout_s
-        self.ack_deadline = now + timeout if timeout is not None and self.outstanding else None
+        self.ack_deadline = now + timeout if timeout is not None and self.comp_psn != self.psn else None  # outstanding
 
     # --- completion ---------------------------------------------------------------------
 

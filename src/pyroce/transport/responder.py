@@ -158,9 +158,6 @@ class Responder:
     def start(self, psn: int) -> None:
         self.epsn = psn
 
-    def post(self, work: RecvWork) -> None:
-        self.own_queue.append(work)
-
     @property
     def has_output(self) -> bool:
         return bool(self.out)
