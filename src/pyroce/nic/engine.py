@@ -299,8 +299,8 @@ class Engine:
             for event_type, reason in rc.events:
                 qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
             rc.events.clear()
-        if rc.has_send_work is not qp.sending:
-            self._note_sending(qp)
+        if (sending := rc.has_send_work) is not qp.sending:
+            self._note_sending(qp, sending)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
@@ -321,9 +321,9 @@ class Engine:
             batch.send(port.link.tx_path(peer), [packet])
         return bool(datagrams)
 
-    def _note_sending(self, qp: HwQp) -> None:
-        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""
-        sending = qp.rc.has_send_work
+    def _note_sending(self, qp: HwQp, sending: bool) -> None:
+        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue, which
+        has send work now if ``sending``."""
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1
@@ -365,7 +365,7 @@ class Engine:
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
-        self._note_sending(qp)
+        self._note_sending(qp, rc.has_send_work)
         try:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported
