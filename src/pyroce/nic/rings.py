@@ -14,7 +14,17 @@ import sys
 from collections.abc import Sequence
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
-from pyroce.nic.wqe import SEG, WQEBB, SendWqe, Sge, SgeLike, WqeError, decode_recv_wqe, decode_send_wqe, encode_recv_wqe
+from pyroce.nic.wqe import (
+    SEG,
+    WQEBB,
+    SendWqe,
+    Sge,
+    SgeLike,
+    WqeError,
+    decode_recv_wqe,
+    decode_send_wqe,
+    encode_recv_wqe,
+)
 
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
@@ -98,7 +108,11 @@ class SendRing:
             raise WqeError(f"ds {ds} is larger than the send ring")
         end = start + ds * SEG
         # a private copy of the WQE's bytes, wrapping at the ring's end
-        data = bytes(self.buf[start:end]) if end <= self.size else bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
+        data = (
+            bytes(self.buf[start:end])
+            if end <= self.size
+            else bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
+        )
         return decode_send_wqe(data, self.datagram), consumer + -(-ds * SEG // WQEBB)
 
 

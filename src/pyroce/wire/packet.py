@@ -226,4 +226,3 @@ class AckTemplate:
     def ack(self, psn: int, msn: int) -> bytes:
         """The ACK of ``psn`` carrying ``msn`` (24 bits each), BTH through AETH."""
         return self._head + _ACK_TAIL.pack(psn & _LOW24, self._syndrome | (msn & _LOW24))
-
