@@ -287,7 +287,9 @@ def test_an_engine_exception_fails_its_qp_not_the_caller(monkeypatch: pytest.Mon
 
         monkeypatch.setattr(device.qps[b.qp.qp_num].rc.responder, "receive", broken)
         _recv(b)
-        a.qp.post_send(SendWR(wr_id=7, sg=[SGE(a.mr.buf, 8, a.mr.lkey)]))  # a SEND ONLY: the general path
+        # With immediate data: the general path (header prediction takes a plain SEND ONLY)
+        a.qp.post_send(SendWR(wr_id=7, opcode=ibv_wr_opcode.IBV_WR_SEND_WITH_IMM, imm_data=1,
+                              sg=[SGE(a.mr.buf, 8, a.mr.lkey)]))  # fmt: skip
         wc = b.poll(1)[0]
         assert wc.status == ibv_wc_status.IBV_WC_GENERAL_ERR and wc.vendor_err == Reason.ENGINE_ERROR
         assert "pyroce engine error (receive): KeyError: 'injected'" in wc.reason

@@ -141,7 +141,9 @@ class Progress:
     def step(self, now: float) -> None:
         """Host mode: one engine pass at the host's time ``now``."""
         with self._lock:
-            self.engine.doorbells(*self._handoff.take())
+            rung, receives = self._handoff.take()
+            if rung or receives:
+                self.engine.doorbells(rung, receives)
             try:
                 self.engine.step(now)
             except Exception as exc:  # noqa: BLE001 - never into the host

@@ -48,7 +48,7 @@ from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
 from pyroce.transport.ud import UdQp
-from pyroce.transport.work import RecvWork
+from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
 
 MAX_DATAGRAM = 65536
@@ -299,7 +299,7 @@ class Engine:
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
-            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
+            rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
             qp.rq_consumer += 1
         self.active.add(qp)
 
@@ -364,7 +364,8 @@ class Engine:
             for event_type, reason in rc.events:
                 qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
             rc.events.clear()
-        self._note_sending(qp)
+        if (sending := rc.has_send_work) is not qp.sending:
+            self._note_sending(qp, sending)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
@@ -385,9 +386,9 @@ class Engine:
             batch.send(port.link.tx_path(peer), [packet])
         return bool(datagrams)
 
-    def _note_sending(self, qp: HwQp) -> None:
-        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""
-        sending = qp.rc.has_send_work
+    def _note_sending(self, qp: HwQp, sending: bool) -> None:
+        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue, which
+        has send work now if ``sending``."""
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1
@@ -429,7 +430,7 @@ class Engine:
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
-        self._note_sending(qp)
+        self._note_sending(qp, rc.has_send_work)
         try:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported
