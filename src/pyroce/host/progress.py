@@ -149,11 +149,19 @@ class Progress:
             except Exception as exc:  # noqa: BLE001 - never into the host
                 self.engine.fail_device(exc)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the engine thread, and wait for it: from now on only inline and host passes
+        run. At a program's end: the thread is a daemon, which the interpreter's finalization
+        freezes where it stands, so a lock it held then would hang every later ``__del__``
+        that takes it (an MR deregistered, a QP destroyed)."""
         self._stopping = True
-        if self._thread is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
             self._handoff.wake()
-            self._thread.join()
+            thread.join()
+
+    def stop(self) -> None:
+        self.halt()
         self._ready.close()
         if self._idle is not None:
             self._idle.close()

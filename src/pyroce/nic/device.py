@@ -99,6 +99,10 @@ class Runner(Protocol):
         """One engine pass at the host's time ``now`` (host mode)."""
         ...
 
+    def halt(self) -> None:
+        """Stop the engine thread (the program is ending); inline and host passes still run."""
+        ...
+
     def stop(self) -> None:
         """No more passes: the engine thread, if any, has ended when this returns."""
         ...
@@ -562,6 +566,13 @@ class NicDevice:
             return
         self.cm.close_all_channels()
         self._progress.run_inline(receive=False)
+
+    def end_program(self) -> None:
+        """The program ends with the device open: its connections end (``end_connections``) and
+        the engine thread stops, so that no thread holds the device's locks while the
+        interpreter's finalization runs the verbs objects' ``__del__``."""
+        self.end_connections()
+        self._progress.halt()
 
     def close(self) -> None:
         """Stop the runner (the engine thread) and release the link, the doorbells and the
