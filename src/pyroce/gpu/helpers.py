@@ -82,10 +82,10 @@ def fence() -> None:
 
 def be32(value: int) -> int:
     """The native word whose bytes are ``value`` (32 bits) big-endian: ``htonl``; its own inverse."""
-    value &= 0xFFFFFFFF
+    word = value & 0xFFFFFFFF  # a new name: a kernel's ``value`` may be a uint32, ``word`` an int64
     if _LITTLE:
-        return (value & 0xFF) << 24 | (value & 0xFF00) << 8 | (value >> 8) & 0xFF00 | value >> 24
-    return value
+        return (word & 0xFF) << 24 | (word & 0xFF00) << 8 | (word >> 8) & 0xFF00 | word >> 24
+    return word
 
 
 def send_wqe(sq: Words, wqe_cnt: int, idx: int, qpn: int, opcode: int, fm_ce_se: int, laddr: int, lkey: int,

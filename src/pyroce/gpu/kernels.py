@@ -28,7 +28,7 @@ def _fence() -> None:
 
 
 @functools.cache
-def device_helpers() -> types.SimpleNamespace:
+def device_helpers() -> types.ModuleType:
     """``send_wqe``, ``recv_wqe``, ``db_ring`` and ``cqe_poll`` (and ``be32``) as numba CUDA
     device functions, for kernels to call: ``h = device_helpers()`` at module level, then
     ``h.send_wqe(...)`` inside a ``@cuda.jit`` kernel."""
@@ -39,4 +39,7 @@ def device_helpers() -> types.SimpleNamespace:
         rebuilt = types.FunctionType(function.__code__, scope, name, function.__defaults__, function.__closure__)
         rebuilt.__doc__ = function.__doc__
         scope[name] = cuda.jit(device=True)(rebuilt)
-    return types.SimpleNamespace(**{name: scope[name] for name in EXPORTED})
+    compiled = types.ModuleType(f"{__name__}.device", "pyroce.gpu.helpers compiled for kernels")
+    for name in EXPORTED:  # a module: numba resolves a module's attributes in a kernel, not a namespace's
+        setattr(compiled, name, scope[name])
+    return compiled
