@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -34,7 +33,7 @@ from pyroce.gpu import (
 from pyroce.nic.cqe import Cqe, CqeOpcode, CqeSyndrome, write_cqe
 from pyroce.nic.wqe import FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe, encode_send_wqe
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
-from tests.rc_pair import Endpoint, connected_pair
+from tests.rc_pair import Endpoint
 
 pytestmark = pytest.mark.embedded_nic  # direct QPs are served by this process's own NIC
 DEADLINE_S = 10.0
@@ -87,14 +86,6 @@ def test_cqe_poll_reads_what_the_engine_writes() -> None:
     assert record.view(np.uint8).tobytes() == (3).to_bytes(4, "big")
 
 
-@pytest.fixture
-def direct_pair() -> Iterator[tuple[Endpoint, Endpoint]]:
-    a, b = connected_pair()
-    yield a, b
-    a.close()
-    b.close()
-
-
 def poll(queues: DirectQueues, consumer: int, deadline_s: float = DEADLINE_S) -> np.ndarray:
     """The fields of CQE ``consumer`` of the QP's send CQ (= its receive CQ), polled from host code."""
     out = np.zeros(OUT_FIELDS, np.int64)
@@ -107,8 +98,8 @@ def poll(queues: DirectQueues, consumer: int, deadline_s: float = DEADLINE_S) ->
     return out
 
 
-def test_host_code_posts_write_read_and_send_through_the_helpers(direct_pair: tuple[Endpoint, Endpoint]) -> None:
-    a, b = direct_pair
+def test_host_code_posts_write_read_and_send_through_the_helpers(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, b = pair
     qa, qb = DirectQueues(a.qp), DirectQueues(b.qp)
     a.mr.write(b"written by hand", 15, 0)
     b.mr.write(b"read back", 9, 4096)
@@ -131,10 +122,10 @@ def test_host_code_posts_write_read_and_send_through_the_helpers(direct_pair: tu
     assert a.ctx.device.counters["torn_wqes"] == 0
 
 
-def test_a_record_moved_before_the_control_segment_is_not_work(direct_pair: tuple[Endpoint, Endpoint]) -> None:
+def test_a_record_moved_before_the_control_segment_is_not_work(pair: tuple[Endpoint, Endpoint]) -> None:
     """WQE 0 of a fresh ring: its body written, the record moved, its control segment's first
     word not yet (a zeroed one would read as WQE 0: DirectQueues gave the slot a stale index)."""
-    a, b = direct_pair
+    a, b = pair
     qa = DirectQueues(a.qp)
     a.mr.write(b"torn, then whole", 16, 0)
     sq = qa.host.sq
@@ -152,8 +143,8 @@ def test_a_record_moved_before_the_control_segment_is_not_work(direct_pair: tupl
     assert b.mr.read(16, 0) == b"torn, then whole"
 
 
-def test_direct_queues_refuse_what_they_cannot_serve(direct_pair: tuple[Endpoint, Endpoint]) -> None:
-    a, _ = direct_pair
+def test_direct_queues_refuse_what_they_cannot_serve(pair: tuple[Endpoint, Endpoint]) -> None:
+    a, _ = pair
     with pytest.raises(PyverbsRDMAError) as raised:
         DirectQueues(a.qp).device  # noqa: B018 - the property refuses
     assert raised.value.error_code == errno.EINVAL

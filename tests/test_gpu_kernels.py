@@ -19,10 +19,10 @@ import pytest
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba's first import (a GPU run sets 0)
 numba = pytest.importorskip("numba")
-from numba import cuda  # noqa: E402
+from numba import cuda
 
-from pyroce.apps.rc_endpoint import RcEndpoint  # noqa: E402
-from pyroce.gpu import (  # noqa: E402
+from pyroce.apps.rc_endpoint import RcEndpoint
+from pyroce.gpu import (
     CQ_UPDATE,
     CQE_POLL_FALSE,
     CQE_POLL_TRUE,
@@ -38,16 +38,16 @@ from pyroce.gpu import (  # noqa: E402
     DirectQueues,
     MappedMemory,
 )
-from pyroce.gpu.kernels import device_helpers  # noqa: E402
-from pyroce.nic.cqe import CqeOpcode  # noqa: E402
-from pyroce.verbs.device import Context  # noqa: E402
-from tests.rc_pair import MR_SIZE, START_PSN, Endpoint  # noqa: E402
+from pyroce.gpu.kernels import device_helpers
+from pyroce.nic.cqe import CqeOpcode
+from pyroce.verbs.device import Context
+from tests.rc_pair import MR_SIZE, START_PSN, Endpoint
 
 SIMULATED = bool(numba.config.ENABLE_CUDASIM)
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.embedded_nic,  # direct QPs are served by this process's own NIC
-    pytest.mark.skipif(not SIMULATED and not cuda.is_available(), reason="no CUDA GPU, and the simulator not asked for"),
+    pytest.mark.skipif(not SIMULATED and not cuda.is_available(), reason="no CUDA GPU, no simulator asked for"),
 ]
 h = device_helpers()
 SPINS = 2000  # polls per launch of poll_kernel: the host launches it again until its deadline

@@ -56,7 +56,8 @@ RCV_DBR = DoorbellRecord.RECV // WORD  # mlx5's MLX5_RCV_DBR: the receive word o
 SND_DBR = DoorbellRecord.SEND // WORD  # MLX5_SND_DBR
 CQ_UPDATE = int(FmCeSe.CQ_UPDATE)  # fm_ce_se: a signaled WQE
 SOLICITED = int(FmCeSe.SOLICITED)
-RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ = int(WqeOpcode.RDMA_WRITE), int(WqeOpcode.RDMA_WRITE_IMM), int(WqeOpcode.RDMA_READ)
+RDMA_WRITE, RDMA_WRITE_IMM = int(WqeOpcode.RDMA_WRITE), int(WqeOpcode.RDMA_WRITE_IMM)
+RDMA_READ = int(WqeOpcode.RDMA_READ)
 SEND, SEND_IMM = int(WqeOpcode.SEND), int(WqeOpcode.SEND_IMM)
 # The opcodes send_wqe writes (control, a remote address segment where RADDR_OPCODES says, one
 # data segment), as a bit mask a kernel tests; and the mask of those that carry the address
