@@ -88,14 +88,20 @@ _BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte
 _ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
 _TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
 _COUNTER = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
-_TAIL_AT = 60
-_OP_OWN_AT = 63
+# Byte offsets of the fields above, for readers that load a CQE word by word in place (a GPU
+# kernel, pyroce.gpu.helpers): ``byte_cnt``, the error word (vendor error, syndrome in its low
+# byte), ``s_wqe_opcode``/QPN, and the last word (``wqe_counter``, signature, ``op_own``).
+CQE_BYTE_CNT_AT = 44
+CQE_SYNDROME_WORD_AT = 52
+CQE_OPCODE_QPN_AT = 56
+CQE_TAIL_AT = 60
+CQE_OP_OWN_AT = 63
 _CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
 # Sets of the plain values: a lookup in them costs no enum attribute access (per CQE read)
 ERROR_OPCODES = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
 RECV_OPCODES = frozenset({int(CqeOpcode.RESP_SEND), int(CqeOpcode.RESP_SEND_IMM), int(CqeOpcode.RESP_SEND_INV),
                           int(CqeOpcode.RESP_WR_IMM), int(CqeOpcode.RESP_ERR)})  # fmt: skip
-_ERR_AT = 54
+_ERR_AT = CQE_SYNDROME_WORD_AT + 2
 
 
 def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) -> None:
@@ -110,8 +116,8 @@ def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) ->
     if error:
         _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
     op_own = (cqe.opcode << 4) | (cqe.solicited << 1) | (owner & 1)
-    _COUNTER.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
-    buf[offset + _OP_OWN_AT] = op_own
+    _COUNTER.pack_into(buf, offset + CQE_TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
+    buf[offset + CQE_OP_OWN_AT] = op_own
 
 
 def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:
@@ -121,7 +127,7 @@ def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int
     entry whose ``op_own`` is already valid has a whole body behind it (libmlx5 reads the owner
     bit, then a read barrier, then the CQE). Reading the body first tore CQEs when the engine
     thread wrote between the two reads."""
-    wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + _TAIL_AT)
+    wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + CQE_TAIL_AT)
     flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
     opcode = _CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
     syndrome = vendor_err = 0
