@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from perftest_rows import rows_on_a_shared_nic
+
 from pyroce.driver.build import library_dir
 from pyroce.driver.environment import driver_environment
 
