@@ -30,7 +30,8 @@ from pyroce.gpu import (
     recv_wqe,
     send_wqe,
 )
-from pyroce.nic.cqe import Cqe, CqeOpcode, CqeSyndrome, write_cqe
+from pyroce.nic.cqe import Cqe, CqeOpcode, CqeSyndrome
+from pyroce.nic.rings import CqRing
 from pyroce.nic.wqe import FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe, encode_send_wqe
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from tests.rc_pair import Endpoint
@@ -71,16 +72,16 @@ def test_recv_wqe_writes_the_codecs_layout() -> None:
 
 def test_cqe_poll_reads_what_the_engine_writes() -> None:
     ring, record, out = np.zeros(2 * 16, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(OUT_FIELDS, np.int64)
-    ring.view(np.uint8)[63::64] = CqeOpcode.INVALID << 4
+    cq_ring = CqRing(memoryview(ring.view(np.uint8)), 2)  # the engine's writer; every CQE starts invalid
     assert cqe_poll(ring, 2, 0, record, out) == CQE_POLL_FALSE and record[0] == 0
-    write_cqe(memoryview(ring.view(np.uint8)), 0, Cqe(CqeOpcode.RESP_SEND, 0xABCDEF, 0x1234, byte_cnt=777), owner=0)
+    cq_ring.produce(0, Cqe(CqeOpcode.RESP_SEND, 0xABCDEF, 0x1234, byte_cnt=777))
     assert cqe_poll(ring, 2, 0, record, out) == CQE_POLL_TRUE
     assert (out[OUT_OPCODE], out[OUT_WQE_COUNTER], out[OUT_BYTE_CNT], out[OUT_QPN]) == (2, 0x1234, 777, 0xABCDEF)
     assert record.view(np.uint8).tobytes() == (1).to_bytes(4, "big")
     # CQE 2 is slot 0 again, on the next lap: the owner bit of lap 0 is not it
     assert cqe_poll(ring, 2, 2, record, out) == CQE_POLL_FALSE
     error = Cqe(CqeOpcode.REQ_ERR, 7, 3, syndrome=CqeSyndrome.REMOTE_ACCESS_ERR)
-    write_cqe(memoryview(ring.view(np.uint8)), 0, error, owner=1)
+    cq_ring.produce(2, error)  # slot 0, owner 1
     assert cqe_poll(ring, 2, 2, record, out) == CQE_POLL_ERROR
     assert (out[OUT_OPCODE], out[OUT_SYNDROME], out[OUT_WQE_COUNTER]) == (13, CqeSyndrome.REMOTE_ACCESS_ERR, 3)
     assert record.view(np.uint8).tobytes() == (3).to_bytes(4, "big")
