@@ -141,7 +141,7 @@ WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 guest_program() {
   case "$1" in
     send_bw_cm) echo ib_send_bw;;
-    rping|ucmatose|udaddy|rdma_server) echo "$1";;
+    rping|ucmatose|udaddy|rdma_server|mckey) echo "$1";;
     ucx_*) echo ucx_perftest;;
     qperf_*) echo qperf;;
     *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
@@ -253,12 +253,21 @@ print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "n
 wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
   local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
   # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
-  [[ "$LISTEN" == tcp ]] || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == cm ]] && listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == joined ]] && listening="grep -q 'joined dgid' /mnt/host/q/$1.out"  # mckey's receiver
   guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
+  if [[ "$LISTEN" == joined ]]; then  # mckey's receiver: once it says it joined the group
+    for i in $(seq 1 300); do
+      grep -q 'joined dgid' "$WORK/pyroce.out" && return 0
+      kill -0 "$SERVER_PID" 2>/dev/null || return 1
+      sleep 0.1
+    done
+    return 1
+  fi
   if [[ "$LISTEN" != tcp ]]; then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
     sleep 3; kill -0 "$SERVER_PID" 2>/dev/null; return
   fi
@@ -322,13 +331,15 @@ cm_pair() {
       G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
       H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 3 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
       SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
-    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it
-      G_SERVER="mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"; G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
-      H_SERVER=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
+    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it; it
+      # listens on nothing: it is ready once it printed that it joined (line-buffered by stdbuf)
+      G_SERVER="stdbuf -oL mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"
+      G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
+      H_SERVER=("${host_run[@]}" stdbuf -oL mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
       H_CLIENT=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -s -C "$CM_ITERS")
-      SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
+      LISTEN=joined; SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
   esac
-  GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
+  GUEST_LABEL="${G_SERVER#stdbuf -oL }"; GUEST_LABEL="${GUEST_LABEL%% *}"; HOST_LABEL="pyroce run -- $GUEST_LABEL"
 }
 
 # perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
