@@ -52,6 +52,7 @@
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
 #   --c (the host side runs the C programs through `pyroce run`)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
+#   --repeat N (each pair N times, each time its own PASS/FAILED line: a flaky pair shows; 1)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit; default: shared/rxevm beside the checkout), PYTHON (python3),
 #   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. The host side runs this checkout's pyroce (PYTHONPATH=<repo>/src)
@@ -81,7 +82,7 @@ UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its
 
 TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; UCX_ITERS=200; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
-CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
+CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500; REPEAT=1
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while (($#)); do
   case "$1" in
@@ -103,6 +104,7 @@ while (($#)); do
     --c) C_MODE=1; shift;;
     --capture) CAPTURE="$2"; shift 2;;
     --keep-vm) KEEP=1; shift;;
+    --repeat) REPEAT="$2"; shift 2;;
     --timeout) TIMEOUT="$2"; shift 2;;
     --vm-mtu) VM_MTU="$2"; shift 2;;
     -h|--help) usage; exit 0;;
@@ -111,6 +113,7 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a count of 1 or more, not '$REPEAT'"
 if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
@@ -473,7 +476,9 @@ for T in "${TOOLS[@]}"; do
     elif is_ucxtest "$T"; then ucx_pair "$T" "$SIZE"
     elif is_qperftest "$T"; then qperf_pair "$T" "$SIZE"
     elif is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
-    run_pair "$T" "$SIZE"
+    for ((REP = 1; REP <= REPEAT; REP++)); do
+      if ((REPEAT > 1)); then run_pair "$T.$REP" "$SIZE"; else run_pair "$T" "$SIZE"; fi
+    done
   done
 done
 
@@ -486,7 +491,9 @@ if ((C_MODE)); then HOST_SIDE="the C tools through pyroce run"; else HOST_SIDE="
 SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, }; pingpong at ${SIZES_ARG//,/, } bytes"
 SUMMARY+=" (ud: ${UD_SIZES_ARG//,/, }), -n $ITERS"
 ((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS; ucx_perftest -n $UCX_ITERS; qperf -t $QPERF_SECONDS"
-SUMMARY+="; both directions; host side: $HOST_SIDE)"
+SUMMARY+="; both directions; host side: $HOST_SIDE"
+((REPEAT > 1)) && SUMMARY+="; each pair $REPEAT times"
+SUMMARY+=")"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
 exit 0
