@@ -52,6 +52,7 @@
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
 #   --c (the host side runs the C programs through `pyroce run`)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
+#   --repeat N (each pair N times, each time its own PASS/FAILED line: a flaky pair shows; 1)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit; default: shared/rxevm beside the checkout), PYTHON (python3),
 #   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. The host side runs this checkout's pyroce (PYTHONPATH=<repo>/src)
@@ -81,7 +82,7 @@ UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its
 
 TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; UCX_ITERS=200; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
-CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
+CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500; REPEAT=1
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while (($#)); do
   case "$1" in
@@ -103,6 +104,7 @@ while (($#)); do
     --c) C_MODE=1; shift;;
     --capture) CAPTURE="$2"; shift 2;;
     --keep-vm) KEEP=1; shift;;
+    --repeat) REPEAT="$2"; shift 2;;
     --timeout) TIMEOUT="$2"; shift 2;;
     --vm-mtu) VM_MTU="$2"; shift 2;;
     -h|--help) usage; exit 0;;
@@ -111,6 +113,7 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a count of 1 or more, not '$REPEAT'"
 if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
@@ -141,7 +144,7 @@ WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 guest_program() {
   case "$1" in
     send_bw_cm) echo ib_send_bw;;
-    rping|ucmatose|udaddy|rdma_server) echo "$1";;
+    rping|ucmatose|udaddy|rdma_server|mckey) echo "$1";;
     ucx_*) echo ucx_perftest;;
     qperf_*) echo qperf;;
     *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
@@ -253,12 +256,21 @@ print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "n
 wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
   local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
   # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
-  [[ "$LISTEN" == tcp ]] || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == cm ]] && listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == joined ]] && listening="grep -q 'joined dgid' /mnt/host/q/$1.out"  # mckey's receiver
   guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
+  if [[ "$LISTEN" == joined ]]; then  # mckey's receiver: once it says it joined the group
+    for i in $(seq 1 300); do
+      grep -q 'joined dgid' "$WORK/pyroce.out" && return 0
+      kill -0 "$SERVER_PID" 2>/dev/null || return 1
+      sleep 0.1
+    done
+    return 1
+  fi
   if [[ "$LISTEN" != tcp ]]; then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
     sleep 3; kill -0 "$SERVER_PID" 2>/dev/null; return
   fi
@@ -322,13 +334,15 @@ cm_pair() {
       G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
       H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 3 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
       SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
-    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it
-      G_SERVER="mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"; G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
-      H_SERVER=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
+    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it; it
+      # listens on nothing: it is ready once it printed that it joined (line-buffered by stdbuf)
+      G_SERVER="stdbuf -oL mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"
+      G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
+      H_SERVER=("${host_run[@]}" stdbuf -oL mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
       H_CLIENT=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -s -C "$CM_ITERS")
-      SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
+      LISTEN=joined; SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
   esac
-  GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
+  GUEST_LABEL="${G_SERVER#stdbuf -oL }"; GUEST_LABEL="${GUEST_LABEL%% *}"; HOST_LABEL="pyroce run -- $GUEST_LABEL"
 }
 
 # perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
@@ -462,7 +476,9 @@ for T in "${TOOLS[@]}"; do
     elif is_ucxtest "$T"; then ucx_pair "$T" "$SIZE"
     elif is_qperftest "$T"; then qperf_pair "$T" "$SIZE"
     elif is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
-    run_pair "$T" "$SIZE"
+    for ((REP = 1; REP <= REPEAT; REP++)); do
+      if ((REPEAT > 1)); then run_pair "$T.$REP" "$SIZE"; else run_pair "$T" "$SIZE"; fi
+    done
   done
 done
 
@@ -475,7 +491,9 @@ if ((C_MODE)); then HOST_SIDE="the C tools through pyroce run"; else HOST_SIDE="
 SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, }; pingpong at ${SIZES_ARG//,/, } bytes"
 SUMMARY+=" (ud: ${UD_SIZES_ARG//,/, }), -n $ITERS"
 ((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS; ucx_perftest -n $UCX_ITERS; qperf -t $QPERF_SECONDS"
-SUMMARY+="; both directions; host side: $HOST_SIDE)"
+SUMMARY+="; both directions; host side: $HOST_SIDE"
+((REPEAT > 1)) && SUMMARY+="; each pair $REPEAT times"
+SUMMARY+=")"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
 exit 0
