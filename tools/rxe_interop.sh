@@ -13,6 +13,10 @@
 # (ud: at each of its sizes, which a UD message's one packet must fit: -S); with --c also perftest's RC tools
 # (send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat: guest `ib_TOOL -d rxe0 -x 1 -F`, host
 # `pyroce run -- ib_TOOL -d pyroce0 -x 3 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
+# With --c also dv_rc: tests/c/mlx5dv_pingpong.c (built here against the system's libmlx5, run through `pyroce run`)
+# against the guest's unmodified ibv_rc_pingpong at each size: the same exchange and ping-pong, its SENDs and receives
+# posted by hand through mlx5dv (WQEs with mlx5dv_set_*_seg, the doorbell record and a UAR store, raw CQEs), and each
+# message checked; SEND/RECV only (rc_pingpong's exchange gives no rkey, so no WRITE or READ).
 # With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
 # perftest's ib_send_bw -R (-t send_bw_cm) and mckey (UD multicast: a receiver joins 239.77.0.9, the other side
@@ -36,12 +40,13 @@
 #   tools/rxe_interop.sh                       # 1000 iterations of 1, 4096 and 65536 bytes each way, MTU 1024
 #   tools/rxe_interop.sh -t uc -n 200 -s 4096 -c   # one tool, one size; -c makes both tools validate the buffer
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
-#   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
+#   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs, dv_rc and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
 #   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey    # the rdma_cm programs
 #   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw   # UCX and qperf
 #
-# Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
+#   tools/rxe_interop.sh --c -t dv_rc          # posting by hand through mlx5dv against rxe
+# Options: -t TOOLS (rc,uc,srq,ud; --c: also dv_rc,send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
 #   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
 #   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
@@ -59,7 +64,8 @@
 #   and needs its dependencies for PYTHON; --c needs ibverbs-utils, perftest, libibverbs-dev and a C compiler on
 #   the host (the C driver is built once, before the runs).
 # Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s);
-#   --c: 70 runs: the pingpongs' and perftests' 48 (-n 1000, -N 1000) in about 4.5 minutes, the rdma_cm programs' 12,
+#   --c: 76 runs: the pingpongs' and perftests' 48 (-n 1000, -N 1000) in about 4.5 minutes, dv_rc's 6 (about 3 minutes
+#   on a loaded 2-core host, a TCG guest: there plain rc at 64 KiB also fails now and then, transport retries exceeded), the rdma_cm programs' 12,
 #   the UCX pairs' 6 in about 2 minutes and qperf's 4 in about 1.
 set -uo pipefail
 
@@ -73,6 +79,7 @@ HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
 GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 PINGPONGS=(rc uc srq ud)
+DVTESTS=(dv_rc)  # tests/c/mlx5dv_pingpong.c (SENDs and receives posted by hand through mlx5dv) against ibv_rc_pingpong
 PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
 CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm mckey)
 MCAST_GROUP=239.77.0.9  # mckey's group: joined on each side's interface of the namespace's bridge
@@ -114,18 +121,19 @@ done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a count of 1 or more, not '$REPEAT'"
-if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
+if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${DVTESTS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
+is_dvtest() { [[ " ${DVTESTS[*]} " == *" $1 "* ]]; }
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
 is_cmtest() { [[ " ${CMTESTS[*]} " == *" $1 "* ]]; }
 is_ucxtest() { [[ " ${UCXTESTS[*]} " == *" $1 "* ]]; }
 is_qperftest() { [[ " ${QPERFTESTS[*]} " == *" $1 "* || "$1" == qperf_lat_nocm || "$1" == qperf_bw_nocm ]]; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  if is_perftest "$T" || is_cmtest "$T" || is_ucxtest "$T" || is_qperftest "$T"; then
+  if is_dvtest "$T" || is_perftest "$T" || is_cmtest "$T" || is_ucxtest "$T" || is_qperftest "$T"; then
     ((C_MODE)) || die "'$T' runs with --c only (the C program through pyroce run)"
   elif [[ " ${PINGPONGS[*]} " != *" $T "* ]]; then
-    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]} ${CMTESTS[*]} ${UCXTESTS[*]} ${QPERFTESTS[*]} qperf_lat_nocm qperf_bw_nocm)"
+    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${DVTESTS[*]} ${PERFTESTS[*]} ${CMTESTS[*]} ${UCXTESTS[*]} ${QPERFTESTS[*]} qperf_lat_nocm qperf_bw_nocm)"
   fi
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
@@ -147,6 +155,7 @@ guest_program() {
     rping|ucmatose|udaddy|rdma_server|mckey) echo "$1";;
     ucx_*) echo ucx_perftest;;
     qperf_*) echo qperf;;
+    dv_rc) echo ibv_rc_pingpong;;
     *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
   esac
 }
@@ -156,6 +165,11 @@ if ((C_MODE)); then
   done
   echo "=== building pyroce's C driver ($PYTHON -m pyroce run --print-env)"
   "${HOST_ENV[@]}" "$PYTHON" -m pyroce run --print-env >"$WORK/driver.log" 2>&1 || { cat "$WORK/driver.log" >&2; die "the C driver did not build"; }
+  if [[ " ${TOOLS[*]} " == *" dv_rc "* ]]; then  # built against the system's libmlx5, run on pyroce's
+    echo "=== building tests/c/mlx5dv_pingpong.c"
+    cc -O2 -Wall -Werror -o "$WORK/mlx5dv_pingpong" "$REPO/tests/c/mlx5dv_pingpong.c" -lmlx5 -libverbs \
+      || die "tests/c/mlx5dv_pingpong.c did not build (libibverbs-dev's infiniband/mlx5dv.h and libmlx5.so)"
+  fi
 fi
 
 STARTED_VM=0
@@ -286,14 +300,17 @@ PASSED=(); FAILURES=()
 
 # pingpong_pair T SIZE: the commands of ibv_T_pingpong at SIZE bytes
 pingpong_pair() {
-  local tool="${1}_pingpong" chk="$CHK"
+  local tool="${1#dv_}_pingpong" chk="$CHK"
   COMMON=(-p "$PORT" -s "$2" -r "$RXD" -n "$ITERS")
   [[ "$1" == ud ]] || COMMON+=(-m "$MTU")  # ud_pingpong has no -m (nor -c)
   [[ "$1" == srq ]] && COMMON+=(-q "$NQP")
   [[ "$1" == ud ]] && chk=""
   GUEST_CMD="ibv_$tool -d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
   GUEST_LABEL="ibv_$tool"
-  if ((C_MODE)); then
+  if [[ "$1" == dv_rc ]]; then  # the host side posts by hand through mlx5dv
+    HOST_CMD=("$PYTHON" -m pyroce run -- "$WORK/mlx5dv_pingpong" -d pyroce0 -g 3 "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_LABEL="pyroce run -- mlx5dv_pingpong"
+  elif ((C_MODE)); then
     HOST_CMD=("$PYTHON" -m pyroce run -- "ibv_$tool" -d pyroce0 -g 3 "${COMMON[@]}" ${chk:+"$chk"})
     HOST_LABEL="pyroce run -- ibv_$tool"
   else
