@@ -18,6 +18,7 @@ from pyroce.nic.port import Port
 from pyroce.nic.tx import TxBatch
 from pyroce.verbs.enums import ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, SendWR
+from pyroce.wire.icrc import ICRC_LEN
 from tests.rc_pair import connected_pair
 
 pytestmark = pytest.mark.embedded_nic  # the engine's own failures, reached in the device model
@@ -48,19 +49,15 @@ def test_a_failed_send_is_not_sent_again_by_the_next_batch() -> None:
     link = RefusingLink(wire, "10.7.0.1")
     receiver = wire.link("10.7.0.2")
     batch = TxBatch(memoryview(bytearray(4096)), Port(link, None, Counter(), time.monotonic), Counter())
-    batch.start("10.7.0.2", gso=False)
-    batch.view[:5] = b"first"
-    batch.slot(5)
+    path = link.tx_path("10.7.0.2")
     with pytest.raises(OSError, match="refused"):
-        batch.added(5)  # not GSO: the packet leaves at once, and the link raises
+        batch.send("10.7.0.2", path, [b"first"])  # not GSO: the packet leaves at once, and the link raises
     assert batch.segments == 0 and batch.end == 0  # nothing left behind to be sent again
-    batch.start("10.7.0.2", gso=False)
-    offset, _, _ = batch.slot(6)
-    batch.view[offset : offset + 6] = b"second"
-    batch.added(6)
+    batch.send("10.7.0.2", path, [b"second"])
     buf = bytearray(64)
     got = receiver.recv_into(buf)
-    assert got is not None and bytes(buf[: got[0]]) == b"second" and receiver.recv_into(buf) is None
+    assert got is not None and bytes(buf[:6]) == b"second" and got[0] == 6 + ICRC_LEN
+    assert receiver.recv_into(buf) is None
 
 
 def test_a_qp_failed_with_work_in_flight_leaves_none_counted() -> None:

@@ -51,8 +51,8 @@ class Port:
     def __init__(self, link: Link, faults: FaultInjector | None, counters: Counter[str], clock: Clock) -> None:
         self.link = link
         self.address = link.address
-        self.gso = link.gso
-        self.faults = faults
+        self.faults = faults  # fixed for the port's life (``TxBatch`` chooses its way out once)
+        self.gso = link.gso and faults is None  # GSO batches, never through faults (they hit single datagrams)
         self._counters = counters
         self._clock = clock
         self._loopback: deque[tuple[bytes, str]] = deque()  # a datagram, the address it was sent to
@@ -76,11 +76,6 @@ class Port:
         if mapped or gid[:2] == _LINK_LOCAL:
             return None
         return str(ipaddress.IPv6Address(gid))
-
-    def gso_to(self, peer: str) -> bool:
-        """Whether packets to ``peer`` may leave as GSO batches: not through faults (which
-        hit single datagrams) and not on the loopback (which carries single datagrams)."""
-        return self.gso and self.faults is None and peer != self.address and peer not in self.joined
 
     def transmit(self, peer: str, data: memoryview | bytes) -> None:
         """One datagram to ``peer``: through the fault injector if one is set, else straight out."""

@@ -23,32 +23,44 @@ from pyroce.wire.packet import Packet, PacketRun, packet_length
 class TxBatch:
     """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
 
-    __slots__ = ("_counters", "_peer", "_port", "end", "gso", "segment_size", "segments", "view")
+    __slots__ = ("_counters", "_peer", "_port", "_transmit", "end", "gso", "segment_size", "segments", "view")
 
     def __init__(self, view: memoryview, port: Port, counters: Counter[str]) -> None:
         self.view = view  # the engine's transmit buffer
         self._port = port  # sends the device's way (faults, loopback, capture, link)
+        # one datagram out: through the fault injector if the port has one (set at its making)
+        self._transmit = port.put if port.faults is None else port.transmit
         self._counters = counters  # the device's: sent_bytes, drop_tx_full
         self._peer = ""
         self.gso = False
         self.end = self.segments = self.segment_size = 0
 
-    def start(self, peer: str, gso: bool) -> None:
-        """Packets for ``peer`` come next: what is gathered for another peer goes first."""
-        gso = gso and self._port.gso
+    def send(self, peer: str, path: RocePath, items: list[Packet | PacketRun | bytes]) -> None:
+        """Build ``items`` (a run's packets in one loop; ``bytes``: a packet built from BTH
+        through padding, ``AckTemplate``'s or ``BthTemplate``'s) for ``peer`` into the batch;
+        what is gathered for another peer goes first, what does not fit goes out on the way,
+        the rest with the next ``flush`` (so the ACKs of many QPs to one peer share a send).
+        GSO batches go only where the port allows them: not through faults (which hit single
+        datagrams), not on the loopback or to a joined group (which carry single datagrams)."""
+        port = self._port
+        gso = port.gso and peer != port.address and peer not in port.joined
         if self.segments and (peer != self._peer or gso != self.gso):
             self.flush()
         self._peer = peer
         self.gso = gso
-
-    def send(self, path: RocePath, items: list[Packet | PacketRun | bytes]) -> None:
-        """Build ``items`` (a run's packets in one loop; ``bytes``: a packet built from BTH
-        through padding, ``AckTemplate``'s) into the batch; what does not fit goes
-        out on the way, the rest with the next ``flush`` (so the ACKs of many QPs to one peer
-        share a send)."""
         view = self.view
         for item in items:
-            if type(item) is PacketRun:
+            if type(item) is bytes:  # built already: copied, its ICRC added
+                if not gso:  # a datagram of its own, straight out (the batch holds nothing)
+                    view[: len(item)] = item
+                    size = path.seal(view, 0, len(item))
+                    self._counters["sent_bytes"] += size
+                    self._transmit(peer, view[:size])
+                    continue
+                offset, segment, _ = self.slot(len(item) + ICRC_LEN)
+                view[offset : offset + len(item)] = item
+                self.added(path.seal(view, offset, len(item), segment))
+            elif type(item) is PacketRun:
                 size = BTH_LEN + item.pmtu + ICRC_LEN
                 index, total = 0, len(item.payload) // item.pmtu
                 while index < total:
@@ -56,10 +68,6 @@ class TxBatch:
                     path.build_run_into(view, offset, item, index, count, segment)
                     self.added(size, count)
                     index += count
-            elif type(item) is bytes:  # built already (an ACK): copied, its ICRC added
-                offset, segment, _ = self.slot(len(item) + ICRC_LEN)
-                view[offset : offset + len(item)] = item
-                self.added(path.seal(view, offset, len(item), segment))
             else:
                 offset, segment, _ = self.slot(packet_length(item))  # type: ignore[arg-type]
                 self.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]
@@ -93,7 +101,7 @@ class TxBatch:
         self._counters["sent_bytes"] += self.end
         try:
             if self.segments == 1:
-                self._port.transmit(self._peer, data)
+                self._transmit(self._peer, data)
             elif not self._port.send_segments(data, self.segment_size, self._peer):
                 self._counters["drop_tx_full"] += self.segments
         finally:  # whatever happened to them, these packets are not sent again
