@@ -62,10 +62,10 @@ class QpConfig:
     qkey: int = 0  # UD: the Q_Key a datagram must carry to be received
     sqd_notify: bool = False  # en_sqd_async_notify of the last RTS -> SQD: raise SQ_DRAINED when drained
 
-    @property
-    def ack_timeout_s(self) -> float | None:
-        """Seconds before an unacknowledged request is resent; ``None`` when timeout is 0."""
-        return ACK_TIMEOUT_UNIT_S * (1 << self.timeout) if self.timeout else None
+
+def ack_timeout_s(timeout: int) -> float | None:
+    """Seconds before an unacknowledged request is resent at ``timeout``; ``None`` when it is 0."""
+    return ACK_TIMEOUT_UNIT_S * (1 << timeout) if timeout else None
 
 
 class RcQp:
@@ -85,6 +85,8 @@ class RcQp:
         self.sq_draining = False  # entered SQD from RTS and started WQEs are not all done (query's sq_draining)
         self.counters: Counter[str] = Counter()
         self.error_detail = ""  # one line on why the QP's last failed work request failed
+        # config.timeout in seconds, kept as a value (read per message and per ACK): set by ``modify``
+        self.ack_timeout_s = ack_timeout_s(config.timeout)
         self.requester = Requester(self)
         self.completer = Completer(self)
         self.responder = Responder(self, srq)
@@ -93,9 +95,10 @@ class RcQp:
 
     def modify(self, state: QpState) -> None:
         """Move to ``state`` (the verbs layer has already checked the transition and copied
-        the attributes into ``config``). Entering RTR/RTS starts the PSNs from the config;
-        entering SQD from RTS starts a drain (``output`` ends it)."""
+        the attributes into ``config``; ``ack_timeout_s`` follows). Entering RTR/RTS starts
+        the PSNs from the config; entering SQD from RTS starts a drain (``output`` ends it)."""
         previous, self.state = self.state, state
+        self.ack_timeout_s = ack_timeout_s(self.config.timeout)  # the attributes changed with the state
         self.sq_draining = state is QpState.SQD and (previous is QpState.RTS or self.sq_draining)
         if state is QpState.RESET:
             self.requester.reset()

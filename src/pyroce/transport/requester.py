@@ -174,7 +174,7 @@ class Requester:
                 self.high_psn = self.psn
             if not self.qp.service.acked:
                 self._retire_sent()
-            elif self.ack_deadline is None and (timeout := config.ack_timeout_s) is not None:
+            elif self.ack_deadline is None and (timeout := self.qp.ack_timeout_s) is not None:
                 self.ack_deadline = now + timeout
         return added
 
@@ -317,7 +317,7 @@ class Requester:
             config = self.qp.config
             self.retry(self.comp_psn, Reason.ACK_TIMEOUT,
                        f"no ACK for PSN 0x{self.comp_psn:06x} after {config.retry_cnt} retries at timeout "
-                       f"{config.timeout} ({(config.ack_timeout_s or 0) * 1e3:.0f} ms each): "
+                       f"{config.timeout} ({(self.qp.ack_timeout_s or 0) * 1e3:.0f} ms each): "
                        "peer unreachable or not in RTR")  # fmt: skip
 
     # --- what the completer tells the requester ----------------------------------------------
@@ -351,7 +351,7 @@ class Requester:
         self.retry_left = config.retry_cnt
         self.rnr_left = config.rnr_retry
         self.retrying = False
-        timeout = config.ack_timeout_s
+        timeout = self.qp.ack_timeout_s
         self.ack_deadline = now + timeout if timeout is not None and self.comp_psn != self.psn else None  # outstanding
 
     # --- completion ---------------------------------------------------------------------
