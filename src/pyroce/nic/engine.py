@@ -120,7 +120,7 @@ class Engine:
             return
         self.rung.discard(qp)
         try:
-            self.fetch(qp)
+            self.fetch_sends(qp)
             self._service(qp, self.now)
         except Exception as exc:  # noqa: BLE001 - contained to the QP
             self._fail(qp, exc, "send queue")
@@ -199,7 +199,7 @@ class Engine:
             # New work goes out before the receive below: a request on its way while this
             # pass looks at the socket, not after (it is the latency of a lone post).
             try:
-                self.fetch(qp)
+                self.fetch_sends(qp)
                 self._service(qp, now)
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "send queue")
@@ -213,7 +213,7 @@ class Engine:
         if self.receives:
             for qp in list(self.receives):
                 try:
-                    self.fetch(qp)
+                    self.fetch_receives(qp)
                 except Exception as exc:  # noqa: BLE001 - contained to the QP
                     self._fail(qp, exc, "receive queue")
             self.receives.clear()
@@ -267,8 +267,9 @@ class Engine:
             demux.touched.clear()
         return taken > 0
 
-    def fetch(self, qp: HwQp) -> None:
-        """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
+    def fetch_sends(self, qp: HwQp) -> None:
+        """Take new WQEs from the QP's send ring (private copies; see nic.wqe): its send
+        doorbell rang (a receive doorbell is ``fetch_receives``')."""
         rc = qp.rc
         producer = qp.doorbell.read(DoorbellRecord.SEND)
         while qp.sq_consumer & 0xFFFF != producer:
@@ -297,6 +298,11 @@ class Engine:
                 # taken as read up to its producer, so the error is reported once.
                 qp.sq_consumer += (producer - qp.sq_consumer) & 0xFFFF
                 break
+        self.active.add(qp)
+
+    def fetch_receives(self, qp: HwQp) -> None:
+        """Take new WQEs from the QP's receive ring: its receive doorbell rang."""
+        rc = qp.rc
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
             rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
