@@ -20,6 +20,7 @@ from pyroce.wire import (
     psn_add,
     psn_compare,
     psn_diff,
+    psn_in_range,
     psn_in_window,
     rnr_nak_syndrome,
     rnr_timer_from_us,
@@ -41,12 +42,21 @@ def test_psn_wraps_at_2_24():
     assert psn_compare(0xFFFFFE, 0x000005) == -1
     assert psn_compare(7, 7) == 0
     assert psn_in_window(0x2, 0xFFFFFE, 5) and not psn_in_window(0x3, 0xFFFFFE, 5)
+    assert psn_in_range(0x1, 0xFFFFFE, 0x2) and not psn_in_range(0x2, 0xFFFFFE, 0x2)
 
 
 def test_psn_half_window_boundary():
     """A PSN 2^23 ahead counts as behind (the window is [-2^23, 2^23))."""
     assert psn_diff(1 << 23, 0) == -(1 << 23)
     assert psn_diff((1 << 23) - 1, 0) == (1 << 23) - 1
+
+
+@given(psns, psns, st.integers(0, (1 << 23) - 1))
+def test_psn_in_range_is_the_two_comparisons(psn, first, count):
+    """One test for ``first <= psn < first + count`` across the wrap, as the completer's ghost
+    check wrote it with two ``psn_diff`` calls."""
+    end = psn_add(first, count)
+    assert psn_in_range(psn, first, end) == (psn_diff(psn, first) >= 0 and psn_diff(psn, end) < 0)
 
 
 @given(psns, st.integers(-(1 << 23), (1 << 23) - 1))

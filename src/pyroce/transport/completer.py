@@ -20,7 +20,7 @@ from pyroce.wire.bth import run_length
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import Buffer, Packet
-from pyroce.wire.psn import psn_add, psn_diff
+from pyroce.wire.psn import psn_add, psn_diff, psn_in_range
 
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
@@ -79,27 +79,24 @@ class Completer:
                 return entry.work.op in kinds
         return False
 
-    def receive_ack_predicted(self, psn: int, now: float) -> bool:
-        """An ACK (its AETH says ACK) on the fast path (``RcQp.receive_predicted``): what
-        ``receive`` does with it, without the ``Packet``. False leaves a ghost to ``receive``."""
+    def positive_ack(self, psn: int, now: float) -> bool:
+        """An ACK (its AETH says ACK) at ``psn``: retire what it acknowledges (an implied NAK
+        if it skips a read). The fast path's (``RcQp.receive_predicted``, without a ``Packet``)
+        and ``receive``'s; False for a ghost, which the fast path leaves to ``receive``."""
         if self._ghost(psn):
             return False
-        self._positive_ack(psn, now)
-        return True
-
-    def _ghost(self, psn: int) -> bool:
-        """A response can only name a PSN that was sent and is not yet acknowledged."""
-        req = self.qp.requester
-        return psn_diff(psn, req.comp_psn) < 0 or psn_diff(psn, req.psn) >= 0
-
-    def _positive_ack(self, psn: int, now: float) -> None:
-        """An ACK at ``psn``: retire what it acknowledges (an implied NAK if it skips a read)."""
         req = self.qp.requester
         before = req.comp_psn
         if not self._ack_through(psn):
             self._implied_nak()
         elif req.comp_psn != before:
             req.progress(now)
+        return True
+
+    def _ghost(self, psn: int) -> bool:
+        """A response can only name a PSN that was sent and is not yet acknowledged."""
+        req = self.qp.requester
+        return not psn_in_range(psn, req.comp_psn, req.psn)
 
     def receive_read_predicted(self, psn: int, payload: memoryview | bytes, last: bool, now: float) -> bool:
         """Place a READ response packet if it is the next one the READ at the head of the queue
@@ -150,16 +147,17 @@ class Completer:
         queue = req.queue
         while queue and queue[0].started:
             entry = queue[0]
-            if psn_diff(psn, entry.first_psn) < 0:
-                break
-            if psn_diff(entry.last_psn, psn) > 0 or entry.rd_atomic:
+            past = psn_diff(psn, entry.last_psn)
+            if past < 0 or entry.rd_atomic:
+                if psn_diff(psn, entry.first_psn) < 0:
+                    break
                 # Partly acknowledged (a long message ACKed every 64 packets), or a read/atomic
                 # whose own response must retire it.
                 if not entry.rd_atomic:
                     req.comp_psn = psn_add(psn, 1)
                     return True
-                return psn_diff(psn, entry.last_psn) <= 0
-            req.complete_head()
+                return past <= 0
+            req.complete_head()  # all of it acknowledged (``psn`` at or past its last PSN)
             req.comp_psn = psn_add(entry.last_psn, 1)
         return True
 
@@ -182,7 +180,7 @@ class Completer:
         syndrome = pkt.aeth.syndrome  # type: ignore[union-attr]
         kind = syndrome_kind(syndrome)
         if kind is AethKind.ACK:
-            self._positive_ack(psn, now)
+            self.positive_ack(psn, now)  # (not a ghost: ``receive`` looked)
             return
         before = req.comp_psn
         if not self._ack_through(psn_add(psn, -1)):  # a NAK acknowledges everything before it

@@ -200,13 +200,13 @@ class RcQp:
 
     def _receive_ack_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
-        what it acknowledges (``Completer.receive_ack_predicted``)."""
+        what it acknowledges (``Completer.positive_ack``)."""
         _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & (TVER_MASK | PAD_MASK) or pkey != self.config.pkey or self.state not in ACKED_STATES:
             return False
         if SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK:
             return False
-        placed = self.completer.receive_ack_predicted(psn & PSN_MASK, now)
+        placed = self.completer.positive_ack(psn & PSN_MASK, now)
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed

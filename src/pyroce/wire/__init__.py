@@ -79,6 +79,6 @@ from pyroce.wire.mtu import Mtu, mtu_for_netdev, mtu_from_bytes, mtu_to_bytes
 from pyroce.wire.opcodes import OPCODES, Opcode, OpFlag, OpInfo, PayloadRule, Transport, opcode_name
 from pyroce.wire.packet import Packet, build_packet_into, packet_length, parse_packet
 from pyroce.wire.pcap import PcapReader, PcapRecord, PcapWriter, read_pcap
-from pyroce.wire.psn import PSN_MASK, psn_add, psn_compare, psn_diff, psn_in_window
+from pyroce.wire.psn import PSN_MASK, psn_add, psn_compare, psn_diff, psn_in_range, psn_in_window
 
 __all__ = [name for name in dir() if not name.startswith("_")]

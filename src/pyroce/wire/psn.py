@@ -30,3 +30,9 @@ def psn_compare(a: int, b: int) -> int:
 def psn_in_window(psn: int, first: int, count: int) -> bool:
     """Whether ``psn`` lies in the ``count`` PSNs starting at ``first`` (wrap-aware)."""
     return ((psn - first) & PSN_MASK) < count
+
+
+def psn_in_range(psn: int, first: int, end: int) -> bool:
+    """Whether ``psn`` lies in ``[first, end)`` (wrap-aware; the range shorter than 2**23): one
+    test where ``psn_diff(psn, first) >= 0 and psn_diff(psn, end) < 0`` takes two calls."""
+    return ((psn - first) & PSN_MASK) < ((end - first) & PSN_MASK)
