@@ -350,6 +350,14 @@ def test_closed_qp_is_ebadf(pd, cq, mr):
         modify_state(qp, QPS.IBV_QPS_RESET)
     with raises_errno(errno.EBADF):
         qp.post_recv(recv_wr(mr, 1))
+    with raises_errno(errno.EBADF):
+        qp.post_send(send_wr(mr))
+
+
+def test_closed_cq_is_ebadf(cq):
+    cq.close()
+    with raises_errno(errno.EBADF):
+        cq.poll(1)
 
 
 def test_mr_dropped_without_close_is_deregistered(pd):

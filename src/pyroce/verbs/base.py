@@ -57,7 +57,12 @@ class PyverbsObject:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise PyverbsRDMAError(f"{type(self).__name__} is closed", errno.EBADF)
+            raise self._closed_error()
+
+    def _closed_error(self) -> PyverbsRDMAError:
+        """EBADF for a closed object (the fast path, a post, a poll or a key read, tests
+        ``closed`` itself and calls this only when it is set)."""
+        return PyverbsRDMAError(f"{type(self).__name__} is closed", errno.EBADF)
 
 
 def check_injected(device: NicDevice, verb: str, action: str) -> None:

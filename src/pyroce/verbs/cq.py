@@ -179,7 +179,8 @@ class CQ(PyverbsObject):
 
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         """Up to ``num_entries`` completions, oldest first: ``(count, [WC, ...])``."""
-        self._check_open()
+        if self.closed:
+            raise self._closed_error()
         wcs: list[WC] = []
         if num_entries <= 0:
             return 0, wcs

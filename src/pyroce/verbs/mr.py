@@ -103,12 +103,14 @@ class MR(PyverbsObject):
 
     @property
     def lkey(self) -> int:
-        self._check_open()
+        if self.closed:
+            raise self._closed_error()
         return self.region.key
 
     @property
     def rkey(self) -> int:
-        self._check_open()
+        if self.closed:
+            raise self._closed_error()
         return self.region.key
 
     def rereg(self, flags: int, pd: PD | None = None, addr: Any = 0, length: int = 0, access: int = 0) -> None:

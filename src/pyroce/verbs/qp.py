@@ -413,7 +413,8 @@ class QP(PyverbsObject):
     def post_send(self, send_wr: SendWR, bad_wr: object = None) -> None:
         """Write one WQE per WR of the chain, then ring the doorbell once. WRs before a bad one
         are posted, as in libibverbs; the bad one raises."""
-        self._check_open()
+        if self.closed:
+            raise self._closed_error()
         if self.ctx.device.verb_faults is not None:  # a fault plan's: no call per post without one
             check_injected(self.ctx.device, "post_send", "post send")
         wrs = []
@@ -527,7 +528,8 @@ class QP(PyverbsObject):
         return self.pd.read_registered(sge.addr, sge.length, "post send")
 
     def post_recv(self, wr: RecvWR, bad_wr: object = None) -> None:
-        self._check_open()
+        if self.closed:
+            raise self._closed_error()
         if self.ctx.device.verb_faults is not None:  # a fault plan's: no call per post without one
             check_injected(self.ctx.device, "post_recv", "post receive")
         if self.srq is not None:  # rxe: the QP has no receive queue (ibv_post_srq_recv is the way)
