@@ -167,46 +167,40 @@ class RcQp:
         config = self.config
         size = len(data)
         if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:
-            return self.service.acked and self._receive_ack_predicted(data, now)
-        if size <= BTH_LEN + ICRC_LEN or data[0] not in self.service.predicted:
-            return False
-        opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
-            return False
-        if self.state is QpState.RTR and not self.established:
-            return False  # the first packet in RTR raises COMM_EST: the general path's
-        pad = flags >> 4 & 3
-        end = size - ICRC_LEN - pad
-        op_flags = OPCODE_FLAGS[opcode]
-        start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
-        if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4; a solicited one goes the
-            if flags & SE_MASK:  # general way, which reports the SE in its completion
+            # An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
+            # what it acknowledges (``Completer.positive_ack``).
+            _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
+            if (not self.service.acked or flags & (TVER_MASK | PAD_MASK) or pkey != config.pkey
+                    or self.state not in ACKED_STATES or SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):  # fmt: skip
                 return False
-            if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
-                return False
-        elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
-            return False
-        if op_flags & Flag.ACK:  # a READ response: its AETH (LAST) must say ACK
-            if self.state is QpState.RTR or (start > BTH_LEN and SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):
-                return False
-            placed = self.completer.receive_read_predicted(
-                psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
-            )
+            placed = self.completer.positive_ack(psn & PSN_MASK, now)
         else:
-            placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
-        if placed:
-            self.counters["rcvd_pkts"] += 1
-        return placed
-
-    def _receive_ack_predicted(self, data: memoryview | bytes, now: float) -> bool:
-        """An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
-        what it acknowledges (``Completer.positive_ack``)."""
-        _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
-        if flags & (TVER_MASK | PAD_MASK) or pkey != self.config.pkey or self.state not in ACKED_STATES:
-            return False
-        if SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK:
-            return False
-        placed = self.completer.positive_ack(psn & PSN_MASK, now)
+            if size <= BTH_LEN + ICRC_LEN or data[0] not in self.service.predicted:
+                return False
+            opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
+            if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
+                return False
+            if self.state is QpState.RTR and not self.established:
+                return False  # the first packet in RTR raises COMM_EST: the general path's
+            pad = flags >> 4 & 3
+            end = size - ICRC_LEN - pad
+            op_flags = OPCODE_FLAGS[opcode]
+            start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
+            if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4; a solicited one goes the
+                if flags & SE_MASK:  # general way, which reports the SE in its completion
+                    return False
+                if not 0 < end - start <= config.pmtu or pad != -(end - start) & 3:
+                    return False
+            elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
+                return False
+            if op_flags & Flag.ACK:  # a READ response: its AETH (LAST) must say ACK
+                if self.state is QpState.RTR or (start > BTH_LEN and SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):
+                    return False
+                placed = self.completer.receive_read_predicted(
+                    psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
+                )
+            else:
+                placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
         if placed:
             self.counters["rcvd_pkts"] += 1
         return placed
