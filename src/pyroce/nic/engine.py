@@ -271,6 +271,7 @@ class Engine:
         """Take new WQEs from the QP's send ring (private copies; see nic.wqe): its send
         doorbell rang (a receive doorbell is ``fetch_receives``')."""
         rc = qp.rc
+        qp.local_held = False
         producer = qp.doorbell.read(DoorbellRecord.SEND)
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
@@ -282,7 +283,8 @@ class Engine:
                     break  # written while the engine copied it: read again on a later pass
                 if wqe.opcode in LOCAL_OPCODES:
                     if rc.has_send_work or rc.state is QpState.SQD:
-                        break  # in order: it runs once the WQEs before it complete (_note_sending); not in SQD
+                        qp.local_held = True  # in order: it runs once the WQEs before it complete
+                        break  # (_note_sending); not in SQD
                     qp.sq_consumer = after
                     self._local(qp, wqe)
                     continue
@@ -395,7 +397,7 @@ class Engine:
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1
-            if not sending and qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
+            if not sending and qp.local_held:
                 self.rung.add(qp)  # a BIND_MW or LOCAL_INV waited for the queue to drain
 
     def _complete(self, qp: HwQp) -> None:

@@ -74,3 +74,4 @@ class HwQp:
     direct: bool = False  # its driver posts by hand (mlx5dv): the engine reads its records every pass
     uar: memoryview | None = None  # a direct QP's register page (``rings.UAR_SIZE``), which the NIC keeps
     stalled: int = -1  # the send counter where a torn WQE stopped the engine (counted once)
+    local_held: bool = False  # the last fetch stopped at a BIND_MW or LOCAL_INV until the queue drains
