@@ -229,7 +229,7 @@ class CQ(PyverbsObject):
         if qp is not None and self.consumer < qp.reset_at.get(self.hw.cqn, 0):
             return None
         is_recv = cqe.opcode in RECV_OPCODES
-        wr_id = (qp.retire_recv(cqe.wqe_counter) if is_recv else qp.retire_send(cqe.wqe_counter)) if qp else 0
+        wr_id = (qp.rq.retire(cqe.wqe_counter) if is_recv else qp.retire_send(cqe.wqe_counter)) if qp else 0
         wc = WC(wr_id=wr_id, qp_num=cqe.qpn)
         if cqe.opcode in ERROR_OPCODES:
             wc.status = STATUS_OF_SYNDROME.get(cqe.syndrome, WcStatus.GENERAL_ERR)  # type: ignore[call-overload]

@@ -4,7 +4,8 @@ The QP's send and receive queues are rings in memory shared with the NIC, in mlx
 ``post_send`` encodes each WR as a WQE at the send producer counter (in 64-byte basic
 blocks), publishes the counter in the doorbell record and rings the doorbell; ``post_recv``
 does the same on the receive ring. The NIC reports completions by ``wqe_counter``, which this
-object turns back into ``wr_id`` (``retire_send``/``retire_recv``), as libmlx5 does.
+object turns back into ``wr_id`` (``retire_send``; ``rq.retire``, of its own receive queue or
+its SRQ's), as libmlx5 does.
 State changes are checked against the kernel's transition table (``qp_transitions``) and the
 device limits before the NIC sees them, with the errno libibverbs returns.
 """
@@ -560,10 +561,6 @@ class QP(PyverbsObject):
             if start & 0xFFFF == wqe_counter:
                 break
         return wr_id
-
-    def retire_recv(self, wqe_counter: int) -> int:
-        """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
-        return self.rq.retire(wqe_counter)
 
     def attach_mcast(self, gid: GID, lid: int = 0) -> None:
         """``ibv_attach_mcast``: this UD QP receives the datagrams sent to multicast group
