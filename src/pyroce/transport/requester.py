@@ -161,7 +161,8 @@ class Requester:
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
-            resent = psn_diff(self.high_psn, self.psn)  # never negative: ``psn`` is at most ``high_psn``
+            # never negative: ``psn`` is at most ``high_psn``, and below it only after a rewind
+            resent = psn_diff(self.high_psn, self.psn) if self.high_psn != self.psn else 0
             if resent > 0:
                 self.qp.counters["retransmitted_pkts"] += min(resent, count)
             out.append(
