@@ -171,6 +171,7 @@ def test_doorbell_record_reads_aligned_words_across_the_counter_range() -> None:
         record.publish(DoorbellRecord.RECV, recv)
         assert bytes(record.buf) == recv.to_bytes(4, "big") + send.to_bytes(4, "big")
         assert (record.read(DoorbellRecord.SEND), record.read(DoorbellRecord.RECV)) == (send, recv)
+        assert record.producers() == (recv, send)  # a fetch's one call for both
     with pytest.raises(ValueError, match="aligned"):
         DoorbellRecord(memoryview(bytearray(DoorbellRecord.SIZE + 1))[1:])
 

@@ -361,9 +361,10 @@ class NicDevice:
                 qp.sq_consumer = qp.rq_consumer = 0
                 engine.rung.discard(qp)
                 engine.receives.discard(qp)
-            elif state is QpState.RTS:
-                # from SQD: a BIND_MW or LOCAL_INV the drain held back runs now (receives not
-                # yet fetched stay in ``receives``: to ERROR, the pass fetches them to be flushed)
+            elif qp in engine.receives or state is QpState.RTS:
+                engine.receives.discard(qp)
+                # to ERROR: its posted receives must be there to be flushed; to RTS (from SQD):
+                # a BIND_MW or LOCAL_INV the drain held back runs now
                 engine.rung.add(qp)
             qp.rc.modify(state)
             engine.active.add(qp)
@@ -467,9 +468,8 @@ class NicDevice:
             engine = self.engine
             qp = engine.qps[qpn]
             engine.doorbells(*self._doorbells.take())
-            if qp in engine.rung or qp in engine.receives:  # the work posted before the error is the work it fails
-                engine.fetch_sends(qp)
-                engine.fetch_receives(qp)
+            if qp in engine.rung or qp in engine.receives:
+                engine.fetch(qp)  # the work posted before the error is the work it fails
             engine.fail_qp(qp, detail, Reason.INJECTED)
         self._progress.wake()
 

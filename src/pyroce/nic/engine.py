@@ -40,7 +40,6 @@ from pyroce.nic.memory import MrTable
 from pyroce.nic.multicast import Multicast
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
-from pyroce.nic.rings import DoorbellRecord
 from pyroce.nic.timers import Timers
 from pyroce.nic.tx import TxBatch
 from pyroce.nic.wqe import LOCAL_OPCODES, FmCeSe, SendWqe, WqeError, WqeOpcode
@@ -120,7 +119,7 @@ class Engine:
             return
         self.rung.discard(qp)
         try:
-            self.fetch_sends(qp)
+            self.fetch(qp)
             self._service(qp, self.now)
         except Exception as exc:  # noqa: BLE001 - contained to the QP
             self._fail(qp, exc, "send queue")
@@ -199,7 +198,7 @@ class Engine:
             # New work goes out before the receive below: a request on its way while this
             # pass looks at the socket, not after (it is the latency of a lone post).
             try:
-                self.fetch_sends(qp)
+                self.fetch(qp)
                 self._service(qp, now)
             except Exception as exc:  # noqa: BLE001 - contained to the QP
                 self._fail(qp, exc, "send queue")
@@ -213,7 +212,7 @@ class Engine:
         if self.receives:
             for qp in list(self.receives):
                 try:
-                    self.fetch_receives(qp)
+                    self.fetch(qp)
                 except Exception as exc:  # noqa: BLE001 - contained to the QP
                     self._fail(qp, exc, "receive queue")
             self.receives.clear()
@@ -267,12 +266,11 @@ class Engine:
             demux.touched.clear()
         return taken > 0
 
-    def fetch_sends(self, qp: HwQp) -> None:
-        """Take new WQEs from the QP's send ring (private copies; see nic.wqe): its send
-        doorbell rang (a receive doorbell is ``fetch_receives``')."""
+    def fetch(self, qp: HwQp) -> None:
+        """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
         rc = qp.rc
         qp.local_held = False
-        producer = qp.doorbell.read(DoorbellRecord.SEND)
+        recv_producer, producer = qp.doorbell.producers()
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
             try:
@@ -300,13 +298,7 @@ class Engine:
                 # taken as read up to its producer, so the error is reported once.
                 qp.sq_consumer += (producer - qp.sq_consumer) & 0xFFFF
                 break
-        self.active.add(qp)
-
-    def fetch_receives(self, qp: HwQp) -> None:
-        """Take new WQEs from the QP's receive ring: its receive doorbell rang."""
-        rc = qp.rc
-        producer = qp.doorbell.read(DoorbellRecord.RECV)
-        while qp.rq_consumer & 0xFFFF != producer:
+        while qp.rq_consumer & 0xFFFF != recv_producer:
             rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
             qp.rq_consumer += 1
         self.active.add(qp)
@@ -316,10 +308,11 @@ class Engine:
         QP waiting at a torn WQE is looked at again, which costs one index compare, but is no news)."""
         moved = False  # news: a record moved, not a torn WQE looked at again
         for qp in self.direct:
-            if qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
+            recv_producer, send_producer = qp.doorbell.producers()
+            if send_producer != qp.sq_consumer & 0xFFFF:
                 self.rung.add(qp)
                 moved = moved or qp.stalled != qp.sq_consumer
-            if qp.doorbell.read(DoorbellRecord.RECV) != qp.rq_consumer & 0xFFFF and qp.srq is None:
+            if recv_producer != qp.rq_consumer & 0xFFFF and qp.srq is None:
                 self.receives.add(qp)
                 moved = True
         self.direct_found += moved
