@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from typing import Final
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
 from pyroce.nic.wqe import (
@@ -29,23 +30,17 @@ COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
 
-if sys.byteorder == "little":
+_LITTLE: Final = sys.byteorder == "little"  # a big-endian host stores a be32 as it is
 
-    def _be16_word(counter: int) -> int:
-        """The native u32 whose bytes are ``counter`` (16 bits) as a be32: ``htonl(counter)``."""
-        return (counter & 0xFF) << 24 | (counter & 0xFF00) << 8
 
-    def _be16_of(word: int) -> int:
-        """The low 16 bits of the be32 whose bytes are the native u32 ``word``: ``ntohl(word) & 0xFFFF``."""
-        return word >> 24 | (word >> 8) & 0xFF00
+def _be16_word(counter: int) -> int:
+    """The native u32 whose bytes are ``counter`` (16 bits) as a be32: ``htonl(counter)``."""
+    return (counter & 0xFF) << 24 | (counter & 0xFF00) << 8 if _LITTLE else counter
 
-else:  # pragma: no cover - a big-endian host stores a be32 as it is
 
-    def _be16_word(counter: int) -> int:
-        return counter
-
-    def _be16_of(word: int) -> int:
-        return word & COUNTER_MASK
+def _be16_of(word: int) -> int:
+    """The low 16 bits of the be32 whose bytes are the native u32 ``word``: ``ntohl(word) & 0xFFFF``."""
+    return word >> 24 | (word >> 8) & 0xFF00 if _LITTLE else word & COUNTER_MASK
 
 
 def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None:
@@ -75,9 +70,9 @@ class DoorbellRecord:
     written (e.g. 0x00ff -> 0x0100 read as 0x0000), after which the engine fetched ~65000 stale
     WQEs."""
 
-    SIZE = 8
-    RECV = 0
-    SEND = 4
+    SIZE: Final = 8
+    RECV: Final = 0
+    SEND: Final = 4
 
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
