@@ -114,8 +114,8 @@ class Demux:
                 datagram_qp.receive(pkt, now, None if network is None else network_header(network, len(data)))
             else:
                 qp.receive(pkt, now)  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
-            self.on_error(qpn, exc)
+        except Exception as error:  # noqa: BLE001 - contained: the caller fails this QP alone
+            self.on_error(qpn, error)  # not ``exc``: mypyc types one name once, and it is a MalformedPacket above
             return
         self.touched.add(qpn)
 
