@@ -14,6 +14,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -34,6 +35,8 @@ COMPILED = sorted(
     if path.relative_to(PACKAGE).as_posix() not in NOT_HOT
 )
 HOW_TO_COMPILE = "install gcc and Python's headers (python3-dev) and reinstall for the compiled build"
+# What pip runs setup.py for before it builds (build requirements, metadata): no compiling then
+METADATA_ONLY = {"egg_info", "dist_info", "sdist"}
 
 
 def why_pure() -> str | None:
@@ -42,13 +45,13 @@ def why_pure() -> str | None:
         return "PYROCE_PURE=1 at build"
     compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
     if shutil.which(compiler) is None:
-        return f"no C compiler ({compiler} not found)"
+        return f"no C compiler ({compiler} not found); {HOW_TO_COMPILE}"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return "no Python.h (Python's headers)"
+        return f"no Python.h (Python's headers); {HOW_TO_COMPILE}"
     try:
         import mypyc.build  # noqa: F401
     except ImportError:
-        return "mypy is not installed"
+        return "mypy is not installed (pip installs it to build: pyproject.toml); install it and reinstall"
     return None
 
 
@@ -58,7 +61,7 @@ def write_manifest(package_dir: Path, lines: list[str]) -> None:
 
 
 def pure(why: str) -> None:
-    print(f"pyroce: installing pure Python: {why}; {HOW_TO_COMPILE}", flush=True)
+    print(f"pyroce: installing pure Python: {why}", flush=True)
 
 
 class BuildCompiled(build_ext):
@@ -84,15 +87,17 @@ def compile_hot_modules() -> tuple[list[Extension], list[str]]:
 
         digests = [f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(PACKAGE).as_posix()}"
                    for path in COMPILED]  # fmt: skip
+        # isal, untyped for mypy where the build's environment lacks it, is called as any module
+        options = ["--follow-imports=silent", "--ignore-missing-imports"]
         try:
-            return mypycify(
-                [path.as_posix() for path in COMPILED] + ["--follow-imports=silent"], group_name="pyroce"
-            ), digests
-        except SystemExit as exc:  # mypy's type errors: it printed them
-            why = f"mypyc refused the sources ({exc})"
+            return mypycify([path.as_posix() for path in COMPILED] + options, group_name="pyroce"), digests
+        except SystemExit:  # mypy's type errors: it printed them
+            why = "mypyc refused the sources (mypy's errors above)"
     pure(why)
     return [], [f"# pure: {why}"]
 
 
-EXTENSIONS, MANIFEST_LINES = compile_hot_modules()
+EXTENSIONS, MANIFEST_LINES = [], []
+if sys.argv[1:2] and sys.argv[1] not in METADATA_ONLY:
+    EXTENSIONS, MANIFEST_LINES = compile_hot_modules()
 setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildCompiled})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import pyroce
-from tests.cli import cli_env
+from tests import cli
 
 PACKAGE = Path(pyroce.__file__).parent
 HOT = ("pyroce.wire.packet", "pyroce.transport.requester", "pyroce.nic.engine")  # compiled where the build compiles
@@ -34,7 +34,7 @@ needs_compiled = pytest.mark.skipif(not (PACKAGE / "compiled.sha256").is_file() 
 
 def report(env: dict[str, str] | None = None, path: Path | None = None) -> tuple[dict, str]:
     """(what the fresh Python says, its stderr); ``path`` first on PYTHONPATH instead of this tree's src."""
-    full = cli_env(env, drop=() if env and "PYROCE_PURE" in env else ("PYROCE_PURE",))
+    full = cli.cli_env(env, drop=() if env and "PYROCE_PURE" in env else ("PYROCE_PURE",))
     if path is not None:
         full["PYTHONPATH"] = str(path)
     done = subprocess.run([sys.executable, "-c", REPORT], env=full, capture_output=True, text=True, timeout=60,
@@ -58,6 +58,12 @@ def test_pyroce_pure_loads_every_module_from_its_py() -> None:
     found, stderr = report({"PYROCE_PURE": "1"})
     assert not found["compiled"] and found["build"] == "PYROCE_PURE=1" and stderr == ""
     assert set(HOT) <= set(found["files"]) and all_pure(found["files"])
+
+
+def test_doctor_says_which_runs_and_why() -> None:
+    result = cli.pyroce("doctor", "--json", env={"PYROCE_PURE": "1"}, timeout=60)
+    build = {check["name"]: check for check in json.loads(result.stdout)["checks"]}["build"]
+    assert build["ok"] and build["value"] == "pure Python" and build["why"] == "PYROCE_PURE=1"
 
 
 @needs_compiled
