@@ -220,6 +220,24 @@ def test_ud_verbs_from_a_program_built_against_libibverbs(driver_env: dict[str, 
 
 
 @needs_tools
+def test_multicast_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
+    """mckey's flow after its join: two UD QPs attached to a group both receive one datagram
+    sent to the MGID with QPN 0xFFFFFF; rxe's EINVAL for an RC QP, a unicast GID, detaching
+    what is not attached; destroying an attached QP detaches it."""
+    done = run_c_program("mcast_verbs", driver_env, tmp_path, address(4))
+    results = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines() if not line.startswith("received "))
+    for what in ("attach_rc_qp", "attach_unicast_gid", "detach_not_attached", "detach_twice"):
+        assert results.pop(what) == str(errno.EINVAL), what
+    assert set(results.values()) == {"0"}, results
+    received = sorted(line for line in done.stdout.splitlines() if line.startswith("received "))
+    assert received == [
+        f"received member={member} wr_id={10 + member} status=success byte_len=56 grh=1 src_qp_is_sender=1 "
+        "data=to every member"
+        for member in (0, 1)
+    ], done.stdout
+
+
+@needs_tools
 def test_memory_windows_from_a_program_built_against_libibverbs(driver_env: dict[str, str], tmp_path: Path) -> None:
     """Type 1 (ibv_bind_mw) and type 2 (IBV_WR_BIND_MW) windows on an RC QP connected to
     itself: writes through each land, SEND with invalidate and LOCAL_INV take a window back,
@@ -316,11 +334,13 @@ def test_extended_verbs_from_a_program_built_against_libibverbs(driver_env: dict
         assert line in lines, line
 
 
-def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str) -> subprocess.CompletedProcess:
-    """tests/c/<name>.c compiled here against the system's libibverbs and run on pyroce's; it exited 0."""
+def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str,
+                  libraries: tuple[str, ...] = ("-libverbs",)) -> subprocess.CompletedProcess:  # fmt: skip
+    """tests/c/<name>.c compiled here against the system's libibverbs (and ``libraries``) and run
+    on pyroce's; it exited 0."""
     program = tmp_path / name
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / f"{name}.c"),
-                    "-libverbs"], check=True, capture_output=True)  # fmt: skip
+                    *libraries], check=True, capture_output=True)  # fmt: skip
     done = subprocess.run([str(program)], env={**env, "PYROCE_ADDR": device_address}, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

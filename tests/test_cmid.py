@@ -311,6 +311,8 @@ def test_passive_addrinfo_and_its_errors() -> None:
     assert info.src_addr == ("127.0.0.1", 7471) and info.dst_addr is None
     active = AddrInfo(src="127.0.0.1", dst="127.0.0.2", dst_service="7471", port_space=UDP)
     assert active.src_addr == ("127.0.0.1", 0) and active.dst_addr == ("127.0.0.2", 7471)
+    group = AddrInfo(src="239.1.2.3", src_service="5000")  # the source alone, as rdma_getaddrinfo gives it
+    assert group.src_addr == ("239.1.2.3", 5000) and group.dst_addr is None
     with pytest.raises(PyverbsRDMAError) as bad:
         AddrInfo(dst="not-an-address", dst_service="1", flags=2)  # RAI_NUMERICHOST
     assert bad.value.error_code == errno.EADDRNOTAVAIL

@@ -18,7 +18,7 @@ from pyroce.nic.device import NicDevice
 from pyroce.nic.memory import MemoryRegion
 from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
-from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode
+from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_send_wqe
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 SQ_WQEBBS, CQES = 64, 64
@@ -42,7 +42,7 @@ class Host:
     def post_write(self, index: int, length: int, raddr: int, rkey: int) -> None:
         wqe = SendWqe(WqeOpcode.RDMA_WRITE, index, self.qpn, FmCeSe.CQ_UPDATE, raddr=raddr, rkey=rkey,
                       sges=(Sge(self.mr.addr, length, self.mr.key),))  # fmt: skip
-        self.produced = self.sq.post(self.produced, wqe)
+        self.produced = self.sq.post(self.produced, encode_send_wqe(wqe))
         self.doorbell.publish(DoorbellRecord.SEND, self.produced & 0xFFFF)
         self.device.ring_doorbell(self.qpn)
 

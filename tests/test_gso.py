@@ -95,7 +95,7 @@ def test_gso_send_arrives_as_segments_that_verify():
                 assert select.select([receiver.sock], [], [], 2)[0], f"{len(got)} of {len(packets)} arrived"
                 received = receiver.recv_into(rx)
                 assert received is not None
-                size, (peer, sport), step = received
+                size, (peer, sport), step, _ = received
                 for start in range(0, size, step):
                     datagram = memoryview(rx)[start : min(start + step, size)]
                     assert receiver.rx_path(peer, sport).verify(datagram)
@@ -164,7 +164,7 @@ def test_a_64k_write_leaves_in_two_gso_sends():
         got: list[Packet] = []
         while len(got) < 16:
             assert select.select([receiver.sock], [], [], 2)[0], f"{len(got)} of 16 packets arrived"
-            size, (peer, sport), step = receiver.recv_into(rx)  # type: ignore[misc]
+            size, (peer, sport), step, _ = receiver.recv_into(rx)  # type: ignore[misc]
             runs.append((size, step))
             for start in range(0, size, step):
                 datagram = memoryview(rx)[start : min(start + step, size)]
@@ -193,7 +193,7 @@ def test_a_damaged_segment_fails_alone():
         assert sender.send_segments(memoryview(buf)[:end], 1040, receiver.address)
         assert select.select([receiver.sock], [], [], 2)[0]
         rx = bytearray(65536)
-        size, (peer, sport), step = receiver.recv_into(rx)  # type: ignore[misc]
+        size, (peer, sport), step, _ = receiver.recv_into(rx)  # type: ignore[misc]
         assert (size, step) == (end, 1040)
         check = receiver.rx_path(peer, sport)
         assert [check.verify(memoryview(rx)[start : start + step]) for start in range(0, size, step)] == [
@@ -232,7 +232,7 @@ def test_a_damaged_segment_in_a_run_stops_prediction_and_is_counted():
         while not select.select([peer.sock], [], [], 0.01)[0]:
             ep.cq.poll()  # runs the engine
             assert time.monotonic() < deadline, "no answer from the NIC"
-        size, _, _ = peer.recv_into(rx)  # type: ignore[misc]
+        size, _, _, _ = peer.recv_into(rx)  # type: ignore[misc]
         answer = parse_packet(bytes(rx[:size]))
         assert (answer.bth.opcode, answer.bth.psn) == (Opcode.RC_ACKNOWLEDGE, 3)
         assert answer.aeth.syndrome == nak_syndrome(NakCode.PSN_SEQ_ERR)  # type: ignore[union-attr]

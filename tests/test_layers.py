@@ -29,7 +29,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "wire": frozenset({"ib"}),
     "transport": frozenset({"ib", "wire"}),  # sans-IO: time comes in as ``now``
     "cm": frozenset({"ib", "wire", "nic.events", "nic.timers"}),  # the connection manager on QP1, sans-IO
-    "link": frozenset({"wire"}),  # sockets, the in-memory wire, fault injection
+    "link": frozenset({"ib", "wire"}),  # sockets, the in-memory wire, Ethernet frames, fault injection
     "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
     # never the transport or the link (only the host's registry); the shared NIC's device as a client of it
@@ -40,7 +40,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
-    "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path"}),
+    # the simulator bridge: a model serving the NIC's engine by DMA, and the verbs' device at the other end
+    "bridge": frozenset({"nic", "link", "host", "ib", "nicd", "verbs"}),
+    "sim": frozenset({"link", "host", "nic", "verbs", "apps"}),  # pyroce in a simulator: the peer of a design, its corpus
+    "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path", "sim"}),
     "__main__": frozenset({"cli"}),
     "": frozenset(),  # pyroce/__init__.py
 }

@@ -29,11 +29,14 @@ from pyroce.wire import (
     parse_packet,
     verify_icrc,
 )
-from pyroce.wire.framing import pack_ip_udp
+from pyroce.wire.framing import RocePath, pack_ip_udp
+from pyroce.wire.headers import Aeth
+from pyroce.wire.packet import ACK_BYTES, AckTemplate
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
 IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02", traffic_class=3, flow_label=0x12345)
 UDP = UdpHeader(0xC001)
+PATH = RocePath(IP4, UDP)
 
 
 def datagram(pkt: Packet) -> bytes:
@@ -214,3 +217,19 @@ def test_parsed_payload_is_a_view_not_a_copy():
     assert isinstance(pkt.payload, memoryview)
     data[12] = ord("z")
     assert bytes(pkt.payload) == b"zbcd"
+
+
+@given(st.integers(0, 0xFFFFFF), st.integers(0, 0xFFFFFF), st.integers(0, 0xFFFFFF), st.integers(0, 0xFF),
+       st.integers(0, 3))  # fmt: skip
+def test_an_ack_template_patches_the_bytes_the_codecs_build(dqpn, psn, msn, syndrome, segment):
+    """The responder's ACKs are a template patched per ACK: the same bytes as an ACK ``Packet``
+    built by the BTH and AETH codecs, and the same ICRC once a path seals them."""
+    pkt = Packet(BTH(Opcode.RC_ACKNOWLEDGE, dqpn, psn), aeth=Aeth(syndrome, msn))
+    built = bytearray(64)
+    size = PATH.build_into(built, 0, pkt, segment)
+    ack = AckTemplate(dqpn, syndrome).ack(psn, msn)
+    assert len(ack) == ACK_BYTES == size - 4
+    sealed = bytearray(64)
+    sealed[: len(ack)] = ack
+    assert PATH.seal(sealed, 0, len(ack), segment) == size and sealed[:size] == built[:size]
+    assert parse_packet(sealed[:size]) == pkt

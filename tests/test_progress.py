@@ -12,10 +12,13 @@ import os
 import select
 import statistics
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import pytest
 
@@ -289,7 +292,9 @@ def test_an_engine_exception_fails_its_qp_not_the_caller(monkeypatch: pytest.Mon
         # An attribute, not a method: a class compiled with mypyc takes no replacement methods
         monkeypatch.setattr(device.qps[b.qp.qp_num].rc.responder, "recv_queue", Broken())
         _recv(b)
-        a.qp.post_send(SendWR(wr_id=7, sg=[SGE(a.mr.buf, 8, a.mr.lkey)]))  # a SEND ONLY: the general path
+        # With immediate data: the general path (header prediction takes a plain SEND ONLY)
+        a.qp.post_send(SendWR(wr_id=7, opcode=ibv_wr_opcode.IBV_WR_SEND_WITH_IMM, imm_data=1,
+                              sg=[SGE(a.mr.buf, 8, a.mr.lkey)]))  # fmt: skip
         wc = b.poll(1)[0]
         assert wc.status == ibv_wc_status.IBV_WC_GENERAL_ERR and wc.vendor_err == Reason.ENGINE_ERROR
         assert "pyroce engine error (receive): KeyError: 'injected'" in wc.reason
@@ -355,3 +360,37 @@ def test_host_mode_runs_only_when_stepped_in_the_hosts_time(monkeypatch: pytest.
     finally:
         a.close()
         b.close()
+
+
+ENDS_WITH_OBJECTS_OPEN = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.rc_pair import connected_pair
+from pyroce.verbs.wr import SGE, RecvWR, SendWR
+a, b = connected_pair()
+b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 100, b.mr.lkey)]))
+a.qp.post_send(SendWR(wr_id=2, sg=[SGE(a.mr.buf, 100, a.mr.lkey)]))
+a.poll(); b.poll()
+time.sleep(0.2)  # the engine thread takes over from the polls: its passes run when the program ends
+"""
+
+
+def test_a_program_that_ends_with_its_objects_open_exits(tmp_path: Path) -> None:
+    """The engine thread is a daemon, which the interpreter's finalization freezes where it
+    stands: were it still running then, a lock it held would hang the ``__del__`` of every MR
+    and QP after it (about two runs in five hung, five at a time, before the device stopped it
+    at exit). Five such programs at once, each must end."""
+    program = ENDS_WITH_OBJECTS_OPEN.format(root=str(Path(__file__).resolve().parent.parent))
+    runs = [subprocess.Popen([sys.executable, "-c", program], env={**os.environ, "PYROCE_STATS_DIR": str(tmp_path / str(i))},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(5)]  # fmt: skip
+    hung = 0
+    for run in runs:
+        try:
+            output, _ = run.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+            hung += 1
+            continue
+        assert run.returncode == 0, output
+    assert hung == 0, f"{hung} of {len(runs)} programs hung at their end"

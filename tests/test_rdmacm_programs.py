@@ -27,7 +27,8 @@ from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
 
-TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "ib_send_bw")
+TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "mckey",
+         "ib_send_bw", "ib_atomic_lat", "stdbuf")  # fmt: skip
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
@@ -94,6 +95,18 @@ def test_rping_verifies_its_pings(nic: tuple[str, dict[str, str]]) -> None:
     assert "error" not in (server_out + client_out).lower()
 
 
+def test_rping_quiet_with_a_size_of_its_own(nic: tuple[str, dict[str, str]]) -> None:
+    """rping -S (a 1000-byte ping buffer) -q (quiet) -V (verify): twenty verified pings and no ping
+    lines printed; both exit 0."""
+    address, env = nic
+    options = ("-a", address, "-p", "7179", "-C", "20", "-S", "1000", "-q", "-V")
+    server_rc, server_out, client_rc, client_out = pair(run("rping", "-s", *options), run("rping", "-c", *options),
+                                                        env)  # fmt: skip
+    assert client_rc == 0 and server_rc == 0, (server_out, client_out)
+    assert "ping data" not in server_out + client_out
+    assert "error" not in (server_out + client_out).lower(), (server_out, client_out)
+
+
 def test_rping_to_a_port_nobody_listens_on_is_rejected(nic: tuple[str, dict[str, str]]) -> None:
     """The NIC answers a REQ for a service nobody listens on with a REJ (invalid service ID, 8):
     rping says REJECTED and exits non-zero, at once."""
@@ -128,6 +141,37 @@ def test_udaddy_resolves_its_peer_through_sidr(nic: tuple[str, dict[str, str]]) 
         assert "test complete" in out and "error" not in out.lower(), out
 
 
+@pytest.mark.parametrize("sender_flags", [(), ("-o",)], ids=["full-member", "send-only"])
+def test_mckey_sends_to_the_group_its_receiver_joined(nic: tuple[str, dict[str, str]],
+                                                      sender_flags: tuple[str, ...]) -> None:  # fmt: skip
+    """mckey: the receiver joins 239.1.2.3 (rdma_join_multicast_ex: librdmacm attaches its QP on
+    MULTICAST_JOIN) and takes all ten datagrams the sender sends to the group's AH and QPN
+    0xFFFFFF; a send-only sender attaches nothing. Both leave and exit 0. The receiver's
+    output is line-buffered (stdbuf), so the sender starts once it has joined."""
+    address, env = nic
+    options = ("-m", "239.1.2.3", "-b", address, "-C", "10")
+    receiver = subprocess.Popen(run("stdbuf", "-oL", "mckey", *options), env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        lines = []
+        while not lines or "joined dgid" not in lines[-1]:
+            line = receiver.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"the receiver ended before it joined: {''.join(lines)}"
+            lines.append(line)
+        assert lines[-1].startswith("mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0"), lines
+        sender = subprocess.run(run("mckey", *options, "-s", *sender_flags), env=env, text=True, timeout=TIMEOUT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        received = "".join(lines) + receiver.communicate(timeout=60)[0]
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.communicate()
+    assert sender.returncode == 0 and receiver.returncode == 0, (sender.stdout, received)
+    for out in (sender.stdout, received):
+        assert "data transfers complete" in out and "test complete" in out and "failure" not in out, out
+    assert "receiving data transfers" in received and "initiating data transfers" in sender.stdout
+
+
 def test_rdma_server_and_client(nic: tuple[str, dict[str, str]]) -> None:
     """rdma_server/rdma_client: librdmacm's synchronous ids (rdma_create_ep, rdma_get_request,
     each id's own event channel) and rdma_verbs.h's SEND/RECV helpers."""
@@ -139,16 +183,21 @@ def test_rdma_server_and_client(nic: tuple[str, dict[str, str]]) -> None:
         assert "rdma_" in out and "error" not in out.lower(), out  # both print their steps and end
 
 
-def test_perftest_connects_through_rdma_cm(nic: tuple[str, dict[str, str]]) -> None:
-    """``ib_send_bw -R``: perftest's server and client meet through rdma_cm instead of its TCP
-    exchange, and the run ends with its final table."""
+PERFTEST_TOOLS = ("ib_send_bw", "ib_send_lat", "ib_write_bw", "ib_write_lat", "ib_read_bw", "ib_read_lat",
+                  "ib_atomic_bw", "ib_atomic_lat")
+
+
+@pytest.mark.parametrize("tool", PERFTEST_TOOLS)
+def test_perftest_connects_through_rdma_cm(nic: tuple[str, dict[str, str]], tool: str) -> None:
+    """perftest's ``-R``, each of its eight tools: server and client meet through rdma_cm instead of
+    its TCP exchange, and the run ends with its final table (a line for the size and iterations)."""
     address, env = nic
-    options = ("-d", "pyroce0", "-R", "-p", "7175", "-s", "4096", "-n", "100")
-    server_rc, server_out, client_rc, client_out = pair(run("ib_send_bw", *options),
-                                                        run("ib_send_bw", *options, address), env)  # fmt: skip
+    size = "8" if "atomic" in tool else "4096"
+    port = str(7180 + PERFTEST_TOOLS.index(tool))
+    options = ("-d", "pyroce0", "-R", "-p", port, "-s", size, "-n", "100")
+    server_rc, server_out, client_rc, client_out = pair(run(tool, *options), run(tool, *options, address), env)
     assert client_rc == 0 and server_rc == 0, (server_out, client_out)
-    for out in (server_out, client_out):
-        assert re.search(r"^\s*4096\s+100\s", out, re.MULTILINE), out
+    assert re.search(rf"^\s*{size}\s+100\s", client_out, re.MULTILINE), client_out
 
 
 @pytest.mark.parametrize("tool", ["rstream", "riostream"])

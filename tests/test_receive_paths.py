@@ -164,6 +164,28 @@ def test_the_middle_and_last_of_a_message_take_the_predicted_path(transport: Tra
     assert_same(pair)
 
 
+@pytest.mark.parametrize("transport", [Transport.RC, Transport.UC], ids=["rc", "uc"])
+@pytest.mark.parametrize(("recv", "predicted"), [("fits", 3), ("too_short", 0), ("none", 0), ("bad_lkey", 0)])
+def test_a_send_only_takes_the_predicted_path_when_its_receive_wqe_holds_it(transport: Transport, recv: str,
+                                                                            predicted: int) -> None:  # fmt: skip
+    """Small SENDs (one ONLY packet each) are placed by prediction into the receive WQEs
+    waiting for them; a WQE too short or unusable, or none, leaves the packet to the general
+    path, with the same outcome (NAK, error completion, RNR) as the twin that only has it."""
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256, transport=transport)
+    sender.buf[:] = random.Random(7).randbytes(SIZE)
+    pair = twins(transport=transport)
+    for node in pair:
+        if recv != "none":
+            for counter in range(3):
+                length, key = (2 if recv == "too_short" else 200), node.mr.key ^ (recv == "bad_lkey")
+                node.qp.post_recv(RecvWork(counter, (Sge(node.mr.addr + 256 * counter, length, key),)))
+    for counter in range(3):
+        sender.qp.post_send(SendWork(counter, WorkOp.SEND, (Sge(sender.mr.addr + 10 * counter, 100, sender.mr.key),)))
+    demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
+    assert demux.counters["predicted_pkts"] == predicted
+    assert_same(pair)
+
+
 def test_the_twins_differ_when_the_paths_would() -> None:
     """The comparison can fail: one twin given one datagram fewer is told apart."""
     sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256)

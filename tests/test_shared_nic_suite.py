@@ -1,9 +1,9 @@
 """The shared NIC is a full device: a representative set of this suite's verbs tests (RC, UC and
-UD data paths, atomics, SRQ, memory windows, CQ events, async events) runs again in a pytest of
-its own under ``PYROCE_NIC=shared``, on a shared NIC of that run's own (its own stats folder and
-loopback address), so a regression of the shared NIC fails here while the suite itself runs on
-the embedded NIC. The whole suite under ``PYROCE_NIC=shared`` is the full proof; this is the
-share of it CI runs every time (about half a minute)."""
+UD data paths, UD multicast, atomics, SRQ, memory windows, CQ events, async events, rdma_cm
+multicast) runs again in a pytest of its own under ``PYROCE_NIC=shared``, on a shared NIC of that
+run's own (its own stats folder and loopback address), so a regression of the shared NIC fails
+here while the suite itself runs on the embedded NIC. The whole suite under ``PYROCE_NIC=shared``
+is the full proof; this is the share of it CI runs every time (about half a minute)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ SELECTION = (
     "tests/test_uc_datapath.py::test_rdma_write",
     "tests/test_ud_datapath.py::test_reply_through_an_ah_made_from_the_wc",
     "tests/test_ud_datapath.py::test_ud_qps_take_their_receives_from_one_srq",
+    "tests/test_multicast.py::test_every_attached_qp_receives_one_send_and_no_other_does",
+    "tests/test_multicast.py::test_each_member_checks_the_q_key_and_counts_a_wrong_one",
+    "tests/test_multicast.py::test_misuse_is_einval_as_rxe_answers",
     "tests/test_srq.py::test_three_qps_take_the_srq_wqes_in_ring_order",
     "tests/test_srq.py::test_the_limit_event_fires_once_per_arming",
     "tests/test_memory_windows.py::test_a_type2_window_grants_its_range",
@@ -33,6 +36,8 @@ SELECTION = (
     "tests/test_cq_events.py::test_a_selector_wakes_for_the_next_completion[thread]",
     "tests/test_cq_events.py::test_get_cq_event_blocks_until_the_engine_writes_the_completion[thread]",
     "tests/test_async_events.py::test_a_qp_error_raises_qp_fatal[thread]",
+    "tests/test_cmid_multicast.py::test_the_event_carries_the_joins_context_and_counts_for_the_leave",
+    "tests/test_cmid_multicast.py::test_a_datagram_to_the_group_reaches_every_member_until_it_leaves",
 )
 
 

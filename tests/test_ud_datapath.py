@@ -13,10 +13,14 @@ from collections.abc import Iterator
 import pytest
 
 import pyroce.verbs.enums as e
+from pyroce.apps.rc_endpoint import RcEndpoint
+from pyroce.host.assembly import build_device
 from pyroce.ib.reasons import Reason
+from pyroce.link.memory import MemoryWire
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.ah import AH
 from pyroce.verbs.cq import CQ
+from pyroce.verbs.device import Context
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
@@ -330,3 +334,29 @@ def test_sqd_drains_a_ud_qp_at_once_and_resumes() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_datagram_posted_just_before_its_qp_is_destroyed_is_sent() -> None:
+    """A NIC fetches WQEs as the doorbell arrives, so a program that posts its last datagrams and
+    tears its QP down at once (mckey's sender) has sent them. In host mode nothing runs between
+    the post and the destroy: the destroy itself sends them."""
+    wire = MemoryWire()
+    devices = [build_device(f"ud-{i}", wire.link(f"10.4.0.{i + 1}"), progress="host") for i in range(2)]
+    sender, receiver = (RcEndpoint.open(2 * RECV_AT, qp_type=UD, context=Context(device=device)) for device in devices)
+    for endpoint in (sender, receiver):
+        attr = QPAttr(port_num=1)
+        attr.qkey, attr.sq_psn = QKEY, endpoint.psn
+        endpoint.qp.to_rts(attr)
+    post_recvs(receiver, 1)
+    sender.mr.write(b"last words", 10, 0)
+    send(sender, ah_to(sender, receiver.ctx.query_gid(1, 3).raw), receiver.qp.qp_num, 10)
+    sender.qp.close()
+    for device in devices:
+        device.step(0.0)
+    count, wcs = receiver.cq.poll(1)
+    assert count == 1 and wcs[0].status == e.ibv_wc_status.IBV_WC_SUCCESS and wcs[0].byte_len == GRH + 10, wcs
+    assert receiver.mr.read(10, RECV_AT + GRH) == b"last words"
+    for endpoint in (sender, receiver):
+        endpoint.close()
+    for device in devices:
+        device.close()

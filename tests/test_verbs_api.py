@@ -171,7 +171,7 @@ RXE_DEVICE = {  # rxe_param.h: the values libraries check (UCX, libfabric, MPI s
     "max_qp_rd_atom": 128, "max_qp_init_rd_atom": 128, "max_res_rd_atom": 0x3F000, "max_sge": 32,
     "max_sge_rd": 32, "max_qp_wr": 0x4000, "max_srq_sge": 27, "max_mr_size": (1 << 64) - 1,
     "page_size_cap": 0xFFFFF000, "atomic_caps": e.ibv_atomic_cap.IBV_ATOMIC_HCA, "phys_port_cnt": 1,
-    "local_ca_ack_delay": 15,
+    "local_ca_ack_delay": 15, "max_mcast_grp": 8192, "max_mcast_qp_attach": 56, "max_total_mcast_qp_attach": 0x70000,
 }  # fmt: skip
 RXE_PORT = {"active_width": 1, "active_speed": 1, "max_msg_sz": 0x800000, "max_vl_num": 1}  # 1X, SDR: 2.5 Gb/s
 

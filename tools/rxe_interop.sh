@@ -15,7 +15,8 @@
 # `pyroce run -- ib_TOOL -d pyroce0 -x 3 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
 # With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
-# perftest's ib_send_bw -R (-t send_bw_cm), each both ways; their servers are started by address, not TCP port.
+# perftest's ib_send_bw -R (-t send_bw_cm) and mckey (UD multicast: a receiver joins 239.77.0.9, the other side
+# sends to it), each both ways; their servers are started by address, not TCP port.
 # With --c also UCX's ucx_perftest (ucx_tag_lat: tag_lat 8 bytes, ucx_tag_bw: tag_bw 64 KiB, ucx_put_bw: ucp_put_bw
 # 64 KiB; -U iterations; UCX_TLS=rc_verbs,ud_verbs,self on each side's device; on rxe UCX_UD_VERBS_ETH_DGID_CHECK=n,
 # without which UCX's UD drops every packet rxe delivers, from rxe too) and qperf's rc_lat (2 bytes) and rc_bw
@@ -37,11 +38,11 @@
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
 #   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
-#   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm    # the rdma_cm programs
+#   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey    # the rdma_cm programs
 #   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw   # UCX and qperf
 #
 # Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
-#   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
+#   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
 #   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
 #   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)  -U UCX_ITERS (ucx_perftest -n: 200)
@@ -72,7 +73,8 @@ GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 PINGPONGS=(rc uc srq ud)
 PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
-CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm)
+CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm mckey)
+MCAST_GROUP=239.77.0.9  # mckey's group: joined on each side's interface of the namespace's bridge
 UCXTESTS=(ucx_tag_lat ucx_tag_bw ucx_put_bw)
 QPERFTESTS=(qperf_lat qperf_bw)  # qperf_lat_nocm, qperf_bw_nocm: with -t only (they fail on rxe as on pyroce)
 UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its connection), no shared memory or TCP
@@ -320,6 +322,11 @@ cm_pair() {
       G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
       H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 3 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
       SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
+    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it
+      G_SERVER="mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"; G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
+      H_SERVER=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
+      H_CLIENT=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -s -C "$CM_ITERS")
+      SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
   esac
   GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
 }
@@ -441,7 +448,7 @@ run_pair() {
 
 for T in "${TOOLS[@]}"; do
   if [[ "$T" == rping ]]; then SIZES=(64)
-  elif [[ "$T" == ucmatose || "$T" == udaddy || "$T" == rdma_server ]]; then SIZES=(0)
+  elif [[ "$T" == ucmatose || "$T" == udaddy || "$T" == rdma_server || "$T" == mckey ]]; then SIZES=(0)
   elif [[ "$T" == send_bw_cm ]]; then IFS=, read -ra SIZES <<<"$PERF_SIZES_ARG"
   elif [[ "$T" == ucx_tag_lat ]]; then SIZES=(8)
   elif [[ "$T" == qperf_lat* ]]; then SIZES=(2)

@@ -59,11 +59,12 @@ class RcEndpoint:
     def open(cls, mr_size: int, max_wr: int = 64, max_sge: int = 4, max_inline: int = 64,
              access: int = ALL_ACCESS, device: str = "pyroce0", psn: int | None = None,
              events: bool = False, qp_type: int = ibv_qp_type.IBV_QPT_RC,
-             send_ops_flags: int = 0) -> RcEndpoint:  # fmt: skip
+             send_ops_flags: int = 0, context: Context | None = None) -> RcEndpoint:  # fmt: skip
         """``events``: the CQ reports to a completion channel of its own; ``qp_type``: RC or UC
         (``connect`` sets what the transitions of either require); ``send_ops_flags``: the
-        extended verbs, a ``QPEx`` with these builders over a ``CQEX``."""
-        ctx = Context(name=device)
+        extended verbs, a ``QPEx`` with these builders over a ``CQEX``; ``context``: one already
+        open (on a device a simulator built) instead of ``device``'s."""
+        ctx = Context(name=device) if context is None else context
         pd = PD(ctx)
         channel = CompChannel(ctx) if events else None
         cap = QPCap(max_send_wr=max_wr, max_recv_wr=max_wr, max_send_sge=max_sge, max_recv_sge=max_sge,

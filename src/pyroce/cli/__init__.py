@@ -17,6 +17,7 @@ from pyroce import __version__
 from pyroce.apps.rc_endpoint import PollTimeout
 from pyroce.cli import (
     capture,
+    corpus,
     decode,
     demo,
     devices,
@@ -36,7 +37,7 @@ from pyroce.verbs.pyverbs_error import PyverbsError
 from pyroce.wire import WireError
 
 _TOOLS = (demo, decode, capture, stats, doctor, events, pingpong.RC_PINGPONG, pingpong.UC_PINGPONG, pingpong.SRQ_PINGPONG,
-          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run, nicd, rdma_core_tests)  # fmt: skip
+          pingpong.UD_PINGPONG, devices, devinfo, python, pyverbs_path, run, nicd, rdma_core_tests, corpus)  # fmt: skip
 
 ENVIRONMENT = """\
 environment:

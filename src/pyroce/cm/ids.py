@@ -14,6 +14,7 @@ from pyroce.cm.records import Address, CmEvent, PathValues
 from pyroce.ib.cm import PortSpace
 
 if TYPE_CHECKING:
+    from pyroce.cm.multicast import McGroup
     from pyroce.nic.events import EventQueue
     from pyroce.wire.cm import CmRep, CmReq
 
@@ -75,6 +76,7 @@ class CmId:
         self.backlog = 0
         self.listener: CmId | None = None  # a passive id: the listener its REQ came to
         self.pending: set[CmId] = set()  # a listener: its children not yet accepted or rejected
+        self.groups: list[McGroup] = []  # the multicast groups it joined and has not left
         self.qp_num = 0
         self.qkey = 0
         self.seq_num = 0  # this side's starting PSN

@@ -21,6 +21,8 @@ with ``init_qp_attr``'s values; the CM never touches a QP):
   for a service nobody listens on is answered with REJ "invalid service ID".
 - either side: ``disconnect`` sends a DREQ, answered by a DREP; both raise DISCONNECTED.
 - UDP port space: SIDR_REQ / SIDR_REP instead, ESTABLISHED carries the peer's QPN and Q_Key.
+- multicast (a bound or resolved UD id): ``join_multicast`` raises MULTICAST_JOIN at once, as
+  RoCE has no SA to ask (``cm.multicast``); ``leave_multicast`` and ``destroy_id`` leave.
 
 Duplicates are answered as ib_cm does: a REQ again while the consumer has not answered gets
 an MRA, a REQ for a connection that is over gets REJ "stale connection", a REP again after the
@@ -40,6 +42,7 @@ from pyroce.cm.errors import CmError
 from pyroce.cm.exchanges import Exchange, Exchanges
 from pyroce.cm.ids import CONNECTED, CmChannel, CmId, IdState
 from pyroce.cm.messages import DEFAULT_PKEY, form_tid, make_rep, make_req
+from pyroce.cm.multicast import McGroup, group_address
 from pyroce.cm.ports import PortTable
 from pyroce.cm.qp1 import Qp1, Route
 from pyroce.cm.qp_attrs import qp_attributes
@@ -170,6 +173,9 @@ class RdmaCm:
             self._sidr_reply(cm_id, SidrStatus.REJECT, b"", 0, 0)
         for child in list(cm_id.pending):
             self.destroy_id(child)
+        for group in cm_id.groups:
+            group.destroyed = True
+        cm_id.groups.clear()
         self._end(cm_id)
         cm_id.destroyed = True
         cm_id.channel.ids.discard(cm_id)
@@ -201,6 +207,8 @@ class RdmaCm:
             reported = event.cm_id.listener if event.event is E.CONNECT_REQUEST else event.cm_id
             if reported is not None:
                 reported.events_reported += 1
+            if event.group is not None:
+                event.group.events_reported += 1
         return event
 
     # --- addresses ----------------------------------------------------------------------------
@@ -235,7 +243,8 @@ class RdmaCm:
         cm_id.remote = (str(ip), port)
         dgid = roce_gid(str(ip))
         status = 0 if self._on_device(cm_id) else -errno.ENODEV
-        if status == 0 and self._route is not None and self._route(dgid) is None:
+        # a multicast group has no one route to ask for (Linux resolves it to its multicast MAC)
+        if status == 0 and not ip.is_multicast and self._route is not None and self._route(dgid) is None:
             status = -errno.EHOSTUNREACH
         cm_id.state = IdState.ADDR_RESOLVED if status == 0 else cm_id.state
         self._event(cm_id, E.ADDR_RESOLVED if status == 0 else E.ADDR_ERROR, status)
@@ -259,6 +268,36 @@ class RdmaCm:
             raise CmError(errno.EADDRINUSE, f"port {cm_id.local[1]} already has a listener")  # type: ignore[index]
         cm_id.backlog = backlog if backlog > 0 else 1024
         cm_id.state = IdState.LISTEN
+
+    # --- multicast --------------------------------------------------------------------------
+
+    def join_multicast(self, cm_id: CmId, address: str, join_flags: int, context: int) -> McGroup:
+        """Join the group of multicast ``address`` (rdma_join_multicast_ex): a UD id bound or
+        resolved to this NIC's address gets MULTICAST_JOIN with the group's AH, QPN and Q_Key;
+        ``context`` comes back in the event. Each join is a group of its own (Linux takes the
+        same address twice on one id)."""
+        self._check(cm_id)
+        host, flags = group_address(address, join_flags)
+        has_device = cm_id.local is not None and self._is_local(ipaddress.ip_address(cm_id.local[0]).packed)
+        if cm_id.state not in (IdState.BOUND, IdState.ADDR_RESOLVED) or not has_device:
+            raise CmError(errno.EINVAL, f"a multicast join needs an id bound or resolved to this NIC's address "
+                                        f"(the id is {cm_id.state.value} at {cm_id.local})")  # fmt: skip
+        if cm_id.qp_type != QPT_UD:
+            raise CmError(errno.EINVAL, "multicast is for UD ids (RDMA_PS_UDP, RDMA_PS_IPOIB)")
+        group = McGroup(cm_id, host, flags, context)
+        cm_id.groups.append(group)
+        self._event(cm_id, E.MULTICAST_JOIN, 0, ud=group.joined(), context=context, group=group)
+        return group
+
+    def leave_multicast(self, group: McGroup) -> int:
+        """Leave a group joined before (ENOENT if it was left or its id destroyed): its events
+        not yet taken go. Returns how many of its events were reported."""
+        if group.destroyed:
+            raise CmError(errno.ENOENT, f"the multicast group {group.address} was left already")
+        group.destroyed = True
+        group.cm_id.groups.remove(group)
+        group.cm_id.channel.events.discard(lambda event: event.group is group)
+        return group.events_reported
 
     # --- connections ------------------------------------------------------------------------
 
@@ -680,10 +719,11 @@ class RdmaCm:
     # --- helpers ----------------------------------------------------------------------------
 
     def _event(self, cm_id: CmId, event: CmEventType, status: int, conn: ConnParam | None = None,
-               ud: UdParam | None = None, context: int | None = None) -> None:  # fmt: skip
+               ud: UdParam | None = None, context: int | None = None, group: McGroup | None = None) -> None:  # fmt: skip
         if cm_id.destroyed:
             return
-        cm_id.channel.events.put(CmEvent(event, cm_id.context if context is None else context, cm_id, status, conn, ud))
+        context = cm_id.context if context is None else context
+        cm_id.channel.events.put(CmEvent(event, context, cm_id, status, conn, ud, group))
 
     def _child(self, listener: CmId, gid: bytes, header: MadHeader, cma: CmaHeader | None, peer_comm_id: int) -> CmId:
         """A new passive id for a request to ``listener``."""

@@ -15,6 +15,7 @@ from pyroce.ib.cm import CmEventType
 
 if TYPE_CHECKING:
     from pyroce.cm.ids import CmId
+    from pyroce.cm.multicast import McGroup
 
 Address = tuple[str, int]  # (IP address, port)
 
@@ -95,8 +96,9 @@ class CmEvent(NamedTuple):
     """``rdma_ucm_event_resp``: one event, on the channel of the id it is for."""
 
     event: CmEventType
-    context: int  # the uid of the id it is for (CONNECT_REQUEST: the listener's)
+    context: int  # the uid of the id it is for (CONNECT_REQUEST: the listener's; MULTICAST_*: the join's)
     cm_id: CmId  # CONNECT_REQUEST: the new id, a child of the listener
     status: int  # 0, -errno, or a REJECTED event's reason
     conn: ConnParam | None = None
     ud: UdParam | None = None
+    group: McGroup | None = None  # MULTICAST_JOIN and MULTICAST_ERROR: the join it is for

@@ -141,6 +141,8 @@ OWN: tuple[Constant, ...] = (
     _attr("PYROCE_MAX_MSG_SZ", limits, "MAX_MSG_SZ"),
     _attr("PYROCE_MAX_INLINE_DATA", limits, "MAX_INLINE_DATA"),
     _attr("PYROCE_MW_ACCESS", mw, "MW_ACCESS"),
+    _attr("PYROCE_BF_OFFSET", rings, "BF_OFFSET"),
+    _attr("PYROCE_BF_SIZE", rings, "BF_SIZE"),
 )
 
 # mlx5's, as Python states them: C takes each from <infiniband/mlx5dv.h> by this name

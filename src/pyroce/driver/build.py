@@ -103,14 +103,15 @@ def library_dir(include: str | None = None) -> Path:
     cc = compiler()
     sources = sorted(SOURCES.glob("*.[ch]")) + [SOURCES / VERSION_SCRIPT]
     rdma_cm = sorted(SOURCES.glob(RDMA_CM_SOURCES))
-    stubs = sorted(STUBS.glob("*.h"))
+    stubs = sorted(STUBS.glob("*.[ch]"))
     generated = {provider: providers.stubs_of(provider, STUBS / f"{provider.stem}.symbols",
                                               providers.system_library(provider.library), Path(include))
                  for provider in providers.PROVIDERS}  # fmt: skip
     private_nodes = private_abi.private_nodes(providers.system_library(LIBRARY))
     digest = hashlib.sha256("".join(private_nodes).encode())
     for provider, provider_stubs in generated.items():  # the system's libraries are part of what it is
-        digest.update(providers.c_source(provider_stubs).encode() + providers.version_script(provider_stubs).encode())
+        digest.update(providers.c_source(provider_stubs, provider.served).encode()
+                      + providers.version_script(provider_stubs).encode())  # fmt: skip
     for part in (cc, sys.executable, __version__, include, *FLAGS):
         digest.update(part.encode() + b"\0")
     digest.update(sources_digest().encode())
@@ -138,10 +139,12 @@ def library_dir(include: str | None = None) -> Path:
                  "-ldl", "-lpthread", "-o", str(work / RDMA_CM_LIBRARY)]]  # fmt: skip
     for provider, provider_stubs in generated.items():
         source, script = work / f"{provider.stem}.c", work / f"{provider.stem}.map"
-        source.write_text(providers.c_source(provider_stubs))
+        source.write_text(providers.c_source(provider_stubs, provider.served))
         script.write_text(providers.version_script(provider_stubs))
-        commands.append([cc, *FLAGS, f"-I{STUBS}", str(source), f"-Wl,--version-script={script}",
-                         f"-Wl,-soname,{provider.library}", "-o", str(work / provider.library)])  # fmt: skip
+        served = [str(STUBS / provider.served_source)] if provider.served_source else []
+        commands.append([cc, *FLAGS, f"-I{STUBS}", f"-I{include}", str(source), *served,
+                         f"-Wl,--version-script={script}", f"-Wl,-soname,{provider.library}", "-o",
+                         str(work / provider.library)])  # fmt: skip
     for command in commands:
         compile_one(command, work, target.parent / "build.log")
     try:

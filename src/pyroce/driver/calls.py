@@ -18,6 +18,7 @@ import struct
 from typing import Any
 
 from pyroce.host.stats_file import summary_line
+from pyroce.nic.rings import UAR_SIZE
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.ah import AH
 from pyroce.verbs.ah import route_from_header as ah_route_from_header
@@ -273,6 +274,23 @@ def create_qp(pd: PD, send_cq: CQ, recv_cq: CQ, srq: SRQ | None, qp_type: int, s
             address(doorbell), qp.cap.max_inline_data)  # fmt: skip
 
 
+def direct_qp(qp: QP) -> int:
+    """``mlx5dv_init_obj`` of a QP: its program posts by hand from now on, so the NIC reads its
+    doorbell records on every pass; the address of its register page (mlx5's UAR), which the
+    NIC keeps with the QP."""
+    page = qp.ctx.driver_memory.alloc(UAR_SIZE)
+    qp.ctx.device.direct_qp(qp.qp_num, page)
+    return qp.ctx.driver_memory.address(page)
+
+
+def direct_cq(cq: CQ) -> int:
+    """``mlx5dv_init_obj`` of a CQ: the address of a register page for its ``cq_uar`` (where
+    mlx5 programs store their arm doorbells; pyroce's arm is ``ibv_req_notify_cq``)."""
+    page = cq.ctx.driver_memory.alloc(UAR_SIZE)
+    cq.hw.uar = page
+    return cq.ctx.driver_memory.address(page)
+
+
 def qp_ex_send_ops(qp_type: int, comp_mask: int, send_ops_flags: int, create_flags: int) -> int:
     """``ibv_create_qp_ex``: the send ops after ``pyroce.verbs.qp_ex.QPEx``'s checks; C then
     creates the QP and its ``wr_*`` builders (which refuse the ops not asked for)."""
@@ -304,6 +322,15 @@ def query_qp(qp: QP) -> QPAttr:
 
 def destroy_qp(qp: QP) -> None:
     qp.close()
+
+
+def attach_mcast(qp: QP, gid: bytes, lid: int) -> None:
+    """``ibv_attach_mcast`` with the GID's 16 bytes."""
+    qp.attach_mcast(GID(gid), lid)
+
+
+def detach_mcast(qp: QP, gid: bytes, lid: int) -> None:
+    qp.detach_mcast(GID(gid), lid)
 
 
 # --- shared receive queues --------------------------------------------------------------

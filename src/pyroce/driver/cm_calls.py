@@ -20,6 +20,7 @@ import errno
 from typing import Any
 
 from pyroce.cm.ids import CmChannel, CmId
+from pyroce.cm.multicast import McGroup
 from pyroce.cm.records import CmEvent, CmRoute, ConnParam
 from pyroce.driver.calls import PROGRESS
 from pyroce.host.registry import DEVICE_NAMES, open_device, release_device
@@ -115,6 +116,18 @@ def cm_reject(file: CmFile, cm_id: CmId, private_data: bytes, reason: int | None
 
 def cm_disconnect(file: CmFile, cm_id: CmId) -> None:
     file.device.cm.disconnect(file.id_of(cm_id))
+
+
+def cm_join_multicast(file: CmFile, cm_id: CmId, address: str, join_flags: int, uid: int) -> McGroup:
+    """JOIN_IP_MCAST and JOIN_MCAST: the join (its MULTICAST_JOIN event carries ``uid``)."""
+    return file.device.cm.join_multicast(file.id_of(cm_id), address, join_flags, uid)
+
+
+def cm_leave_multicast(file: CmFile, group: McGroup) -> int:
+    """LEAVE_MCAST: the number of the join's events reported (EINVAL for another file's, as
+    ucma answers; ENOENT for one left)."""
+    file.id_of(group.cm_id)
+    return file.device.cm.leave_multicast(group)
 
 
 def cm_init_qp_attr(file: CmFile, cm_id: CmId, qp_state: int) -> tuple[dict[str, object], int]:

@@ -17,6 +17,10 @@ A symbol's KIND is what its stub returns, after ``errno = EOPNOTSUPP``: ``null``
 ``-EOPNOTSUPP``: efadv's depth queries), ``minus`` (an ssize_t: -1),
 ``void``, ``false`` (a bool): the macros of ``c/stubs/stubs.h``. A symbol whose kind is found
 nowhere is left out, so the loader names it.
+
+A provider's ``served`` symbols are no stubs: ``c/stubs/<stem>_served.c`` defines them (with
+their version nodes), answering for pyroce's own device through pyroce's libibverbs and as the
+stub would for any other (libmlx5's for pyroce0: docs/architecture.md, "Direct verbs").
 """
 
 from __future__ import annotations
@@ -39,9 +43,17 @@ class Provider:
     library: str
     stem: str
     header: str
+    served: frozenset[str] = frozenset()  # defined by c/stubs/<stem>_served.c, not stubbed
+
+    @property
+    def served_source(self) -> str | None:
+        """The file defining the served symbols, in ``c/stubs/``, or None."""
+        return f"{self.stem}_served.c" if self.served else None
 
 
-PROVIDERS = (Provider("libmlx5.so.1", "mlx5", "infiniband/mlx5dv.h"),
+MLX5_SERVED = frozenset({"mlx5dv_is_supported", "mlx5dv_query_device", "mlx5dv_init_obj", "mlx5dv_create_qp",
+                         "mlx5dv_create_cq"})  # fmt: skip
+PROVIDERS = (Provider("libmlx5.so.1", "mlx5", "infiniband/mlx5dv.h", MLX5_SERVED),
              Provider("libefa.so.1", "efa", "infiniband/efadv.h"))  # fmt: skip
 MULTIARCH = getattr(sys.implementation, "_multiarch", "")  # x86_64-linux-gnu on Debian's amd64
 LIBRARY_DIRS = tuple(Path(folder) for folder in (f"/usr/lib/{MULTIARCH}", f"/lib/{MULTIARCH}", "/usr/lib64", "/usr/lib"))
@@ -127,12 +139,15 @@ def stubs_of(provider: Provider, table: Path, system_library: Path | None, inclu
     return stubs
 
 
-def c_source(stubs: list[Stub]) -> str:
-    """The library's C text: one stub per symbol; a symbol in several nodes is defined once per
-    node under a private name and bound to ``symbol@NODE`` (``@@`` for the last, the default)."""
+def c_source(stubs: list[Stub], served: frozenset[str] = frozenset()) -> str:
+    """The library's C text: one stub per symbol but the ``served`` ones; a symbol in several
+    nodes is defined once per node under a private name and bound to ``symbol@NODE`` (``@@``
+    for the last, the default)."""
     lines = ['#include "stubs.h"', ""]
     by_symbol: dict[str, list[Stub]] = {}
     for stub in stubs:
+        if stub.symbol in served:
+            continue
         by_symbol.setdefault(stub.symbol, []).append(stub)
     for symbol, versions in by_symbol.items():
         if len(versions) == 1:

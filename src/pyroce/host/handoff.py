@@ -37,6 +37,7 @@ class Handoff:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one drain reads the pipe at a time
         self._rung: set[int] = set()
         self._receives: set[int] = set()
         self._signalled = False  # a record is in the pipe, or about to be
@@ -78,25 +79,27 @@ class Handoff:
                 pass  # the pipe is full: it is readable, which is all a wake-up needs
 
     def drain(self) -> None:
-        """The engine thread woke: empty the pipe (its doorbell records join the sets), then let
-        the next ``wake`` write again."""
-        chunks = [self._partial]
-        try:
-            while chunk := os.read(self._read_fd, 65536):
-                chunks.append(chunk)
-        except BlockingIOError:
-            pass
-        data = b"".join(chunks)
-        whole = len(data) - len(data) % RECORD_SIZE
-        self._partial = data[whole:]
-        records = [record for record in memoryview(data[:whole]).cast("I") if record] if whole else []
-        with self._lock:
-            for record in records:
-                if record & SEND_DOORBELL:
-                    self._rung.add(record & QPN_MASK)
-                if record & RECV_DOORBELL:
-                    self._receives.add(record & QPN_MASK)
-            self._signalled = False
+        """Empty the pipe (its doorbell records join the sets), then let the next ``wake`` write
+        again: the engine thread when it wakes, or a command that must see every doorbell rung
+        before it (destroying a QP). Drains take turns reading, so none splits another's record."""
+        with self._read_lock:
+            chunks = [self._partial]
+            try:
+                while chunk := os.read(self._read_fd, 65536):
+                    chunks.append(chunk)
+            except BlockingIOError:
+                pass
+            data = b"".join(chunks)
+            whole = len(data) - len(data) % RECORD_SIZE
+            self._partial = data[whole:]
+            records = [record for record in memoryview(data[:whole]).cast("I") if record] if whole else []
+            with self._lock:
+                for record in records:
+                    if record & SEND_DOORBELL:
+                        self._rung.add(record & QPN_MASK)
+                    if record & RECV_DOORBELL:
+                        self._receives.add(record & QPN_MASK)
+                self._signalled = False
 
     @property
     def pending(self) -> bool:

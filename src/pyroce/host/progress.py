@@ -3,7 +3,10 @@
 Every device has an engine thread that alone is enough: it waits in ``select`` on the link's
 socket and the hand-off's wake-up pipe (holding no GIL) with the next deadline as timeout,
 and runs engine passes for every doorbell, packet and timer. Drivers with no Python thread
-to lend (a C program, a shared NIC process, GPU-posted work) rely on it alone.
+to lend (a C program, a shared NIC process, GPU-posted work) rely on it alone. While a direct
+QP exists (its program posts WQEs by hand and rings nothing the NIC hears: mlx5dv), the thread
+sleeps at most ``DIRECT_POLL_S`` after a pass that found a direct QP's record moved, backing off to
+``DIRECT_IDLE_S`` while none does, and each pass reads the direct QPs' doorbell records.
 
 Modes (``PYROCE_PROGRESS``):
 
@@ -36,6 +39,10 @@ INLINE_GRACE_S = 0.002  # the engine thread stands back while the application dr
 IDLE_WAIT_S = 0.5  # longest engine sleep with no deadline
 YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
 SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
+# While a direct QP exists the engine thread sleeps at most DIRECT_POLL_S after a pass that found
+# its records moved, twice as long after each that did not, up to DIRECT_IDLE_S (architecture.md)
+DIRECT_POLL_S = 0.00005
+DIRECT_IDLE_S = 0.001
 
 
 class IdleWork(Protocol):
@@ -69,6 +76,8 @@ class Progress:
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
         self._selecting = False  # the engine thread is in (or entering) its wait
+        self._direct_wait = DIRECT_POLL_S  # the engine thread's next sleep bound while a direct QP exists
+        self._direct_seen = 0  # Engine.direct_found when that bound was set
         self._passes = 0  # engine-thread runs so far (what a yielding poll waits to see change)
         self._passed = threading.Condition(threading.Lock())
         self._ready = select.epoll()
@@ -132,17 +141,27 @@ class Progress:
     def step(self, now: float) -> None:
         """Host mode: one engine pass at the host's time ``now``."""
         with self._lock:
-            self.engine.doorbells(*self._handoff.take())
+            rung, receives = self._handoff.take()
+            if rung or receives:
+                self.engine.doorbells(rung, receives)
             try:
                 self.engine.step(now)
             except Exception as exc:  # noqa: BLE001 - never into the host
                 self.engine.fail_device(exc)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the engine thread, and wait for it: from now on only inline and host passes
+        run. At a program's end: the thread is a daemon, which the interpreter's finalization
+        freezes where it stands, so a lock it held then would hang every later ``__del__``
+        that takes it (an MR deregistered, a QP destroyed)."""
         self._stopping = True
-        if self._thread is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
             self._handoff.wake()
-            self._thread.join()
+            thread.join()
+
+    def stop(self) -> None:
+        self.halt()
         self._ready.close()
         if self._idle is not None:
             self._idle.close()
@@ -219,4 +238,9 @@ class Progress:
                     return
         deadline = engine.next_deadline()
         timeout = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, max(0.0, deadline - self._clock()))
+        if engine.direct:  # nobody rings for a direct QP: look at its doorbell records again soon
+            found, self._direct_seen = engine.direct_found != self._direct_seen, engine.direct_found
+            wait = DIRECT_POLL_S if found else min(2 * self._direct_wait, DIRECT_IDLE_S)
+            self._direct_wait = wait
+            timeout = min(timeout, wait)
         select.select(sources, [], [], timeout)

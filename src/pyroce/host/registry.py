@@ -175,11 +175,12 @@ def open_device(name: str, progress: str | None = None) -> NicDevice:
 
 @atexit.register
 def _end_of_program() -> None:
-    """The program's open devices send their last MADs (``NicDevice.end_connections``)."""
+    """The program's open devices send their last MADs and stop their engine threads
+    (``NicDevice.end_program``)."""
     with _lock:
         devices = [device for device, _users in _open.values()]
     for device in devices:
-        device.end_connections()
+        device.end_program()
 
 
 def release_device(device: NicDevice) -> None:

@@ -90,6 +90,13 @@ class SidrStatus(enum.IntEnum):
     UNSUPPORTED_VERSION = 5
 
 
+class McJoinFlag(enum.IntEnum):
+    """``enum rdma_cm_mc_join_flags``: how an id joins a multicast group."""
+
+    FULLMEMBER = 0  # sends to the group and receives what is sent to it
+    SENDONLY_FULLMEMBER = 1  # sends only: librdmacm attaches no QP
+
+
 class CmOption(enum.IntEnum):
     """``rdma_set_option``'s levels and names (``RDMA_OPTION_*``)."""
 

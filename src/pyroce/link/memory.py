@@ -21,6 +21,7 @@ class MemoryWire:
 
     def __init__(self) -> None:
         self.links: dict[str, MemoryLink] = {}
+        self.groups: dict[str, set[MemoryLink]] = {}  # a multicast address -> the links that joined it
 
     def link(self, address: str) -> MemoryLink:
         if address in self.links:
@@ -29,48 +30,94 @@ class MemoryWire:
         return link
 
 
-class MemoryLink(RocePaths):
-    """One address on a ``MemoryWire`` (the ``Link`` the engine needs; no GSO)."""
+class QueuedLink(RocePaths):
+    """A link whose datagrams arrive in a queue this process fills (no socket, no GSO): the
+    inbox, its fd (readable while a datagram waits, so an engine thread can wait on it), and
+    the receive side the engine reads. Subclasses say where ``send`` puts datagrams and how a
+    multicast group's come in (``join``)."""
 
     gso = False
 
-    def __init__(self, wire: MemoryWire, address: str) -> None:
+    def __init__(self, address: str) -> None:
         super().__init__(address)
-        self._wire = wire
-        self._inbox: deque[tuple[bytes, str]] = deque()
+        self._inbox: deque[tuple[bytes, str, str]] = deque()  # datagram, sender, the address it was sent to
         self._ready = os.eventfd(0, os.EFD_NONBLOCK)
 
     def fileno(self) -> int:
         return self._ready
 
+    @property
+    def waiting(self) -> bool:
+        """A datagram waits (what the fd's readability says, without a system call)."""
+        return bool(self._inbox)
+
+    def deliver(self, data: bytes, sender: str, dest: str | None = None) -> None:
+        """A datagram from ``sender`` arrived for this link: to its address, or to ``dest``
+        (a multicast group it joined)."""
+        self._inbox.append((data, sender, dest or self.address))
+        os.eventfd_write(self._ready, 1)
+
     def send(self, data: memoryview | bytes, peer: str) -> bool:
-        """Deliver to the link bound at ``peer``; to no link, the datagram is lost (as on a wire)."""
-        target = self._wire.links.get(peer)
-        if target is not None:
-            target._inbox.append((bytes(data), self.address))
-            os.eventfd_write(target._ready, 1)
-        return True
+        raise NotImplementedError
+
+    def join(self, group: str) -> None:
+        raise NotImplementedError
+
+    def leave(self, group: str) -> None:
+        raise NotImplementedError
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         for start in range(0, len(data), segment_size):
             self.send(data[start : start + segment_size], peer)
         return True
 
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None:
         if not self._inbox:
-            try:  # not readable until the next send; checked again after, so none is missed
+            try:  # not readable until the next delivery; checked again after, so none is missed
                 os.eventfd_read(self._ready)
             except BlockingIOError:
                 pass
             if not self._inbox:
                 return None
-        data, sender = self._inbox.popleft()
+        data, sender, dest = self._inbox.popleft()
         buf[: len(data)] = data
-        return len(data), (sender, self.port), len(data)
+        return len(data), (sender, self.port), len(data), dest
+
+    def close(self) -> None:
+        if self._ready >= 0:
+            os.close(self._ready)
+            self._ready = -1
+
+
+class MemoryLink(QueuedLink):
+    """One address on a ``MemoryWire`` (the ``Link`` the engine needs; no GSO)."""
+
+    def __init__(self, wire: MemoryWire, address: str) -> None:
+        super().__init__(address)
+        self._wire = wire
+
+    def send(self, data: memoryview | bytes, peer: str) -> bool:
+        """Deliver to the link bound at ``peer``, or to the other links that joined group ``peer``
+        (its own: its NIC delivered them); to no link, the datagram is lost (as on a wire)."""
+        wire = self._wire
+        target = wire.links.get(peer)
+        if target is not None:
+            target.deliver(bytes(data), self.address)
+        for link in wire.groups.get(peer, ()) if target is None else ():
+            if link is not self:
+                link.deliver(bytes(data), self.address, peer)
+        return True
+
+    def join(self, group: str) -> None:
+        """Receive what other links send to multicast address ``group``."""
+        self._wire.groups.setdefault(group, set()).add(self)
+
+    def leave(self, group: str) -> None:
+        self._wire.groups.get(group, set()).discard(self)
 
     def close(self) -> None:
         if self._wire.links.get(self.address) is self:
             del self._wire.links[self.address]
-        if self._ready >= 0:
-            os.close(self._ready)
-            self._ready = -1
+        for members in self._wire.groups.values():
+            members.discard(self)
+        super().close()

@@ -17,7 +17,7 @@ class RocePaths:
         self.address = address
         self.port = port
         self._tx_paths: dict[str, RocePath] = {}
-        self._rx_paths: dict[tuple[str, int], RocePath] = {}
+        self._rx_paths: dict[tuple[str, int, str], RocePath] = {}
 
     def tx_path(self, peer: str) -> RocePath:
         """Headers and ICRC seeds of datagrams from this link to ``peer``."""
@@ -26,9 +26,11 @@ class RocePaths:
             path = self._tx_paths[peer] = RocePath(ip_header(self.address, peer), UdpHeader(self.port, ROCE_UDP_PORT))
         return path
 
-    def rx_path(self, peer: str, sport: int) -> RocePath:
-        """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed)."""
-        path = self._rx_paths.get((peer, sport))
+    def rx_path(self, peer: str, sport: int, dest: str | None = None) -> RocePath:
+        """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed), to
+        this link's address or to ``dest`` (a multicast group it joined)."""
+        key = (peer, sport, dest or self.address)
+        path = self._rx_paths.get(key)
         if path is None:
-            path = self._rx_paths[(peer, sport)] = RocePath(ip_header(peer, self.address), UdpHeader(sport, self.port))
+            path = self._rx_paths[key] = RocePath(ip_header(peer, key[2]), UdpHeader(sport, self.port))
         return path

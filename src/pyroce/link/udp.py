@@ -15,6 +15,13 @@ datagrams from one sender in one ``recvmsg`` with their segment size.
 The address's family is the link's: an IPv6 address makes an IPv6 socket (``IPV6_V6ONLY``),
 and RoCEv2 travels over IPv6, where the ICRC covers no header field the socket hides.
 Link-local IPv6 addresses are not served (a peer's address would need its scope).
+
+Multicast: a datagram to a group leaves from the same socket, out of the interface of the
+link's address (``IP_MULTICAST_IF``). To receive a group's, the link opens a socket bound to
+(group, 4791) that joined the group on that interface (``join``, ``IP_ADD_MEMBERSHIP``), as rxe
+joins on its netdev; its own datagrams, which the kernel loops back to every local member
+(``IP_MULTICAST_LOOP``, so another NIC on this host hears them), it skips: the NIC has
+delivered them to its own QPs already. ``fileno`` is an epoll fd over every socket.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ UDP_GRO = 104  # <linux/udp.h>: receive coalesced datagrams with their segment s
 _GRO_CMSG = socket.CMSG_SPACE(4)
 _SEGMENT_SIZE = struct.Struct("=H")  # UDP_SEGMENT takes a u16
 _GRO_SIZE = struct.Struct("=i")  # UDP_GRO reports an int
+_MREQ6_INDEX = struct.Struct("@I")  # struct ipv6_mreq's interface index
 _SIOCGIFMTU = 0x8921
 _SIOCGIFADDR = 0x8915
 
@@ -63,6 +71,7 @@ class UdpLink(RocePaths):
             for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
                 sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
             sock.bind((address, port))
+            _multicast_from(sock, address)
         except OSError as exc:
             sock.close()
             if exc.errno == errno.EADDRNOTAVAIL:
@@ -77,9 +86,46 @@ class UdpLink(RocePaths):
         self._poll = select.epoll()
         self._poll.register(sock.fileno(), select.EPOLLIN)
         self._ready = self._poll.poll
+        self._fd = sock.fileno()
+        self._groups: dict[int, tuple[socket.socket, str]] = {}  # fd -> a joined group's socket, its address
+        self._group_fds: dict[str, int] = {}  # a joined group's address -> its socket's fd
 
     def fileno(self) -> int:
-        return self.sock.fileno()
+        """Readable while any of the link's sockets has a datagram (the epoll fd over them)."""
+        return self._poll.fileno()
+
+    def join(self, group: str) -> None:
+        """Receive the datagrams sent to multicast address ``group`` on the interface of the
+        link's address (OSError if the host refuses: no descriptor left, no such interface)."""
+        ipv6 = is_ipv6(self.address)
+        sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # other NICs of this host may join too
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            if ipv6:
+                index = interface_index(self.address)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((group, ROCE_UDP_PORT, 0, index))
+                membership = socket.inet_pton(socket.AF_INET6, group) + _MREQ6_INDEX.pack(index)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, membership)
+            else:
+                sock.bind((group, ROCE_UDP_PORT))
+                membership = socket.inet_aton(group) + socket.inet_aton(self.address)
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._groups[sock.fileno()] = (sock, group)
+        self._group_fds[group] = sock.fileno()
+        self._poll.register(sock.fileno(), select.EPOLLIN)
+
+    def leave(self, group: str) -> None:
+        """Stop receiving ``group`` (closing its socket drops the membership)."""
+        fd = self._group_fds.pop(group, None)
+        if fd is not None:
+            self._poll.unregister(fd)
+            self._groups.pop(fd)[0].close()
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:
         """Send one datagram; False when it could not leave (the socket buffer is full, the
@@ -101,29 +147,58 @@ class UdpLink(RocePaths):
             return False
         return True
 
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None:
-        """Datagrams from one sender into ``buf``: their total length, the sender and the size
-        of each (all but the last; the total when GRO gave one), or None when none is waiting.
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None:
+        """Datagrams from one sender into ``buf``: their total length, the sender, the size of
+        each (all but the last; the total when GRO gave one) and the address they were sent to
+        (the link's, or a group it joined), or None when none is waiting.
 
         An engine pass ends with a read that finds nothing: asking epoll first costs 0.4 µs,
         where a ``recvmsg`` that fails costs 1.9 (its exception) on this machine."""
-        if not self._ready(0):
-            return None
+        for fd, _ in self._ready(0):
+            got = self._receive(buf) if fd == self._fd else self._receive_group(buf, *self._groups[fd])
+            if got is not None:
+                return got
+        return None
+
+    def _receive(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None:
         try:
             if not self.gro:
                 size, sender = self.sock.recvfrom_into(buf)
-                return size, sender[:2], size
+                return size, sender[:2], size, self.address
             size, ancillary, _, sender = self.sock.recvmsg_into([buf], _GRO_CMSG)
         except (BlockingIOError, InterruptedError):
             return None
         for level, kind, value in ancillary:
             if level == SOL_UDP and kind == UDP_GRO:
-                return size, sender[:2], _GRO_SIZE.unpack_from(value)[0]
-        return size, sender[:2], size  # an IPv6 sender comes with flow info and scope: not needed
+                return size, sender[:2], _GRO_SIZE.unpack_from(value)[0], self.address
+        return size, sender[:2], size, self.address  # an IPv6 sender comes with flow info and scope: not needed
+
+    def _receive_group(self, buf: bytearray, sock: socket.socket, group: str
+                       ) -> tuple[int, tuple[str, int], int, str] | None:  # fmt: skip
+        """The next datagram sent to ``group`` by another NIC (this link's own come back too)."""
+        while True:
+            try:
+                size, sender = sock.recvfrom_into(buf)
+            except (BlockingIOError, InterruptedError):
+                return None
+            if sender[0] != self.address:
+                return size, sender[:2], size, group
 
     def close(self) -> None:
+        for sock, _ in self._groups.values():
+            sock.close()
+        self._groups.clear()
+        self._group_fds.clear()
         self._poll.close()
         self.sock.close()
+
+
+def _multicast_from(sock: socket.socket, address: str) -> None:
+    """Datagrams to multicast groups leave by the interface holding ``address``."""
+    if is_ipv6(address):
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, interface_index(address))
+    else:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(address))
 
 
 def _enable(sock: socket.socket, option: int, value: int) -> bool:

@@ -17,7 +17,7 @@ from pyroce.nic.cqe import (
 )
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
-from pyroce.transport.work import SendWork, UdDest, WorkOp
+from pyroce.transport.work import SendWork, UdDest, WorkOp, new_send_work
 
 WORK_OPS = {
     WqeOpcode.SEND: WorkOp.SEND,
@@ -47,9 +47,9 @@ def work_from_wqe(wqe: SendWqe) -> SendWork:
         raise WqeError(f"{wqe.opcode.name} WQEs are not supported")
     flags = wqe.fm_ce_se
     av = wqe.av
-    return SendWork(wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
-                    wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
-                    wqe.inline, None if av is None else UdDest(av.rgid, av.dqpn, av.qkey))  # fmt: skip
+    return new_send_work((wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
+                          wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
+                          wqe.inline, None if av is None else UdDest(av.rgid, av.dqpn, av.qkey)))  # fmt: skip
 
 
 _WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)

@@ -104,7 +104,7 @@ def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) ->
     ``op_own`` with other fields would show a reader without the GIL (the C driver) a zero
     ``op_own`` for a moment: REQ with owner 0, a valid-looking CQE on every even pass."""
     opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
-    error = cqe.is_error
+    error = cqe.opcode in ERROR_OPCODES  # is_error, without a property call per CQE
     _BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
                     0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
     if error:

@@ -2,7 +2,8 @@
 
 The verbs layer (and any other driver) reaches a ``NicDevice`` only by commands
 (``alloc_pd``, ``reg_mr``, ``create_cq``, ``create_srq``, ``create_qp``, ``modify_qp``,
-``destroy_*``) and through memory: WQE rings and doorbell records it writes, CQE rings it reads.
+``destroy_*``, ``attach_mcast``/``detach_mcast``) and through memory: WQE rings and doorbell
+records it writes, CQE rings it reads.
 ``ring_doorbell(qpn)`` and ``note_receives(qpn)`` are the doorbell register: hints that a QP's
 doorbell record moved, handed to the engine through the host's ``Doorbells``.
 
@@ -97,6 +98,10 @@ class Runner(Protocol):
 
     def step(self, now: float) -> None:
         """One engine pass at the host's time ``now`` (host mode)."""
+        ...
+
+    def halt(self) -> None:
+        """Stop the engine thread (the program is ending); inline and host passes still run."""
         ...
 
     def stop(self) -> None:
@@ -366,9 +371,15 @@ class NicDevice:
         self._progress.wake()
 
     def destroy_qp(self, qpn: int) -> None:
-        """Remove the QP, and its async events not yet read (as ib_uverbs does)."""
+        """Remove the QP, and its async events not yet read (as ib_uverbs does). What its
+        doorbell announced is sent first (``Engine.send_posted``), the records of a driver
+        without the GIL included."""
         with self._lock:
-            qp = self.engine.remove_qp(qpn)
+            engine = self.engine
+            self._doorbells.drain()
+            engine.doorbells(*self._doorbells.take())
+            engine.send_posted(qpn)
+            qp = engine.remove_qp(qpn)
             self.qp_owners.pop(qpn, None)
             if qp is not None:
                 self._retired.update(qp.rc.counters)
@@ -376,6 +387,29 @@ class NicDevice:
                     qp.srq.qps -= 1
         if qp is not None:
             _discard_events(qp.events, QP_EVENTS, qpn)
+        if engine.has_work:
+            self._progress.wake()  # the other QPs' doorbells the drain took
+
+    def attach_mcast(self, qpn: int, gid: bytes) -> None:
+        """``ibv_attach_mcast``: the UD QP receives what is sent to multicast group ``gid``
+        (``nic.multicast``: ValueError names a refusal, KeyError an unknown QP)."""
+        with self._lock:
+            self.engine.multicast.attach(self.engine.qps[qpn], bytes(gid))
+
+    def detach_mcast(self, qpn: int, gid: bytes) -> None:
+        """``ibv_detach_mcast`` (ValueError if the QP is not attached to ``gid``)."""
+        with self._lock:
+            self.engine.multicast.detach(qpn, bytes(gid))
+
+    def direct_qp(self, qpn: int, uar: memoryview) -> None:
+        """The QP's program posts by hand (mlx5dv_init_obj): its doorbell records are read on
+        every pass from now on, a doorbell rung or not; ``uar`` is the register page its
+        program may store doorbells to, kept as long as the QP."""
+        with self._lock:
+            qp = self.engine.qps[qpn]
+            qp.uar = uar
+            self.engine.make_direct(qp)
+        self._progress.wake()
 
     def ring_doorbell(self, qpn: int) -> None:
         """The doorbell register: the QP's doorbell record has new send WQEs."""
@@ -533,6 +567,13 @@ class NicDevice:
             return
         self.cm.close_all_channels()
         self._progress.run_inline(receive=False)
+
+    def end_program(self) -> None:
+        """The program ends with the device open: its connections end (``end_connections``) and
+        the engine thread stops, so that no thread holds the device's locks while the
+        interpreter's finalization runs the verbs objects' ``__del__``."""
+        self.end_connections()
+        self._progress.halt()
 
     def close(self) -> None:
         """Stop the runner (the engine thread) and release the link, the doorbells and the

@@ -11,6 +11,13 @@ The work lists keep a pass proportional to what there is to do, not to the numbe
 ``rung`` (doorbells), ``receives`` (receive queues with new WQEs), ``active`` (QPs with
 something to send or report, left when a pass sends less than its budget) and the timers.
 
+A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
+the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
+engine on a short timer while one exists (``host.progress``). Its WQEs are read as the ordering
+contract says (docs/architecture.md, "Direct verbs"): the record first, then only the WQEs
+below it, and a WQE whose control segment does not hold its own index is not work yet (torn or
+stale: ``torn_wqes`` counts it once); the engine stops there and reads it again on later passes.
+
 A bug in the transport or the engine (an exception) is contained to its QP: the QP moves to
 the error state with the reason in its error detail, an IBV_EVENT_QP_FATAL event and the
 ``engine_errors`` counter; the engine and the other QPs go on.
@@ -30,6 +37,7 @@ from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
+from pyroce.nic.multicast import Multicast
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
@@ -40,7 +48,7 @@ from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
 from pyroce.transport.ud import UdQp
-from pyroce.transport.work import RecvWork
+from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
 
 MAX_DATAGRAM = 65536
@@ -68,12 +76,16 @@ class Engine:
         self.verify_icrc = verify_icrc
         self.port = Port(link, faults, self.counters, clock)
         self.demux = Demux(self._fail_qpn, self.counters)
+        self.multicast = Multicast(self.demux.groups, self.port, self.counters)
         self.timers: Timers[HwQp] = Timers()
         self.rung: set[HwQp] = set()
         self.receives: set[HwQp] = set()  # receive queues with WQEs not yet fetched
         self.active: set[HwQp] = set()
+        self.direct: set[HwQp] = set()  # QPs whose doorbell records every pass reads (mlx5dv posting)
+        self.direct_found = 0  # passes that found a direct QP's record moved (its host then looks again soon)
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
+        self.now = 0.0  # the time of the last pass: what a command runs at (``send_posted``)
         # One async event queue per open context (its async_fd), and the device's own: where the
         # events of objects created with no queue of their own go (a driver other than the verbs)
         self.event_queues = event_queues
@@ -99,18 +111,41 @@ class Engine:
         else:
             self.demux.qps[qp.qpn] = qp.rc
 
+    def send_posted(self, qpn: int) -> None:
+        """Fetch and send now what the QP's doorbell announced: a NIC fetches WQEs as the doorbell
+        arrives, so a QP destroyed just after posting (a program's last datagrams, then its
+        teardown) has sent them; here they would wait for the next pass, after the QP is gone."""
+        qp = self.qps.get(qpn)
+        if qp is None or qp not in self.rung:
+            return
+        self.rung.discard(qp)
+        try:
+            self.fetch(qp)
+            self._service(qp, self.now)
+        except Exception as exc:  # noqa: BLE001 - contained to the QP
+            self._fail(qp, exc, "send queue")
+        if self._tx_batch.segments:
+            self._tx_batch.flush()
+
     def remove_qp(self, qpn: int) -> HwQp | None:
         qp = self.qps.pop(qpn, None)
         self.demux.qps.pop(qpn, None)
         self.demux.datagram_qps.pop(qpn, None)
         self.demux.peers.pop(qpn, None)
+        self.multicast.detach_all(qpn)
         if qp is not None:
             self.sending -= qp.sending
             self.rung.discard(qp)
             self.receives.discard(qp)
             self.active.discard(qp)
+            self.direct.discard(qp)
             self.timers.cancel(qp)
         return qp
+
+    def make_direct(self, qp: HwQp) -> None:
+        """From now on the QP's doorbell records are read on every pass, rung or not."""
+        qp.direct = True
+        self.direct.add(qp)
 
     def doorbells(self, rung: set[int], receives: set[int]) -> None:
         """Doorbells handed over by the driver: QPs with new send WQEs, and with new receive
@@ -156,6 +191,9 @@ class Engine:
         pass: what it sends cannot be answered yet). Whether anything moved."""
         moved = False
         self.rx_full = False
+        self.now = now
+        if self.direct:
+            self._notice_direct()
         while self.rung:
             qp = self.rung.pop()
             # New work goes out before the receive below: a request on its way while this
@@ -236,7 +274,11 @@ class Engine:
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
             try:
+                if qp.direct and self._torn(qp, qp.sq.wqe_index(qp.sq_consumer)):
+                    break  # the record moved before the WQE was written: not work yet
                 wqe, after = qp.sq.fetch(qp.sq_consumer)
+                if qp.direct and self._torn(qp, wqe.wqe_index):
+                    break  # written while the engine copied it: read again on a later pass
                 if wqe.opcode in LOCAL_OPCODES:
                     if rc.has_send_work or rc.state is QpState.SQD:
                         break  # in order: it runs once the WQEs before it complete (_note_sending); not in SQD
@@ -257,9 +299,32 @@ class Engine:
                 break
         producer = qp.doorbell.read(DoorbellRecord.RECV)
         while qp.rq_consumer & 0xFFFF != producer:
-            rc.post_recv(RecvWork(qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer)))
+            rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
             qp.rq_consumer += 1
         self.active.add(qp)
+
+    def _notice_direct(self) -> None:
+        """Direct QPs whose doorbell records moved past what the engine read: as if rung (a
+        QP waiting at a torn WQE is looked at again, which costs one index compare, but is no news)."""
+        moved = False  # news: a record moved, not a torn WQE looked at again
+        for qp in self.direct:
+            if qp.doorbell.read(DoorbellRecord.SEND) != qp.sq_consumer & 0xFFFF:
+                self.rung.add(qp)
+                moved = moved or qp.stalled != qp.sq_consumer
+            if qp.doorbell.read(DoorbellRecord.RECV) != qp.rq_consumer & 0xFFFF and qp.srq is None:
+                self.receives.add(qp)
+                moved = True
+        self.direct_found += moved
+
+    def _torn(self, qp: HwQp, index: int) -> bool:
+        """Whether the direct QP's next WQE is not written yet (its control segment holds
+        ``index``, not the counter's): counted once per slot, and the engine waits there."""
+        if index == qp.sq_consumer & 0xFFFF:
+            return False
+        if qp.stalled != qp.sq_consumer:
+            qp.stalled = qp.sq_consumer
+            self.counters["torn_wqes"] += 1
+        return True
 
     def _local(self, qp: HwQp, wqe: SendWqe) -> None:
         """Run a BIND_MW or LOCAL_INV WQE and complete it; a refused one fails the QP."""
@@ -299,7 +364,8 @@ class Engine:
             for event_type, reason in rc.events:
                 qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
             rc.events.clear()
-        self._note_sending(qp)
+        if (sending := rc.has_send_work) is not qp.sending:
+            self._note_sending(qp, sending)
         self.timers.arm(qp, rc.get_timer())
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
@@ -320,9 +386,9 @@ class Engine:
             batch.send(port.link.tx_path(peer), [packet])
         return bool(datagrams)
 
-    def _note_sending(self, qp: HwQp) -> None:
-        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue."""
-        sending = qp.rc.has_send_work
+    def _note_sending(self, qp: HwQp, sending: bool) -> None:
+        """Keep ``sending`` (QPs with send work not yet completed) true to the QP's queue, which
+        has send work now if ``sending``."""
         if sending is not qp.sending:
             qp.sending = sending
             self.sending += 1 if sending else -1
@@ -364,7 +430,7 @@ class Engine:
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
-        self._note_sending(qp)
+        self._note_sending(qp, rc.has_send_work)
         try:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported

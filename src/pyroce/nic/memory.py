@@ -119,6 +119,16 @@ class DirtyRange:
             lo, hi = (lo, mid) if now[mid:hi] == known[mid:hi] else (mid, hi)
         return first, now[:hi]
 
+    def push(self) -> None:
+        """The changed bytes back to the memory (from the first change to the last), known
+        from then on; ``OSError`` if the memory cannot be reached."""
+        changed = self.changed()
+        if changed is None:
+            return
+        first, now = changed
+        self.memory.push(self.start + first, len(now) - first)
+        self.known = now + self.known[len(now) :]
+
 
 class BindError(ValueError):
     """A bind, or an invalidation, the table refuses (rxe answers EINVAL / IB_WC_MW_BIND_ERR)."""
@@ -304,17 +314,11 @@ class MrTable:
             self._push(entry)
 
     def _push(self, entry: DirtyRange) -> None:
-        """The range's changed bytes back to the memory (those from its first to its last change)."""
-        changed = entry.changed()
-        if changed is None:
-            return
-        first, now = changed
+        """The range's changed bytes back to the memory; a push that fails is counted."""
         try:
-            entry.memory.push(entry.start + first, len(now) - first)
+            entry.push()
         except OSError:
             self.counters["dma_errors"] += 1
-            return
-        entry.known = now + entry.known[len(now) :]
 
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it

@@ -1,7 +1,9 @@
 """The engine's side of the wire: the link, the internal loopback, and injected faults.
 
 Datagrams to the device's own address (two contexts of one device, as rdma-core's tests
-connect them) take the internal loopback: the same bytes, ICRC and checks, no socket. With a
+connect them) take the internal loopback: the same bytes, ICRC and checks, no socket; so does
+a copy of each datagram to a multicast group that QPs of this device joined (``joined``), as a
+NIC delivers its own multicast sends to its attached QPs, while the original goes out. With a
 ``FaultInjector`` each datagram may be dropped, duplicated, corrupted or held back; held ones
 leave when their time comes on the engine's clock.
 """
@@ -15,13 +17,12 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Protocol
 
-from pyroce.ib.addressing import ipv4_of_link_local
+from pyroce.ib.addressing import IPV4_MAPPED, ipv4_of_link_local
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.capture import Capture
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
-_IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
 _LINK_LOCAL = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
 
 
@@ -34,10 +35,12 @@ class Link(Protocol):
 
     def fileno(self) -> int: ...
     def tx_path(self, peer: str) -> RocePath: ...
-    def rx_path(self, peer: str, sport: int) -> RocePath: ...
+    def rx_path(self, peer: str, sport: int, dest: str | None = None) -> RocePath: ...
     def send(self, data: memoryview | bytes, peer: str) -> bool: ...
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool: ...
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int] | None: ...
+    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None: ...
+    def join(self, group: str) -> None: ...
+    def leave(self, group: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -52,7 +55,8 @@ class Port:
         self.faults = faults
         self._counters = counters
         self._clock = clock
-        self._loopback: deque[bytes] = deque()
+        self._loopback: deque[tuple[bytes, str]] = deque()  # a datagram, the address it was sent to
+        self.joined: set[str] = set()  # multicast groups with QPs of this device attached (``nic.multicast``)
         self.delayed: list[tuple[float, int, str, bytes]] = []  # a heap: (due, order, peer, datagram) held by faults
         self._order = itertools.count()
         self._self_path = link.rx_path(link.address, link.port)
@@ -66,7 +70,7 @@ class Port:
         link-local one (RoCEv2's GID is the IP address)."""
         if len(gid) != 16:
             return None
-        mapped = gid[:12] == _IPV4_MAPPED
+        mapped = gid[:12] == IPV4_MAPPED
         if ":" not in self.address:
             return ".".join(str(byte) for byte in gid[12:]) if mapped else ipv4_of_link_local(gid)
         if mapped or gid[:2] == _LINK_LOCAL:
@@ -76,7 +80,7 @@ class Port:
     def gso_to(self, peer: str) -> bool:
         """Whether packets to ``peer`` may leave as GSO batches: not through faults (which
         hit single datagrams) and not on the loopback (which carries single datagrams)."""
-        return self.gso and self.faults is None and peer != self.address
+        return self.gso and self.faults is None and peer != self.address and peer not in self.joined
 
     def transmit(self, peer: str, data: memoryview | bytes) -> None:
         """One datagram to ``peer``: through the fault injector if one is set, else straight out."""
@@ -97,9 +101,13 @@ class Port:
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
         if peer == self.address:
-            self._loopback.append(bytes(data))
-        elif not self.link.send(data, peer):
-            self._counters["drop_tx_full"] += 1
+            self._loopback.append((bytes(data), peer))
+            return
+        if peer in self.joined:
+            self._loopback.append((bytes(data), peer))  # for this device's own members; the others hear the link
+        if not self.link.send(data, peer):
+            # a multicast address the host has no route for (a bare lo) fails here: counted apart
+            self._counters["drop_mcast_unsent" if ipaddress.ip_address(peer).is_multicast else "drop_tx_full"] += 1
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         """One GSO send (``segment_size``-byte datagrams to ``peer``); False if the socket
@@ -134,8 +142,9 @@ class Port:
         link's into ``buf``. Returns them, the size of each but the last (a GRO run), the path
         they came by and the sender's address; None when nothing is waiting."""
         if self._loopback:
-            data = self._loopback.popleft()
-            return memoryview(data), len(data), self._self_path, self.address
+            data, dest = self._loopback.popleft()
+            path = self._self_path if dest == self.address else self.link.rx_path(self.address, self.link.port, dest)
+            return memoryview(data), len(data), path, self.address
         if not socket:
             return None
         got = self.link.recv_into(buf)
@@ -144,7 +153,7 @@ class Port:
             got = self.link.recv_into(buf)
         if got is None:
             return None
-        size, (peer, sport), step = got
+        size, (peer, sport), step, dest = got
         if self.capture is not None:
-            self.capture.record(self._clock(), peer, sport, self.address, view[:size], step or 1)
-        return view[:size], step or 1, self.link.rx_path(peer, sport), peer
+            self.capture.record(self._clock(), peer, sport, dest, view[:size], step or 1)
+        return view[:size], step or 1, self.link.rx_path(peer, sport, dest), peer

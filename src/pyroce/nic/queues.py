@@ -29,6 +29,7 @@ class HwCq:
     overruns_injected: int = 0  # pushes still to fail as if full (a test's fault plan)
     armed: bool = False  # the next CQE (that qualifies) raises one completion event, then disarms
     solicited_only: bool = False  # armed for a solicited or failed completion only
+    uar: memoryview | None = None  # the register page mlx5dv_init_obj gave its program (unread)
 
     def push(self, cqe: Cqe) -> bool:
         """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
@@ -69,3 +70,6 @@ class HwQp:
     sq_consumer: int = 0
     rq_consumer: int = 0
     sending: bool = False  # has send WQEs not yet completed (counted in Engine.sending)
+    direct: bool = False  # its driver posts by hand (mlx5dv): the engine reads its records every pass
+    uar: memoryview | None = None  # a direct QP's register page (``rings.UAR_SIZE``), which the NIC keeps
+    stalled: int = -1  # the send counter where a torn WQE stopped the engine (counted once)

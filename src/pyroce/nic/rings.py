@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Sequence
 from typing import Final
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
@@ -19,28 +20,24 @@ from pyroce.nic.wqe import (
     WQEBB,
     SendWqe,
     Sge,
+    SgeLike,
     WqeError,
     decode_recv_wqe,
     decode_send_wqe,
     encode_recv_wqe,
-    encode_send_wqe,
 )
 
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 _CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
+_CTRL_INDEX_AT = 1  # bytes 1-2 of the control segment: the WQE index (``opmod_idx_opcode`` bits 23:8)
+# A direct QP's register page (mlx5's UAR, in the connection's shared memory): where a program's
+# 64-bit doorbell and BlueFlame stores go. The NIC reads the doorbell record, not these stores.
+UAR_SIZE = 4096
+BF_OFFSET = 0x800  # mlx5's MLX5_BF_OFFSET: the page's BlueFlame register
+BF_SIZE = 256  # each of the register's two halves, which a program's BlueFlame stores alternate
 
-_LITTLE: Final = sys.byteorder == "little"  # a big-endian host stores a be32 as it is
-
-
-def _be16_word(counter: int) -> int:
-    """The native u32 whose bytes are ``counter`` (16 bits) as a be32: ``htonl(counter)``."""
-    return (counter & 0xFF) << 24 | (counter & 0xFF00) << 8 if _LITTLE else counter
-
-
-def _be16_of(word: int) -> int:
-    """The low 16 bits of the be32 whose bytes are the native u32 ``word``: ``ntohl(word) & 0xFFFF``."""
-    return word >> 24 | (word >> 8) & 0xFF00 if _LITTLE else word & COUNTER_MASK
+BIG_ENDIAN_HOST = sys.byteorder == "big"  # a big-endian host stores a be32 word as it is
 
 
 def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None:
@@ -79,10 +76,14 @@ class DoorbellRecord:
         self.words = aligned_words(buf[: self.SIZE])
 
     def publish(self, which: int, counter: int) -> None:
-        self.words[which >> 2] = _be16_word(counter & COUNTER_MASK)
+        """Store ``counter`` (16 bits) as a be32: ``htonl(counter)``, as one native u32."""
+        counter &= COUNTER_MASK
+        self.words[which >> 2] = counter if BIG_ENDIAN_HOST else (counter & 0xFF) << 24 | (counter & 0xFF00) << 8
 
     def read(self, which: int) -> int:
-        return _be16_of(self.words[which >> 2])
+        """The low 16 bits of the be32 counter: ``ntohl(word) & 0xFFFF``, from one native u32 load."""
+        word = self.words[which >> 2]
+        return word & COUNTER_MASK if BIG_ENDIAN_HOST else word >> 24 | (word >> 8) & 0xFF00
 
 
 class SendRing:
@@ -96,21 +97,20 @@ class SendRing:
         self.wqebb_count = wqebb_count
         self.size = wqebb_count * WQEBB
 
-    def _copy_out(self, start: int, length: int) -> bytes:
-        """``length`` bytes from ring byte ``start``, wrapping at the end: a private copy."""
-        end = start + length
-        if end <= self.size:
-            return bytes(self.buf[start:end])
-        return bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
-
-    def post(self, producer: int, wqe: SendWqe) -> int:
-        """Write ``wqe`` at basic-block counter ``producer``; returns the next counter."""
-        data = encode_send_wqe(wqe)
+    def post(self, producer: int, data: bytes) -> int:
+        """Write a WQE's whole basic blocks (``encode_send_wqe``) at basic-block counter
+        ``producer``; returns the next counter."""
         start = (producer % self.wqebb_count) * WQEBB
         first = min(len(data), self.size - start)
         self.buf[start : start + first] = data[:first]
         self.buf[: len(data) - first] = data[first:]
         return producer + len(data) // WQEBB
+
+    def wqe_index(self, consumer: int) -> int:
+        """The WQE index the control segment at basic-block counter ``consumer`` holds: a
+        self-posting driver's WQE is written once it equals the counter's low 16 bits."""
+        start = (consumer % self.wqebb_count) * WQEBB + _CTRL_INDEX_AT
+        return self.buf[start] << 8 | self.buf[start + 1]
 
     def fetch(self, consumer: int) -> tuple[SendWqe, int]:
         """Decode the WQE at basic-block counter ``consumer`` from a copy of the ring bytes;
@@ -119,8 +119,14 @@ class SendRing:
         ds = self.buf[start + _CTRL_DS_AT] & 0x3F
         if ds * SEG > self.size:
             raise WqeError(f"ds {ds} is larger than the send ring")
-        wqe = decode_send_wqe(self._copy_out(start, ds * SEG), self.datagram)
-        return wqe, consumer + -(-ds * SEG // WQEBB)
+        end = start + ds * SEG
+        # a private copy of the WQE's bytes, wrapping at the ring's end
+        data = (
+            bytes(self.buf[start:end])
+            if end <= self.size
+            else bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
+        )
+        return decode_send_wqe(data, self.datagram), consumer + -(-ds * SEG // WQEBB)
 
 
 class RecvRing:
@@ -138,13 +144,15 @@ class RecvRing:
         start = (counter % self.count) * self.stride
         return self.buf[start : start + self.stride]
 
-    def post(self, producer: int, sges: tuple[Sge, ...]) -> None:
+    def post(self, producer: int, sges: Sequence[SgeLike]) -> None:
         """Write a WQE scattering to ``sges`` at counter ``producer``."""
-        self.slot(producer)[:] = encode_recv_wqe(sges, self.stride)
+        start = (producer % self.count) * self.stride
+        self.buf[start : start + self.stride] = encode_recv_wqe(sges, self.stride)
 
     def fetch(self, consumer: int) -> tuple[Sge, ...]:
         """The scatter list of the WQE at ``consumer``, decoded from a copy of its bytes."""
-        return decode_recv_wqe(bytes(self.slot(consumer)))
+        start = (consumer % self.count) * self.stride
+        return decode_recv_wqe(bytes(self.buf[start : start + self.stride]))
 
 
 class CqRing:

@@ -39,7 +39,8 @@ class Timers(Generic[Key]):
     def arm(self, key: Key, deadline: float | None) -> None:
         """``key``'s deadline is now ``deadline`` (None: no timer)."""
         if deadline is None:
-            self.cancel(key)
+            if key in self._deadline:
+                self.cancel(key)
             return
         if self._deadline.get(key) == deadline:
             return

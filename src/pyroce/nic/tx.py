@@ -41,8 +41,9 @@ class TxBatch:
         self._peer = peer
         self.gso = gso
 
-    def send(self, path: RocePath, items: list[Packet | PacketRun]) -> None:
-        """Build ``items`` (a run's packets in one loop) into the batch; what does not fit goes
+    def send(self, path: RocePath, items: list[Packet | PacketRun | bytes]) -> None:
+        """Build ``items`` (a run's packets in one loop; ``bytes``: a packet built from BTH
+        through padding, ``AckTemplate``'s) into the batch; what does not fit goes
         out on the way, the rest with the next ``flush`` (so the ACKs of many QPs to one peer
         share a send)."""
         view = self.view
@@ -55,6 +56,10 @@ class TxBatch:
                     path.build_run_into(view, offset, item, index, count, segment)
                     self.added(size, count)
                     index += count
+            elif type(item) is bytes:  # built already (an ACK): copied, its ICRC added
+                offset, segment, _ = self.slot(len(item) + ICRC_LEN)
+                view[offset : offset + len(item)] = item
+                self.added(path.seal(view, offset, len(item), segment))
             else:
                 offset, segment, _ = self.slot(packet_length(item))  # type: ignore[arg-type]
                 self.added(path.build_into(view, offset, item, segment))  # type: ignore[arg-type]

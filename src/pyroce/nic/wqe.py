@@ -13,10 +13,12 @@ nothing the posting side writes later can change a WQE being executed.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
-from pyroce.transport.work import Sge  # a data segment: byte_count, lkey, addr
+from pyroce.transport.work import Sge, SgeLike, new_sge  # a data segment: byte_count, lkey, addr
 
 WQEBB = 64  # bytes in a send-queue basic block
 SEG = 16  # bytes in a segment; the control segment's ``ds`` counts these
@@ -103,11 +105,9 @@ class SendWqe(NamedTuple):
     bind: MwBindSeg | None = None
     av: AddressVector | None = None  # a UD QP's WQEs have one, others none
 
-    @property
-    def wqebbs(self) -> int:
-        """Basic blocks this WQE takes in the ring."""
-        return -(-_ds(self) * SEG // WQEBB)
 
+# A SendWqe from all fourteen fields, without NamedTuple.__new__'s frame (built once per WR)
+new_send_wqe = functools.partial(tuple.__new__, SendWqe)
 
 _CTRL = struct.Struct(">IIBHBI")  # opmod|idx|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
 _RADDR = struct.Struct(">QII")
@@ -128,10 +128,6 @@ _WQE_OPCODES = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, n
 MAX_DS = 0x3F  # the ds field is 6 bits
 
 
-def _inline_segs(length: int) -> int:
-    return -(-(_INLINE_HDR.size + length) // SEG)
-
-
 def inline_room(fixed_segs: int, ds: int) -> int:
     """The inline bytes a WQE of ``ds`` segments holds after its ``fixed_segs`` (control, then
     address or datagram segments), its basic blocks filled: the ``max_inline_data`` a QP
@@ -142,7 +138,9 @@ def inline_room(fixed_segs: int, ds: int) -> int:
     return -(-ds * SEG // WQEBB) * WQEBB - fixed_segs * SEG - _INLINE_HDR.size
 
 
-def _ds(wqe: SendWqe) -> int:
+def encode_send_wqe(wqe: SendWqe) -> bytes:
+    """The segments of ``wqe``, padded to whole basic blocks (``len // WQEBB`` of them: what
+    the WQE takes in the ring)."""
     ds = 1
     if wqe.av is not None:
         ds += AV_SEGS
@@ -152,14 +150,7 @@ def _ds(wqe: SendWqe) -> int:
         ds += 1
     if wqe.bind is not None:
         ds += BIND_SEGS
-    if wqe.inline is not None:
-        return ds + _inline_segs(len(wqe.inline))
-    return ds + len(wqe.sges)
-
-
-def encode_send_wqe(wqe: SendWqe) -> bytes:
-    """The segments of ``wqe``, padded to whole basic blocks."""
-    ds = _ds(wqe)
+    ds += len(wqe.sges) if wqe.inline is None else -(-(_INLINE_HDR.size + len(wqe.inline)) // SEG)
     if ds > MAX_DS:
         raise WqeError(f"WQE of {ds} segments exceeds the {MAX_DS} a control segment can count")
     buf = bytearray(-(-ds * SEG // WQEBB) * WQEBB)  # whole basic blocks (``wqe.wqebbs``)
@@ -242,14 +233,15 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
     else:
         while offset < size:
             length, lkey, addr = _DATA.unpack_from(data, offset)
-            sges.append(Sge(addr, length, lkey))
+            sges.append(new_sge((addr, length, lkey)))
             offset += SEG
-    return SendWqe(opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
-                   compare, tuple(sges), inline, word0 >> 24, bind, av)  # fmt: skip
+    return new_send_wqe((opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
+                         compare, tuple(sges), inline, word0 >> 24, bind, av))  # fmt: skip
 
 
-def encode_recv_wqe(sges: tuple[Sge, ...] | list[Sge], stride: int) -> bytes:
-    """A receive WQE of ``stride`` bytes: the data segments, then a terminator if room is left."""
+def encode_recv_wqe(sges: Sequence[SgeLike], stride: int) -> bytes:
+    """A receive WQE of ``stride`` bytes: the data segments, then a terminator if room is left
+    (``sges``: the verbs' own SGEs as posted, or ``Sge``s)."""
     if len(sges) * SEG > stride:
         raise WqeError(f"{len(sges)} scatter entries do not fit a {stride}-byte receive WQE")
     buf = bytearray(stride)
@@ -267,5 +259,5 @@ def decode_recv_wqe(data: bytes | bytearray | memoryview) -> tuple[Sge, ...]:
         length, lkey, addr = _DATA.unpack_from(data, offset)
         if lkey == MLX5_INVALID_LKEY:
             break
-        sges.append(Sge(addr, length, lkey))
+        sges.append(new_sge((addr, length, lkey)))
     return tuple(sges)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pyroce.cm.errors import CmError
 from pyroce.cm.ids import CmChannel, CmId
+from pyroce.cm.multicast import McGroup
 from pyroce.cm.records import AhValues, CmEvent, ConnParam
 from pyroce.nicd.protocol import Handle, PassFd
 from pyroce.nicd.refused import CommandRefused
@@ -54,12 +55,19 @@ class ConnectionManagerCommands:
         channel = self._cm_run("open_channel")
         return self._handle(channel), PassFd(channel.fileno())
 
+    def _forget_left_groups(self) -> None:
+        """The handles of multicast groups left (their ids destroyed) go."""
+        for number, obj in list(self.objects.items()):
+            if isinstance(obj, McGroup) and obj.destroyed:
+                self._forget(number)
+
     def cm_close_channel(self, channel: Any) -> None:
         obj = self._object(channel, CmChannel)
         for cm_id in obj.ids:
             self._forget(self._cm_handle(cm_id))
         self._cm_run("close_channel", obj)
         self._forget(channel)
+        self._forget_left_groups()
 
     def cm_create_id(self, channel: Any, context: int, port_space: int, qp_type: int) -> Handle:
         return self._handle(self._cm_run("create_id", self._object(channel, CmChannel), context, port_space, qp_type))
@@ -67,18 +75,21 @@ class ConnectionManagerCommands:
     def cm_destroy_id(self, cm_id: Any) -> int:
         reported = self._cm_run("destroy_id", self._object(cm_id, CmId))
         self._forget(cm_id)
+        self._forget_left_groups()
         return reported
 
     def cm_migrate_id(self, cm_id: Any, channel: Any) -> int:
         return self._cm_run("migrate_id", self._object(cm_id, CmId), self._object(channel, CmChannel))
 
     def cm_get_event(self, channel: Any) -> tuple[Any, ...] | None:
-        """The channel's oldest event as (event, context, id handle, status, conn, ud), or None."""
+        """The channel's oldest event as (event, context, id handle, status, conn, ud, group
+        handle or None), or None."""
         event: CmEvent | None = self._cm_run("get_event", self._object(channel, CmChannel))
         if event is None:
             return None
+        group = None if event.group is None else self._cm_handle(event.group)
         return (int(event.event), event.context, self._cm_handle(event.cm_id), event.status, _mapping(event.conn),
-                _mapping(event.ud))  # fmt: skip
+                _mapping(event.ud), group)  # fmt: skip
 
     def cm_bind(self, cm_id: Any, host: str, port: int) -> None:
         self._cm_run("bind", self._object(cm_id, CmId), (host, port))
@@ -92,6 +103,15 @@ class ConnectionManagerCommands:
 
     def cm_listen(self, cm_id: Any, backlog: int) -> None:
         self._cm_run("listen", self._object(cm_id, CmId), backlog)
+
+    def cm_join_multicast(self, cm_id: Any, address: str, join_flags: int, context: int) -> Handle:
+        group = self._cm_run("join_multicast", self._object(cm_id, CmId), str(address), int(join_flags), int(context))
+        return self._handle(group)
+
+    def cm_leave_multicast(self, group: Any) -> int:
+        reported = self._cm_run("leave_multicast", self._object(group, McGroup))
+        self._forget(group)
+        return reported
 
     def cm_connect(self, cm_id: Any, param: dict[str, Any]) -> None:
         self._cm_run("connect", self._object(cm_id, CmId), ConnParam(**param))

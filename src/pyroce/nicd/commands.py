@@ -15,7 +15,7 @@ connection leaves is destroyed when it closes, QPs first, as for a C program.
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import Any, Protocol
 
 from pyroce.host.notify import EventFdQueue
 from pyroce.host.registry import open_device, release_device
@@ -25,7 +25,6 @@ from pyroce.nic.memory import BindError, BusyError, MemoryRegion, MemoryWindow
 from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import RecvRing
 from pyroce.nic.srq import HwSrq
-from pyroce.nicd.arena import Arena
 from pyroce.nicd.cm_commands import ConnectionManagerCommands
 from pyroce.nicd.process_memory import ForeignMemory
 from pyroce.nicd.protocol import Handle, PassFd
@@ -48,10 +47,17 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
 Piece = tuple[int, int]  # (arena offset, length)
 
 
+class Pieces(Protocol):
+    """Where the pieces a connection names are (``nicd.arena.Arena``; the simulator bridge's
+    mirrors of a driver's regions, ``bridge.model``)."""
+
+    def view(self, offset: int, length: int) -> memoryview: ...
+
+
 class DeviceCommands(ConnectionManagerCommands):
     """One connection's commands on the device: its handles, its QPNs, its arena."""
 
-    def __init__(self, pid: int, arena: Arena) -> None:
+    def __init__(self, pid: int, arena: Pieces) -> None:
         self.pid = pid
         self.arena = arena
         self.device: Any = None
@@ -265,6 +271,12 @@ class DeviceCommands(ConnectionManagerCommands):
         self._device().destroy_qp(self._qpn(qpn))
         self.qpns.discard(qpn)
 
+    def attach_mcast(self, qpn: int, gid: bytes) -> None:
+        self._device().attach_mcast(self._qpn(qpn), _gid(gid))
+
+    def detach_mcast(self, qpn: int, gid: bytes) -> None:
+        self._device().detach_mcast(self._qpn(qpn), _gid(gid))
+
     def qp_state(self, qpn: int) -> int:
         return int(self._device().qp_state(self._qpn(qpn)))
 
@@ -324,6 +336,12 @@ class DeviceCommands(ConnectionManagerCommands):
         self.device = None
         release_device(device)
         return left
+
+
+def _gid(gid: Any) -> bytes:
+    if not isinstance(gid, bytes) or len(gid) != 16:
+        raise CommandRefused(errno.EINVAL, f"a GID is 16 bytes, not {gid!r}")
+    return gid
 
 
 DEVICE_COMMANDS = frozenset(name for kind in DeviceCommands.__mro__[:-1] for name in vars(kind)

@@ -10,6 +10,7 @@ event is a command that never waits.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,14 @@ class RemoteCmId:
         self.handle = handle
 
 
+class RemoteMcGroup:
+    """A multicast join of the NIC, named by its handle (one object per handle: events name it)."""
+
+    def __init__(self, handle: Any, cm_id: RemoteCmId) -> None:
+        self.handle = handle
+        self.cm_id = cm_id
+
+
 def _conn(mapping: dict[str, Any] | None) -> ConnParam | None:
     return None if mapping is None else ConnParam(**{**mapping, "private_data": bytes(mapping["private_data"])})
 
@@ -68,6 +77,7 @@ class RemoteCm:
     def __init__(self, device: RemoteDevice) -> None:
         self._device = device
         self._ids: dict[int, RemoteCmId] = {}
+        self._groups: dict[int, RemoteMcGroup] = {}
 
     def _call(self, command: str, *args: Any) -> Any:
         try:
@@ -99,6 +109,7 @@ class RemoteCm:
     def destroy_id(self, cm_id: RemoteCmId) -> int:
         reported = self._call("destroy_id", cm_id.handle)
         self._ids.pop(int(cm_id.handle), None)
+        self._groups = {number: group for number, group in self._groups.items() if group.cm_id is not cm_id}
         return reported
 
     def migrate_id(self, cm_id: RemoteCmId, channel: RemoteCmChannel) -> int:
@@ -108,8 +119,9 @@ class RemoteCm:
         answer = self._call("get_event", channel.handle)
         if answer is None:
             return None
-        event, context, handle, status, conn, ud = answer
-        return CmEvent(CmEventType(event), context, self._id(handle), status, _conn(conn), _ud(ud))  # type: ignore[arg-type]
+        event, context, handle, status, conn, ud, group = answer
+        joined = None if group is None else self._groups.get(int(group))
+        return CmEvent(CmEventType(event), context, self._id(handle), status, _conn(conn), _ud(ud), joined)  # type: ignore[arg-type]
 
     # --- addresses and connections ----------------------------------------------------------
 
@@ -125,6 +137,19 @@ class RemoteCm:
 
     def listen(self, cm_id: RemoteCmId, backlog: int) -> None:
         self._call("listen", cm_id.handle, backlog)
+
+    def join_multicast(self, cm_id: RemoteCmId, address: str, join_flags: int, context: int) -> RemoteMcGroup:
+        handle = self._call("join_multicast", cm_id.handle, address, int(join_flags), context)
+        group = self._groups[int(handle)] = RemoteMcGroup(handle, cm_id)
+        return group
+
+    def leave_multicast(self, group: RemoteMcGroup) -> int:
+        """ENOENT for a join left or of an id destroyed, as the NIC's CM (its handle is gone)."""
+        if self._groups.get(int(group.handle)) is not group:
+            raise CmError(errno.ENOENT, "the multicast group was left already")
+        reported = self._call("leave_multicast", group.handle)
+        self._groups.pop(int(group.handle), None)
+        return reported
 
     def connect(self, cm_id: RemoteCmId, param: ConnParam) -> None:
         self._call("connect", cm_id.handle, _mapping(param))

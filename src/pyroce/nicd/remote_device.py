@@ -344,6 +344,12 @@ class RemoteDevice:
     def destroy_qp(self, qpn: int) -> None:
         self.call("destroy_qp", qpn)
 
+    def attach_mcast(self, qpn: int, gid: bytes) -> None:
+        self.call("attach_mcast", qpn, gid)
+
+    def detach_mcast(self, qpn: int, gid: bytes) -> None:
+        self.call("detach_mcast", qpn, gid)
+
     def qp_state(self, qpn: int) -> QpState:
         return QpState(self.call("qp_state", qpn))
 

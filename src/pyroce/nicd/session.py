@@ -21,6 +21,7 @@ from typing import Any
 
 from pyroce import __version__
 from pyroce.cm.ids import CmId
+from pyroce.cm.multicast import McGroup
 from pyroce.driver import calls, cm_calls
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
@@ -35,12 +36,13 @@ log = logging.getLogger("pyroce.nicd")
 COMMANDS = {name: function for module in (calls, cm_calls)  # the verbs, and the rdma_cm file's commands
             for name, function in inspect.getmembers(module, inspect.isfunction)
             if function.__module__ == module.__name__ and not name.startswith("_")}  # fmt: skip
-CLOSING = ("close_", "destroy_", "dealloc_", "dereg_", "cm_close", "cm_destroy_")  # objects may be gone after these
+CLOSING = ("close_", "destroy_", "dealloc_", "dereg_", "cm_close", "cm_destroy_", "cm_leave_")  # objects may go
 
 
-def gone(obj: PyverbsObject | CmId) -> bool:
-    """The object was closed (a verbs object, an rdma_cm file) or destroyed (an rdma_cm id)."""
-    return obj.destroyed if isinstance(obj, CmId) else obj.closed
+def gone(obj: PyverbsObject | CmId | McGroup) -> bool:
+    """The object was closed (a verbs object, an rdma_cm file) or destroyed (an rdma_cm id, a
+    multicast join left or of an id destroyed)."""
+    return obj.destroyed if isinstance(obj, (CmId, McGroup)) else obj.closed
 
 
 class CommandError(Exception):
@@ -85,7 +87,7 @@ class Session:
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
         self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
-        self.objects: dict[int, PyverbsObject | CmId] = {}
+        self.objects: dict[int, PyverbsObject | CmId | McGroup] = {}
         self.numbers: dict[int, int] = {}  # id(object) -> handle
         self.next_handle = 1
         self.greeted = False
@@ -96,8 +98,9 @@ class Session:
     # --- handles ---------------------------------------------------------------------
 
     def handle_of(self, obj: Any) -> int | None:
-        """The handle of a verbs object or rdma_cm id an answer names (numbered on first sight)."""
-        if not isinstance(obj, (PyverbsObject, CmId)):
+        """The handle of a verbs object, rdma_cm id or multicast join an answer names (numbered
+        on first sight)."""
+        if not isinstance(obj, (PyverbsObject, CmId, McGroup)):
             return None
         number = self.numbers.get(id(obj))
         if number is None:

@@ -138,7 +138,7 @@ class Completer:
             offset += pmtu
         if count:
             entry.placed += count
-            req.acknowledged(psn_add(psn, count))
+            req.comp_psn = psn_add(psn, count)
             req.progress(now)
             self.qp.counters["rcvd_pkts"] += count
         return count * step
@@ -156,11 +156,11 @@ class Completer:
                 # Partly acknowledged (a long message ACKed every 64 packets), or a read/atomic
                 # whose own response must retire it.
                 if not entry.rd_atomic:
-                    req.acknowledged(psn_add(psn, 1))
+                    req.comp_psn = psn_add(psn, 1)
                     return True
                 return psn_diff(psn, entry.last_psn) <= 0
             req.complete_head()
-            req.acknowledged(psn_add(entry.last_psn, 1))
+            req.comp_psn = psn_add(entry.last_psn, 1)
         return True
 
     def _implied_nak(self) -> None:
@@ -237,7 +237,7 @@ class Completer:
             return
         result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
         entry.data.write(0, result)  # type: ignore[union-attr]
-        req.acknowledged(psn_add(psn, 1))
+        req.comp_psn = psn_add(psn, 1)
         req.complete_head()
         req.progress(now)
 
@@ -272,7 +272,7 @@ class Completer:
         req = self.qp.requester
         entry.data.write(offset, payload)  # type: ignore[union-attr]
         entry.placed += 1
-        req.acknowledged(psn_add(psn, 1))
+        req.comp_psn = psn_add(psn, 1)
         if last:
             req.complete_head()
         req.progress(now)

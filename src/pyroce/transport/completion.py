@@ -7,6 +7,7 @@ turns the CQE back into a ``WC``.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
@@ -27,3 +28,7 @@ class Completion(NamedTuple):
     solicited: bool = False  # a receive completion of a message whose last packet had SE set
     # a UD receive's packet came over IPv4, not IPv6: RoCEv2's CQE says which (IBA A17.4.5.1)
     ipv4: bool = False
+
+
+# A Completion from all eleven fields, without NamedTuple.__new__'s frame (one per signaled WQE)
+new_completion = functools.partial(tuple.__new__, Completion)

@@ -6,7 +6,8 @@ is a run of one). For each, the ICRC is checked against the path it came by; the
 addressed to tries header prediction (``RcQp.receive_run``: a message's MIDDLE packets in one
 loop); what prediction leaves is parsed into a ``Packet`` and goes through every rule and NAK
 of ``RcQp.receive``. A UD QP's packets go to ``UdQp.receive`` with the network header they came
-with (for the receive buffer's first 40 bytes). Device-level outcomes (ICRC errors, malformed packets, unknown QPNs) are
+with (for the receive buffer's first 40 bytes); a datagram to QP 0xFFFFFF at a multicast address
+goes to every UD QP attached to that group (``groups``, by MGID), each checking it as its own. Device-level outcomes (ICRC errors, malformed packets, unknown QPNs) are
 counted here; a QP's own in its counters.
 """
 
@@ -16,8 +17,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
+from pyroce.ib.addressing import gid_of_packed
 from pyroce.transport.rc import RcQp
-from pyroce.wire.bth import BTH
+from pyroce.wire.bth import BTH, MULTICAST_QPN
 from pyroce.wire.errors import BadPadCount, MalformedPacket
 from pyroce.wire.framing import IpHeader, network_header
 from pyroce.wire.opcodes import BTH_LEN
@@ -47,6 +49,7 @@ class Demux:
         self.qps: dict[int, RcQp] = {}  # connected QPs (RC, UC)
         self.datagram_qps: dict[int, DatagramQp] = {}  # UD QPs and QP1: any source, no header prediction
         self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
+        self.groups: dict[bytes, list[int]] = {}  # multicast groups: MGID -> the UD QPs attached, in order
         self.counters: Counter[str] = Counter() if counters is None else counters
         self.touched: set[int] = set()
         self.on_error = on_error
@@ -110,6 +113,9 @@ class Demux:
                 self._receive_malformed(exc.bth, now)
             return
         qpn = pkt.bth.dqpn
+        if qpn == MULTICAST_QPN:
+            self._receive_multicast(pkt, len(data), now, network)
+            return
         qp = self.qps.get(qpn)
         datagram_qp = self.datagram_qps.get(qpn) if qp is None else None
         if qp is None and datagram_qp is None:
@@ -125,6 +131,24 @@ class Demux:
             self.on_error(qpn, error)  # not ``exc``: mypyc types one name once, and it is a MalformedPacket above
             return
         self.touched.add(qpn)
+
+    def _receive_multicast(self, pkt: Packet, length: int, now: float, network: IpHeader | None) -> None:
+        """A datagram to a multicast group: a copy to each QP attached to the group its IP
+        destination names (rxe ``rxe_rcv_mcast_pkt``); a QP's failure is its own, the others
+        still get theirs. No group here, or no IP header to name one: dropped and counted."""
+        group = self.groups.get(gid_of_packed(network.dst)) if network is not None else None
+        if not group:
+            self.counters["drop_mcast_no_group"] += 1
+            return
+        self.counters["rcvd_bytes"] += length
+        header = network_header(network, length)  # type: ignore[arg-type]
+        for qpn in group:
+            try:
+                self.datagram_qps[qpn].receive(pkt, now, header)
+            except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
+                self.on_error(qpn, exc)
+                continue
+            self.touched.add(qpn)
 
     def _receive_malformed(self, bth: BTH, now: float) -> None:
         """A packet whose PadCnt does not pad its payload, for a connected QP: its BTH alone, for

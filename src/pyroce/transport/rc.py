@@ -20,7 +20,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.transport.completer import Completer
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemoryTable
-from pyroce.transport.requester import WC_OPCODES, Requester
+from pyroce.transport.requester import WC_OPCODES, Requester, SendEntry
 from pyroce.transport.responder import RecvSource, Responder
 from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
@@ -28,7 +28,7 @@ from pyroce.wire.aeth import AethKind, syndrome_kind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
-from pyroce.wire.packet import Packet, PacketRun
+from pyroce.wire.packet import Packet, PacketRun, parse_packet
 from pyroce.wire.psn import PSN_MASK
 
 ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
@@ -114,14 +114,14 @@ class RcQp:
             self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WC_OPCODES[work.op],
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
-        self.requester.post(work)
+        self.requester.queue.append(SendEntry(work, self.config.pmtu))
 
     def post_recv(self, work: RecvWork) -> None:
         if self.state is QpState.ERR:
             self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
-        self.responder.post(work)
+        self.responder.own_queue.append(work)
 
     def receive(self, pkt: Packet, now: float, malformed: bool = False) -> None:
         """Handle one packet addressed to this QP (already parsed and ICRC-checked); ``malformed``:
@@ -155,7 +155,8 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress (RC or UC: ``Service.predicted``), or the next response of the READ
+        message in progress or a SEND ONLY (no immediate, no SE) with a receive WQE waiting
+        that holds it (RC or UC: ``Service.predicted``), or the next response of the READ
         at the head of the send queue, at the expected PSN, is placed without building a
         ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
@@ -169,6 +170,8 @@ class RcQp:
         opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
             return False
+        if self.state is QpState.RTR and not self.established:
+            return False  # the first packet in RTR raises COMM_EST: the general path's
         pad = flags >> 4 & 3
         end = size - ICRC_LEN - pad
         op_flags = OPCODE_FLAGS[opcode]
@@ -229,14 +232,15 @@ class RcQp:
 
     # --- outputs ------------------------------------------------------------------------
 
-    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun], int]:
-        """Up to ``budget`` packets, the middles of messages as ``PacketRun``s: responses first
-        (they free the peer), then requests. Returns them and how many packets they hold."""
-        out: list[Packet | PacketRun] = []
+    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun | bytes], int]:
+        """Up to ``budget`` packets, the middles of messages as ``PacketRun``s and ACKs as
+        bytes (``AckTemplate``): responses first (they free the peer), then requests. Returns
+        them and how many packets they hold."""
+        out: list[Packet | PacketRun | bytes] = []
         count = 0
-        if self.state in RECEIVING_STATES or self.state is QpState.ERR:
+        if self.responder.out and (self.state in RECEIVING_STATES or self.state is QpState.ERR):
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
-        if self.state in SENDING_STATES:
+        if self.requester.queue and self.state in SENDING_STATES:
             count += self.requester.emit(out, budget - count, now)
         self.counters["sent_pkts"] += count
         if self.sq_draining and not self.requester.started:
@@ -251,11 +255,13 @@ class RcQp:
             self.events.append((EventType.SQ_DRAINED, f"QP 0x{self.config.qpn:x}: send queue drained"))
 
     def packets_to_send(self, now: float, budget: int = 64) -> list[Packet]:
-        """``output`` with every run spelled out as ``Packet`` values."""
+        """``output`` with every run and ACK spelled out as ``Packet`` values."""
         out: list[Packet] = []
         for item in self.output(now, budget)[0]:
             if isinstance(item, PacketRun):
                 out += item.packets()
+            elif isinstance(item, bytes):
+                out.append(parse_packet(item + bytes(ICRC_LEN)))
             else:
                 out.append(item)
         return out
@@ -264,7 +270,8 @@ class RcQp:
         """The next deadline at which ``handle_timer`` has work, or ``None``."""
         if self.state not in (QpState.RTS, QpState.SQD):
             return None
-        return self.requester.get_timer()
+        requester = self.requester  # waiting out an RNR NAK, else the local ACK timer
+        return requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline
 
     @property
     def has_send_work(self) -> bool:

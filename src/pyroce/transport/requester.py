@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from pyroce.ib.enums import Access, QpState, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
-from pyroce.transport.completion import Completion
+from pyroce.transport.completion import new_completion
 from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
@@ -70,8 +70,8 @@ def segment_opcode(opcodes: tuple[int, int, int, int], index: int, count: int) -
 class SendEntry:
     """A posted send WQE and its progress."""
 
-    __slots__ = ("data", "first_psn", "length", "npsn", "placed", "rd_atomic", "run_end", "run_start", "started",
-                 "work")  # fmt: skip
+    __slots__ = ("data", "first_psn", "last_psn", "length", "npsn", "placed", "rd_atomic", "run_end", "run_start",
+                 "started", "work")  # fmt: skip
 
     def __init__(self, work: SendWork, pmtu: int) -> None:
         self.work = work
@@ -88,14 +88,10 @@ class SendEntry:
             self.run_start = 1 if OPCODE_FLAGS[opcodes[0]] & Flag.RETH else 0
             plain_last = opcodes[2] in PLAIN_LASTS and not self.length % pmtu and not work.solicited
             self.run_end = npsn if plain_last else npsn - 1
-        self.first_psn = 0
+        self.first_psn = self.last_psn = 0  # the PSNs of its first and last packets, once started
         self.started = False
         self.data: ScatterGather | None = None  # resolved local buffers
         self.placed = 0  # read response packets already placed
-
-    @property
-    def last_psn(self) -> int:
-        return psn_add(self.first_psn, self.npsn - 1)
 
 
 class Requester:
@@ -124,9 +120,6 @@ class Requester:
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
 
-    def post(self, work: SendWork) -> None:
-        self.queue.append(SendEntry(work, self.qp.config.pmtu))
-
     @property
     def has_output(self) -> bool:
         """Whether a packet could go now: the next WQE to send from may start (RTS), or has
@@ -146,7 +139,7 @@ class Requester:
 
     # --- sending ------------------------------------------------------------------------
 
-    def emit(self, out: list[Packet | PacketRun], budget: int, now: float) -> int:
+    def emit(self, out: list[Packet | PacketRun | bytes], budget: int, now: float) -> int:
         """Append request packets to ``out`` until ``budget`` packets, the window or credits
         stop it; the middle of a message goes as ``PacketRun``s. A WQE not yet started starts
         only in RTS (in SQD the queue drains: rxe ``req_next_wqe``). Returns the packets added."""
@@ -165,7 +158,7 @@ class Requester:
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
-            resent = psn_diff(self.high_psn, self.psn)
+            resent = psn_diff(self.high_psn, self.psn)  # never negative: ``psn`` is at most ``high_psn``
             if resent > 0:
                 self.qp.counters["retransmitted_pkts"] += min(resent, count)
             out.append(
@@ -174,12 +167,12 @@ class Requester:
                 else self._packet(entry, self.send_pkt, config.dqpn)
             )
             added += count
-            if psn_diff(self.psn, self.high_psn) > 0:
+            if count > resent:  # past ``high_psn``: these PSNs went out for the first time
                 self.high_psn = self.psn
             if not self.qp.service.acked:
                 self._retire_sent()
-            elif self.ack_deadline is None and config.ack_timeout_s is not None:
-                self.ack_deadline = now + config.ack_timeout_s
+            elif self.ack_deadline is None and (timeout := config.ack_timeout_s) is not None:
+                self.ack_deadline = now + timeout
         return added
 
     def _retire_sent(self) -> None:
@@ -237,7 +230,8 @@ class Requester:
                                  f"an atomic needs an 8-byte local buffer, the SGEs give {data.length}")  # fmt: skip
                 return False
             entry.data = data
-        entry.first_psn = self.psn
+        entry.first_psn = self.psn  # the message takes ``npsn`` PSNs from here
+        entry.last_psn = psn_add(self.psn, entry.npsn - 1)
         entry.started = True
         if entry.rd_atomic:
             self.rd_atomic_outstanding += 1
@@ -321,10 +315,6 @@ class Requester:
 
     # --- what the completer tells the requester ----------------------------------------------
 
-    def acknowledged(self, psn: int) -> None:
-        """Responses acknowledged every PSN before ``psn`` (the new oldest unacknowledged)."""
-        self.comp_psn = psn
-
     def retry(self, psn: int, reason: Reason, detail: str) -> None:
         """Something was lost from ``psn`` on (a timeout, a sequence NAK, an implied NAK): go
         back and resend while ``retry_cnt`` allows (IBA 9.7.5.1.4), else fail the oldest WQE
@@ -348,11 +338,6 @@ class Requester:
         self.rewind(psn)
         self.rnr_until = now + wait_s
 
-    def get_timer(self) -> float | None:
-        if self.rnr_until is not None:
-            return self.rnr_until
-        return self.ack_deadline
-
     def progress(self, now: float) -> None:
         """The peer acknowledged something new: retry budgets refill, the timer restarts."""
         config = self.qp.config
@@ -360,7 +345,7 @@ class Requester:
         self.rnr_left = config.rnr_retry
         self.retrying = False
         timeout = config.ack_timeout_s
-        self.ack_deadline = now + timeout if timeout is not None and self.outstanding else None
+        self.ack_deadline = now + timeout if timeout is not None and self.comp_psn != self.psn else None  # outstanding
 
     # --- completion ---------------------------------------------------------------------
 
@@ -373,9 +358,8 @@ class Requester:
         work = entry.work
         if work.signaled or status is not WcStatus.SUCCESS:
             byte_len = entry.length if status is WcStatus.SUCCESS and entry.rd_atomic else 0
-            self.qp.completions.append(
-                Completion(False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len, vendor_err=reason)
-            )
+            self.qp.completions.append(new_completion((False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len,
+                                                       0, WcFlag.NONE, 0, reason, False, False)))  # fmt: skip
 
     def fail_head(self, status: WcStatus, reason: Reason, detail: str) -> None:
         """The oldest WQE failed: complete it with ``status`` and ``reason``, keep ``detail``

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
-from pyroce.transport.completion import Completion
+from pyroce.transport.completion import Completion, new_completion
 from pyroce.transport.memory import MemFault
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
@@ -31,7 +31,7 @@ from pyroce.wire.bth import BTH, run_length
 from pyroce.wire.headers import Aeth, AtomicAckEth
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
-from pyroce.wire.packet import Packet, PacketRun, new_run
+from pyroce.wire.packet import AckTemplate, Packet, PacketRun, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ class Responder:
         # A shared queue's WQEs are not this QP's: a reset or a flush leaves them to the others.
         self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
+        self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
         self.reset()
 
     def reset(self) -> None:
@@ -151,14 +152,11 @@ class Responder:
         self._refused = 0
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
-        self.out: deque[Packet | ReadJob] = deque()
+        self.out: deque[Packet | bytes | ReadJob] = deque()  # bytes: an ACK (``AckTemplate``)
         self.own_queue.clear()
 
     def start(self, psn: int) -> None:
         self.epsn = psn
-
-    def post(self, work: RecvWork) -> None:
-        self.own_queue.append(work)
 
     @property
     def has_output(self) -> bool:
@@ -186,14 +184,28 @@ class Responder:
 
     def receive_predicted(self, flags: int, psn: int, ackreq: bool, payload: memoryview | bytes) -> bool:
         """Place a MIDDLE or LAST packet (no immediate) if it is exactly what the open message
-        expects (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
-        offset = self.offset
-        end = offset + len(payload)
-        if psn != self.epsn or self.nak_sent or not flags & self.in_message:
+        expects, or a SEND ONLY (no immediate) that a receive WQE waits for and holds
+        (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
+        if psn != self.epsn or self.nak_sent:
+            return False
+        if flags & Flag.START:  # a SEND ONLY: no message open, a WQE ready and no RNR forced
+            if self.in_message or self.dropping or not self.recv_queue or self.forced_rnr:
+                return False
+        elif not flags & self.in_message:
             return False
         if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
             return False
-        if flags & Flag.WRITE:
+        offset = self.offset
+        end = offset + len(payload)
+        if flags & Flag.START:
+            recv = self.recv_queue.popleft()
+            resolved = self._resolve_recv(recv)
+            if isinstance(resolved, MemFault) or len(payload) > resolved.length:
+                self.recv_queue.appendleft(recv)  # the general path takes it again and answers the error
+                return False
+            self.recv, self.recv_data, self.offset = recv, resolved, 0
+            resolved.write(0, payload)
+        elif flags & Flag.WRITE:
             if end > self.write_length or (flags & Flag.END and end != self.write_length):
                 return False
             self.write_view[offset:end] = payload  # type: ignore[index]
@@ -362,7 +374,7 @@ class Responder:
             if flags & Flag.START:
                 self.recv = self.recv_queue.popleft()
                 self.offset = 0
-                resolved = ScatterGather.resolve(self.qp.memory, self.recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
+                resolved = self._resolve_recv(self.recv)
                 if isinstance(resolved, MemFault):
                     self._error(pkt, RespState.ERR_RECV_PROT)
                     return
@@ -377,6 +389,10 @@ class Responder:
                 self.write_view = self.checked
             self.write_view[self.offset : self.offset + len(payload)] = payload  # type: ignore[index]
         self._placed(flags, bth.psn, len(payload), bth.ackreq, pkt)
+
+    def _resolve_recv(self, recv: RecvWork) -> ScatterGather | MemFault:
+        """The buffers of receive WQE ``recv``, which a SEND writes: local write access, this PD."""
+        return ScatterGather.resolve(self.qp.memory, recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
 
     def _placed(self, flags: int, psn: int, length: int, ackreq: bool, pkt: Packet | None) -> None:
         """A SEND or WRITE packet's payload is in place: move past it, end the message (and
@@ -409,9 +425,8 @@ class Responder:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
         opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
         solicited = pkt is not None and pkt.bth.se
-        completion = Completion(True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset, imm, wc_flags,  # type: ignore[union-attr]
-                                solicited=solicited)  # fmt: skip
-        self.qp.completions.append(completion)
+        self.qp.completions.append(new_completion((True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset,  # type: ignore[union-attr]
+                                                   imm, wc_flags, 0, 0, solicited, False)))  # fmt: skip
 
     def _read(self, view: memoryview, psn: int) -> None:
         count = max(1, -(-len(view) // self.qp.config.pmtu))
@@ -495,11 +510,13 @@ class Responder:
     def _ack(self, psn: int) -> None:
         if not self.acked:  # UC: nothing is acknowledged, whatever AckReq says
             return
-        ack = Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(_ACK, self.msn))
+        template = self._acks
+        if template is None or template.dqpn != self.qp.config.dqpn:
+            template = self._acks = AckTemplate(self.qp.config.dqpn, _ACK)
+        ack = template.ack(psn, self.msn)
         out = self.out
-        if out and isinstance(out[-1], Packet) and out[-1].bth.opcode == Opcode.RC_ACKNOWLEDGE and (
-                out[-1].aeth.syndrome == _ACK):  # type: ignore[union-attr]  # fmt: skip
-            out[-1] = ack  # coalesce: the newer ACK acknowledges everything the queued one did
+        if out and type(out[-1]) is bytes:  # a queued ACK (NAKs are Packets): coalesce, the newer
+            out[-1] = ack  # acknowledges everything the queued one did
         else:
             out.append(ack)
 
@@ -510,7 +527,7 @@ class Responder:
         bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)
         self.out.append(Packet(bth, aeth=Aeth(_ACK, self.msn), atomicacketh=AtomicAckEth(orig)))
 
-    def emit(self, out: list[Packet | PacketRun], budget: int) -> int:
+    def emit(self, out: list[Packet | PacketRun | bytes], budget: int) -> int:
         """Append responses to ``out`` until ``budget`` packets (the middle of a READ response
         as ``PacketRun``s); returns the packets added."""
         pmtu = self.qp.config.pmtu
@@ -519,8 +536,8 @@ class Responder:
         added = 0
         while queue and added < budget:
             item = queue[0]
-            if isinstance(item, Packet):
-                out.append(item)
+            if type(item) is not ReadJob:  # an ACK or NAK
+                out.append(item)  # type: ignore[arg-type]
                 queue.popleft()
                 added += 1
                 continue
@@ -547,7 +564,7 @@ class Responder:
         """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2; of a
         shared receive queue, only the WQE the QP had taken: the rest serve other QPs); read
         responses not yet sent are dropped, a queued NAK still goes out."""
-        self.out = deque(item for item in self.out if isinstance(item, Packet))
+        self.out = deque(item for item in self.out if not isinstance(item, ReadJob))
         pending = ([self.recv] if self.recv is not None else []) + list(self.own_queue)
         self.recv = None
         self.own_queue.clear()

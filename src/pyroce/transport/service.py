@@ -37,8 +37,9 @@ class Service(NamedTuple):
     """How the responder answers each failed check."""
     predicted: frozenset[int]
     """The opcodes header prediction takes (``RcQp.receive_predicted``): the packets after the
-    first of a SEND or WRITE that carry no immediate (a BTH alone), and on RC every READ
-    response (a BTH, and an AETH that must say ACK)."""
+    first of a SEND or WRITE that carry no immediate (a BTH alone), a SEND ONLY without one
+    (the 2-byte message's packet), and on RC every READ response (a BTH, and an AETH that must
+    say ACK)."""
     runs: frozenset[int]
     """Of those, the MIDDLEs whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)."""
 
@@ -47,7 +48,7 @@ UC_OPS = frozenset({WorkOp.SEND, WorkOp.SEND_WITH_IMM, WorkOp.RDMA_WRITE, WorkOp
 
 READ_RESPONSES = frozenset({Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                             Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
-RC_PREDICTED = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_MIDDLE,
+RC_PREDICTED = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY, Opcode.RC_RDMA_WRITE_MIDDLE,
                           Opcode.RC_RDMA_WRITE_LAST}) | READ_RESPONSES  # fmt: skip
 RC_RUNS = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 

@@ -44,7 +44,7 @@ class ScatterGather:
         """``length`` bytes from message offset ``offset`` (caller keeps it within ``length``)."""
         if length == 0:
             return b""
-        index = self._locate(offset)
+        index = 0 if offset < self.starts[1] else self._locate(offset)  # most often in the first SGE
         start = offset - self.starts[index]
         view = self.views[index]
         if start + length <= len(view):
@@ -65,7 +65,7 @@ class ScatterGather:
         if length == 0:
             return
         source = memoryview(data)
-        index = self._locate(offset)
+        index = 0 if offset < self.starts[1] else self._locate(offset)  # most often in the first SGE
         start = offset - self.starts[index]
         done = 0
         while done < length:

@@ -3,8 +3,10 @@
 UD has no connection: each send WR names its destination (``SendWork.ud``: GID, QPN, Q_Key,
 from the WQE's datagram segment) and is one packet (BTH, DETH, maybe ImmDt, at most the port's
 MTU of payload), sent once, never acknowledged; the WR completes once its packet is handed to
-the wire. The receiver checks P_Key and Q_Key, takes a receive WQE and writes the packet's
-network header into its first 40 bytes (``wire.framing.network_header``), the payload after.
+the wire; one to a multicast GID goes to destination QP 0xFFFFFF, which every QP attached to
+the group takes (``transport.demux``). The receiver checks P_Key and Q_Key, takes a receive
+WQE and writes the packet's network header into its first 40 bytes
+(``wire.framing.network_header``), the payload after.
 
 What goes wrong stays local to the WR or the packet, not the QP (Linux's CVE-2024-40992
 class): a send longer than the MTU fails that WR with IBV_WC_LOC_LEN_ERR and the QP stays in
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
+from pyroce.ib.addressing import is_multicast_gid
 from pyroce.ib.enums import Access, EventType, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
@@ -31,7 +34,7 @@ from pyroce.transport.rc import RECEIVING_STATES, QpConfig
 from pyroce.transport.responder import RecvSource
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
-from pyroce.wire.bth import BTH
+from pyroce.wire.bth import BTH, MULTICAST_QPN
 from pyroce.wire.framing import GRH_LEN, carries_ipv4
 from pyroce.wire.headers import Deth
 from pyroce.wire.opcodes import Opcode, Transport
@@ -187,7 +190,8 @@ class UdQp:
             payload = data.read(0, data.length)
         dest = work.ud
         qkey = config.qkey if dest.qkey & CONTROLLED_QKEY else dest.qkey
-        bth = BTH(opcode, dest.dqpn, self.psn, se=work.solicited, pkey=config.pkey)
+        dqpn = MULTICAST_QPN if is_multicast_gid(dest.dgid) else dest.dqpn  # a group's members, not one QP
+        bth = BTH(opcode, dqpn, self.psn, se=work.solicited, pkey=config.pkey)
         immdt = work.imm if work.op is WorkOp.SEND_WITH_IMM else None
         self.psn = psn_add(self.psn, 1)
         if work.signaled:

@@ -7,11 +7,20 @@ the verbs layer maps it to the user's ``wr_id``, so no user object ever reaches 
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+import functools
+from typing import NamedTuple, Protocol
 
 
 class Sge(NamedTuple):
     """A scatter/gather entry: ``length`` bytes at ``addr`` in the MR named by ``lkey``."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+class SgeLike(Protocol):
+    """What a data segment is written from: a transport ``Sge``, or a verbs ``SGE`` as posted."""
 
     addr: int
     length: int
@@ -70,7 +79,10 @@ class SendWork(NamedTuple):
             return 8
         if self.inline is not None:
             return len(self.inline)
-        return sum(sge.length for sge in self.sges)
+        length = 0
+        for sge in self.sges:  # a loop, not sum() over a generator: no frame per message
+            length += sge.length
+        return length
 
 
 class RecvWork(NamedTuple):
@@ -78,3 +90,10 @@ class RecvWork(NamedTuple):
 
     wqe_counter: int
     sges: tuple[Sge, ...]
+
+
+# Built once per WQE on the fast path: the tuples NamedTuple.__new__ would make, from all their
+# fields, without its Python frame
+new_sge = functools.partial(tuple.__new__, Sge)
+new_send_work = functools.partial(tuple.__new__, SendWork)
+new_recv_work = functools.partial(tuple.__new__, RecvWork)

@@ -81,10 +81,11 @@ class AddrInfo(PyverbsObject):
                 raise PyverbsRDMAError("Failed to get Address Info: nothing to resolve", errno.EINVAL)
             self.src_addr, self.dst_addr = resolve(src, src_service, self.port_space, flags), None
             return
-        if dst is None and dst_service is None:
+        if dst is None and dst_service is None and src is None:
             raise PyverbsRDMAError("Failed to get Address Info: an active AddrInfo needs dst", errno.EINVAL)
-        self.src_addr = resolve(src, None, self.port_space, flags | RAI_PASSIVE) if src else None
-        self.dst_addr = resolve(dst, dst_service, self.port_space, flags)
+        self.src_addr = resolve(src, src_service, self.port_space, flags | RAI_PASSIVE) if src else None
+        # a source alone is the hints' address (a multicast group's AddrInfo(src=group))
+        self.dst_addr = resolve(dst, dst_service, self.port_space, flags) if dst or dst_service else None
 
     @property
     def passive(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from pyroce.ib.cm import UDP_QKEY, CmEventType, CmOption, PortSpace
+from pyroce.ib.cm import UDP_QKEY, CmEventType, CmOption, McJoinFlag, PortSpace
 
 rdma_cm_event_type = enum.IntEnum(  # type: ignore[misc]
     "rdma_cm_event_type", {f"RDMA_CM_EVENT_{member.name}": member.value for member in CmEventType}
@@ -22,11 +22,14 @@ rdma_port_space = enum.IntEnum(  # type: ignore[misc]
 class rdma_cm_join_mc_attr_mask(enum.IntEnum):
     RDMA_CM_JOIN_MC_ATTR_ADDRESS = 1 << 0
     RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS = 1 << 1
+    RDMA_CM_JOIN_MC_ATTR_RESERVED = 1 << 2
 
 
-class rdma_cm_mc_join_flags(enum.IntEnum):
-    RDMA_MC_JOIN_FLAG_FULLMEMBER = 0
-    RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER = 1
+rdma_cm_mc_join_flags = enum.IntEnum(  # type: ignore[misc]
+    "rdma_cm_mc_join_flags",
+    {**{f"RDMA_MC_JOIN_FLAG_{member.name}": member.value for member in McJoinFlag},
+     "RDMA_MC_JOIN_FLAG_RESERVED": len(McJoinFlag)},
+)  # fmt: skip
 
 
 # rdma_getaddrinfo's hint flags (rdma_cma.h)

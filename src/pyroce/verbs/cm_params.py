@@ -1,19 +1,25 @@
-"""``ConnParam`` and ``UDParam`` (pyverbs ``cmid.pyx``): ``rdma_conn_param`` as a connect or
-accept offers it, and ``rdma_ud_param`` as a UD id's event reports its peer (the AH, QPN and
-Q_Key SIDR found)."""
+"""``ConnParam``, ``UDParam`` and ``JoinMCAttrEx`` (pyverbs ``cmid.pyx``): ``rdma_conn_param``
+as a connect or accept offers it, ``rdma_ud_param`` as a UD id's event reports its peer (the
+AH, QPN and Q_Key SIDR or a multicast join found), and ``rdma_cm_join_mc_attr_ex``, what
+``join_multicast`` joins and how."""
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING
 
-from pyroce.cm.records import AhValues
+from pyroce.cm.records import Address, AhValues
 from pyroce.cm.records import ConnParam as NicConnParam
 from pyroce.verbs.addr import GID, AHAttr, GlobalRoute
 from pyroce.verbs.base import PyverbsObject
-from pyroce.verbs.pyverbs_error import PyverbsUserError
+from pyroce.verbs.cm_enums import rdma_cm_join_mc_attr_mask, rdma_cm_mc_join_flags
+from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 if TYPE_CHECKING:
+    from pyroce.verbs.addrinfo import AddrInfo
     from pyroce.verbs.cmid import CMEvent
+
+_MASK = rdma_cm_join_mc_attr_mask
 
 
 def ah_attr_of(values: AhValues) -> AHAttr:
@@ -91,3 +97,29 @@ class UDParam(PyverbsObject):
     @property
     def ah_attr(self) -> AHAttr:
         return ah_attr_of(self._ah)
+
+
+class JoinMCAttrEx(PyverbsObject):
+    """``JoinMCAttrEx(addr, comp_mask=0, join_flags=0)``: the group ``addr.src_addr`` names and
+    the ``RDMA_MC_JOIN_FLAG_*`` it is joined with, each counted only if ``comp_mask`` says so."""
+
+    def __init__(self, addr: AddrInfo, comp_mask: int = 0, join_flags: int = 0) -> None:
+        super().__init__()
+        if addr is None:
+            raise PyverbsUserError("a JoinMCAttrEx needs an AddrInfo")
+        self.addr: Address | None = addr.src_addr
+        self.comp_mask = comp_mask
+        self.join_flags = join_flags
+
+    def checked(self) -> tuple[Address | None, int]:
+        """(group address, join flags) as ``rdma_join_multicast_ex`` checks them: ENOTSUP for an
+        unknown mask bit, EINVAL without the address or the flags, or for unknown flags."""
+        if self.comp_mask >= _MASK.RDMA_CM_JOIN_MC_ATTR_RESERVED:
+            raise PyverbsRDMAError(f"Failed to Join multicast: comp_mask 0x{self.comp_mask:x} has unknown bits",
+                                   errno.EOPNOTSUPP)  # fmt: skip
+        if not self.comp_mask & _MASK.RDMA_CM_JOIN_MC_ATTR_ADDRESS:
+            raise PyverbsRDMAError("Failed to Join multicast: comp_mask names no address", errno.EINVAL)
+        if (not self.comp_mask & _MASK.RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS
+                or self.join_flags >= rdma_cm_mc_join_flags.RDMA_MC_JOIN_FLAG_RESERVED):  # fmt: skip
+            raise PyverbsRDMAError(f"Failed to Join multicast: no valid join flags ({self.join_flags})", errno.EINVAL)
+        return self.addr, self.join_flags

@@ -4,7 +4,8 @@ connection manager (the kernel's half: ``ctx.device.cm``).
 What librdmacm does around each command lives here: the QP an id creates and moves (INIT at
 creation; RTR and RTS with ``init_qp_attr`` before an accept, or on CONNECT_RESPONSE before the
 RTU, which is then reported as ESTABLISHED; ERROR on disconnect and on REJECTED), the new id of
-a CONNECT_REQUEST, and the synchronous ids (``rdma_create_ep``: no channel of the caller's),
+a CONNECT_REQUEST, the id's multicast joins (its QP attached to a group on MULTICAST_JOIN unless
+it joined send-only, detached before it leaves), and the synchronous ids (``rdma_create_ep``: no channel of the caller's),
 whose every command waits for its event on a private channel (``ucma_complete``).
 ``get_cm_event`` is ``rdma_get_cm_event``'s processing of the NIC's raw event.
 """
@@ -21,7 +22,8 @@ from pyroce.cm.errors import CmError
 from pyroce.cm.ids import CmId
 from pyroce.cm.records import Address, UdParam
 from pyroce.cm.records import ConnParam as NicConnParam
-from pyroce.ib.cm import PortSpace
+from pyroce.ib.cm import McJoinFlag, PortSpace
+from pyroce.verbs.addr import GID
 from pyroce.verbs.addrinfo import AddrInfo
 from pyroce.verbs.cm_channel import CMEventChannel, cm_failed
 from pyroce.verbs.cm_enums import RDMA_MAX_INIT_DEPTH, RDMA_MAX_RESP_RES, rdma_cm_event_type, rdma_event_str
@@ -56,6 +58,23 @@ class CmaEvent(NamedTuple):
         return param.private_data if param is not None else b""
 
 
+class CmaMulticast:
+    """librdmacm's ``cma_multicast``: one join of an id, the NIC's group it made, and the
+    group's GID once MULTICAST_JOIN told it."""
+
+    def __init__(self, address: Address, join_flags: int, context: int, group: object) -> None:
+        self.address = address
+        self.join_flags = join_flags
+        self.context = context
+        self.group = group
+        self.mgid: bytes | None = None
+
+    @property
+    def attaches(self) -> bool:
+        """Whether the id's QP is attached to the group (not for a send-only join)."""
+        return self.join_flags != McJoinFlag.SENDONLY_FULLMEMBER
+
+
 def _invalid(action: str, why: str) -> PyverbsRDMAError:
     return PyverbsRDMAError(f"Failed to {action}: {why}", errno.EINVAL)
 
@@ -88,6 +107,7 @@ class CmaId:
         self.event: CmaEvent | None = None  # a synchronous id's last event
         self.qp_init_attr: QPInitAttr | None = None  # a synchronous listener's: the QP each request gets
         self.connect_error = False  # CONNECT_RESPONSE failed here: the REJECTED and DISCONNECTED after are not news
+        self.mc_list: list[CmaMulticast] = []  # its joins, the latest first
         self.responder_resources = 0
         self.initiator_depth = 0
         self.destroyed = False
@@ -228,6 +248,40 @@ class CmaId:
         """The QP to ERROR (``ucma_modify_qp_err``): its posted work flushes."""
         if self.qp is not None and not self.qp.closed:
             self.qp.modify(QPAttr(qp_state=ibv_qp_state.IBV_QPS_ERR), ibv_qp_attr_mask.IBV_QP_STATE)
+
+    # --- multicast ---------------------------------------------------------------------------
+
+    def join_multicast(self, address: Address | None, join_flags: int, context: int) -> None:
+        """``rdma_join_multicast_ex``: the NIC joins (MULTICAST_JOIN follows, with ``context``);
+        a synchronous id waits for it."""
+        if address is None:
+            raise _invalid("Join multicast", "the AddrInfo has no source address (the group's)")
+        group = self._command("Join multicast", self.cm.join_multicast, address[0], join_flags, context)
+        self.mc_list.insert(0, CmaMulticast(address, join_flags, context, group))
+        self.complete("Join multicast")
+
+    def process_join(self, mc: CmaMulticast, ud: UdParam) -> None:
+        """``ucma_process_join``: the group's GID noted, the id's QP attached to it."""
+        mc.mgid = ud.ah.dgid
+        if self.qp is not None and mc.attaches:
+            self.qp.attach_mcast(GID(mc.mgid), ud.ah.dlid)
+
+    def leave_multicast(self, address: Address | None) -> None:
+        """``rdma_leave_multicast``: the latest join of ``address`` (EADDRNOTAVAIL if none),
+        its QP detached, then the NIC leaves. Its events left unacknowledged are not waited for."""
+        mc = next((mc for mc in self.mc_list if mc.address == address), None)
+        if mc is None:
+            raise PyverbsRDMAError(f"Failed to leave multicast: {address} was not joined", errno.EADDRNOTAVAIL)
+        self.mc_list.remove(mc)
+        if self.qp is not None and mc.attaches and mc.mgid is not None:
+            try:
+                self.qp.detach_mcast(GID(mc.mgid), 0)
+            except PyverbsRDMAError:
+                pass  # librdmacm leaves all the same
+        try:
+            self.cm.leave_multicast(mc.group)
+        except CmError as exc:
+            raise cm_failed("leave multicast", exc) from None
 
     # --- connecting --------------------------------------------------------------------------
 
@@ -467,4 +521,12 @@ def get_cm_event(channel: CMEventChannel) -> CmaEvent:
             continue
         elif kind == E.RDMA_CM_EVENT_REJECTED:
             cma.modify_qp_err()
+        elif kind == E.RDMA_CM_EVENT_MULTICAST_JOIN and raw.ud is not None:
+            mc = next((mc for mc in cma.mc_list if mc.group is raw.group), None)
+            if mc is None:
+                continue  # left before its event was taken
+            try:
+                cma.process_join(mc, raw.ud)
+            except PyverbsRDMAError as exc:
+                kind, status = E.RDMA_CM_EVENT_MULTICAST_ERROR, -exc.error_code
         return CmaEvent(kind, status, cma, None, raw.conn, raw.ud)

@@ -1,5 +1,5 @@
 """rdma_cm for pyverbs programs (pyverbs ``cmid.pyx``): ``CMID``, ``CMEvent``, and, re-exported,
-``AddrInfo``, ``CMEventChannel``, ``ConnParam`` and ``UDParam``.
+``AddrInfo``, ``CMEventChannel``, ``ConnParam``, ``UDParam`` and ``JoinMCAttrEx``.
 
 A ``CMID`` made from an ``AddrInfo`` is synchronous (``rdma_create_ep``): each call waits for its
 outcome, and ``get_request``, ``accept``, ``connect``, ``disconnect`` with the ``rdma_verbs.h``
@@ -19,8 +19,8 @@ from pyroce.verbs.addrinfo import AddrInfo, qp_type_of
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.cm_channel import CMEventChannel
-from pyroce.verbs.cm_enums import RDMA_UDP_QKEY, rdma_event_str, rdma_port_space
-from pyroce.verbs.cm_params import ConnParam, UDParam
+from pyroce.verbs.cm_enums import RDMA_UDP_QKEY, rdma_cm_mc_join_flags, rdma_event_str, rdma_port_space
+from pyroce.verbs.cm_params import ConnParam, JoinMCAttrEx, UDParam
 from pyroce.verbs.cma_id import CmaEvent, CmaId, create_ep, get_cm_event
 from pyroce.verbs.cq import WC
 from pyroce.verbs.device import Context
@@ -31,7 +31,7 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp import QP, QPAttr, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
-__all__ = ["CMID", "AddrInfo", "CMEvent", "CMEventChannel", "ConnParam", "UDParam"]
+__all__ = ["CMID", "AddrInfo", "CMEvent", "CMEventChannel", "ConnParam", "JoinMCAttrEx", "UDParam"]
 _LOCAL_WRITE = ibv_access_flags.IBV_ACCESS_LOCAL_WRITE
 
 
@@ -193,11 +193,24 @@ class CMID(PyverbsObject):
         value = optval.to_bytes(optlen, sys.byteorder) if isinstance(optval, int) else bytes(optval)[:optlen]
         self._cma().set_option(level, optname, value)
 
-    def join_multicast(self, addr: AddrInfo | None = None, mc_attr: object = None, context: int = 0) -> None:
-        raise PyverbsRDMAError("Failed to Join multicast: pyroce has no multicast", errno.EOPNOTSUPP)
+    def join_multicast(self, addr: AddrInfo | None = None, mc_attr: JoinMCAttrEx | None = None,
+                       context: int = 0) -> None:  # fmt: skip
+        """Join the group ``addr.src_addr`` names (``rdma_join_multicast``: a full member), or
+        the one ``mc_attr`` names with its flags (``rdma_join_multicast_ex``). MULTICAST_JOIN
+        follows on the channel, the id's QP attached to the group when it is taken."""
+        if addr is None and mc_attr is None:
+            raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
+        if mc_attr is None:
+            address, flags = addr.src_addr, rdma_cm_mc_join_flags.RDMA_MC_JOIN_FLAG_FULLMEMBER  # type: ignore[union-attr]
+        else:
+            address, flags = mc_attr.checked()
+        self._cma().join_multicast(address, flags, context)
 
     def leave_multicast(self, addr: AddrInfo) -> None:
-        raise PyverbsRDMAError("Failed to leave multicast: pyroce has no multicast", errno.EOPNOTSUPP)
+        """Leave the group ``addr.src_addr`` names (its QP detached first)."""
+        if addr is None:
+            raise PyverbsUserError("leave_multicast needs an AddrInfo")
+        self._cma().leave_multicast(addr.src_addr)
 
     # --- the QP -------------------------------------------------------------------------------
 

@@ -183,24 +183,33 @@ class CQ(PyverbsObject):
         wcs: list[WC] = []
         if num_entries <= 0:
             return 0, wcs
-        self._wake_if_empty()
-        while len(wcs) < num_entries and (wc := self._next_wc()) is not None:
-            wcs.append(wc)
+        ring = self.ring
+        cqe = self._first_cqe()
+        while cqe is not None:  # each CQE read once, into its WC
+            wc = self._wc(cqe)  # None for a CQE of a QP reset since it was written: consumed, skipped
+            self.consumer += 1
+            if wc is not None:
+                wcs.append(wc)
+                if len(wcs) == num_entries:
+                    break
+            cqe = ring.poll(self.consumer)
         if wcs:
             self._publish_consumer()
         return len(wcs), wcs
 
-    def _wake_if_empty(self) -> None:
-        """An empty ring lets the engine run (``poll_empty``); a full one tells it that polling
-        found work without it (``poll_found``)."""
-        if self.ring.poll(self.consumer) is None:
+    def _first_cqe(self) -> Cqe | None:
+        """The CQE at the consumer. An empty ring lets the engine run (``poll_empty``) and is
+        read again; a full one tells it that polling found work without it (``poll_found``)."""
+        cqe = self.ring.poll(self.consumer)
+        if cqe is None:
             self.ctx.device.poll_empty()
-        else:
-            self.ctx.device.poll_found()
+            return self.ring.poll(self.consumer)
+        self.ctx.device.poll_found()
+        return cqe
 
     def _next_wc(self) -> WC | None:
         """The next completion in the ring, consuming the CQEs of QPs reset since they were
-        written on the way; None when the ring holds no more."""
+        written on the way; None when the ring holds no more (the extended CQ's reader)."""
         while (cqe := self.ring.poll(self.consumer)) is not None:
             wc = self._wc(cqe)
             self.consumer += 1

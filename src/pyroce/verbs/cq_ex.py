@@ -62,7 +62,7 @@ class CQEX(CQ):
         """``ibv_start_poll``: 0 with the oldest completion current, or ENOENT when there is none
         (returned, as pyverbs returns it)."""
         self._check_open()
-        self._wake_if_empty()
+        self._first_cqe()  # lets the engine run if the ring is empty; _advance reads it
         return self._advance()
 
     def poll_next(self) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 from pyroce.host.registry import DEVICE_NAMES, LinkError, netdev_ifindex, netdev_mtu, open_device, release_device
 from pyroce.ib.addressing import GID_TABLE_LEN, node_guid_of
-from pyroce.ib.limits import MAX_MSG_SZ
+from pyroce.ib.limits import MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_MSG_SZ, MAX_TOTAL_MCAST_QP_ATTACH
 from pyroce.nic.device import NicDevice
 from pyroce.verbs.addr import GID, gid_of_address
 from pyroce.verbs.base import PyverbsObject
@@ -97,9 +97,9 @@ class DeviceAttr(_Attr):
     max_mw: int = 0x1000  # rxe_param.h RXE_MAX_MW
     max_raw_ipv6_qp: int = 0
     max_raw_ethy_qp: int = 0
-    max_mcast_grp: int = 0
-    max_mcast_qp_attach: int = 0
-    max_total_mcast_qp_attach: int = 0
+    max_mcast_grp: int = MAX_MCAST_GRP  # rxe_param.h's; what ``nic.multicast`` enforces
+    max_mcast_qp_attach: int = MAX_MCAST_QP_ATTACH
+    max_total_mcast_qp_attach: int = MAX_TOTAL_MCAST_QP_ATTACH
     max_ah: int = 0x8000
     max_fmr: int = 0
     max_map_per_fmr: int = 0

@@ -22,8 +22,21 @@ from pyroce.ib.enums import Access, QpState
 from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
-from pyroce.nic.wqe import AV_SEGS, MAX_DS, SEG, WQEBB, AddressVector, FmCeSe, SendWqe, Sge, WqeOpcode, inline_room
-from pyroce.verbs.addr import AHAttr
+from pyroce.nic.wqe import (
+    AV_SEGS,
+    MAX_DS,
+    SEG,
+    WQEBB,
+    AddressVector,
+    FmCeSe,
+    SendWqe,
+    SgeLike,
+    WqeOpcode,
+    encode_send_wqe,
+    inline_room,
+    new_send_wqe,
+)
+from pyroce.verbs.addr import GID, AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
@@ -72,6 +85,7 @@ UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND 
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
                   WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
+_UD = int(ibv_qp_type.IBV_QPT_UD)
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
 # The most basic blocks a send queue may hold, as mlx5 refuses a queue past its max WQEBBs (EINVAL):
 # the WQE counters are 16 bits, so 65536 posted would read as none to the NIC, and the QP would hang.
@@ -415,17 +429,17 @@ class QP(PyverbsObject):
         error: PyverbsRDMAError | None = None
         for wr in wrs:
             try:
-                wqe = self._send_wqe(wr)
+                data = encode_send_wqe(self._send_wqe(wr))
             except PyverbsRDMAError as exc:
                 error = exc
                 break
-            wqebbs = wqe.wqebbs
+            wqebbs = len(data) // WQEBB
             if len(self.sq_outstanding) >= self.cap.max_send_wr or (
                     self.sq_producer - self.sq_retired + wqebbs > self.sq_wqebbs):  # fmt: skip
                 error = PyverbsRDMAError("Failed to post send: the send queue is full", errno.ENOMEM)
                 break
             self.sq_outstanding.append((self.sq_producer, wqebbs, wr.wr_id))
-            self.sq_producer = self.sq.post(self.sq_producer, wqe)
+            self.sq_producer = self.sq.post(self.sq_producer, data)
         if error is not None and all_or_none:  # written past the published counter: the NIC never reads it
             self.sq_producer = first_producer
             while len(self.sq_outstanding) > first_outstanding:
@@ -448,13 +462,17 @@ class QP(PyverbsObject):
                           ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
         if self.qp_type == ibv_qp_type.IBV_QPT_UC and opcode not in UC_WQE_OPCODES:
             raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UC QP")
-        av = self._address_vector(wr, opcode, invalid)
-        if wr.num_sge > len(wr.sg):
-            raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
-        if wr.num_sge > self.cap.max_send_sge:
-            raise invalid(f"{wr.num_sge} SGEs exceed max_send_sge {self.cap.max_send_sge}")
-        sges = tuple([Sge(s.addr, s.length, s.lkey) for s in wr.sg[: wr.num_sge]])
-        length = sum([s.length for s in sges])
+        av = self._address_vector(wr, opcode, invalid) if wr.ah is not None or self.qp_type == _UD else None
+        num_sge = wr.num_sge
+        if num_sge > len(wr.sg):
+            raise PyverbsUserError(f"num_sge is {num_sge} but the WR has {len(wr.sg)} SGEs")
+        if num_sge > self.cap.max_send_sge:
+            raise invalid(f"{num_sge} SGEs exceed max_send_sge {self.cap.max_send_sge}")
+        # The WR's own SGEs go into the WQE's data segments (their values, read once, now)
+        sges: tuple[SgeLike, ...] = tuple(wr.sg[:num_sge])
+        length = 0
+        for sge in sges:
+            length += sge.length
         if length > MAX_MSG_SZ:
             raise invalid(f"message of {length} bytes exceeds max_msg_sz {MAX_MSG_SZ}")
         send_flags = int(wr.send_flags)  # plain ints: IntFlag operators build an enum member each
@@ -481,8 +499,8 @@ class QP(PyverbsObject):
             swap_add, compare = wr.swap, wr.compare_add
         elif opcode is WqeOpcode.ATOMIC_FA:
             swap_add, compare = wr.compare_add, 0
-        return SendWqe(opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
-                       sges, inline, bind=bind, av=av)  # fmt: skip
+        return new_send_wqe((opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
+                             sges, inline, 0, bind, av))  # fmt: skip
 
     def _address_vector(self, wr: SendWR, opcode: WqeOpcode, invalid: Callable[[str], PyverbsRDMAError]
                         ) -> AddressVector | None:  # fmt: skip
@@ -503,7 +521,7 @@ class QP(PyverbsObject):
         return AddressVector(wr.remote_qkey, wr.remote_qpn, gr.dgid.raw, gr.sgid_index, gr.flow_label,
                              gr.traffic_class, gr.hop_limit, ah.attr.sl)  # fmt: skip
 
-    def _read_local(self, sge: Sge) -> bytes:
+    def _read_local(self, sge: SgeLike) -> bytes:
         """Inline data is copied at post time from memory this process registered."""
         return self.pd.read_registered(sge.addr, sge.length, "post send")
 
@@ -542,6 +560,30 @@ class QP(PyverbsObject):
     def retire_recv(self, wqe_counter: int) -> int:
         """The receive WQE at ``wqe_counter`` (of the QP's queue or of its SRQ) completed."""
         return self.rq.retire(wqe_counter)
+
+    def attach_mcast(self, gid: GID, lid: int = 0) -> None:
+        """``ibv_attach_mcast``: this UD QP receives the datagrams sent to multicast group
+        ``gid`` (a copy to each QP attached); attaching again is nothing. EINVAL for another
+        QP type, a GID that is not multicast, or a device limit reached (``nic.multicast``, as
+        rxe). RoCE ignores ``lid`` (IBA A17.5.6)."""
+        self._mcast("attach", gid, lid)
+
+    def detach_mcast(self, gid: GID, lid: int = 0) -> None:
+        """``ibv_detach_mcast``: EINVAL if the QP is not attached to ``gid``. Destroying the QP
+        detaches it from every group."""
+        self._mcast("detach", gid, lid)
+
+    def _mcast(self, verb: str, gid: GID, lid: int) -> None:
+        self._check_open()
+        if not isinstance(gid, GID):
+            raise PyverbsUserError(f"gid must be a GID, not {type(gid).__name__}")
+        if not 0 <= lid <= 0xFFFF:
+            raise PyverbsRDMAError(f"Failed to {verb} QP to multicast group: LID {lid} is not 16 bits", errno.EINVAL)
+        command = self.device.attach_mcast if verb == "attach" else self.device.detach_mcast
+        try:
+            command(self.qp_num, gid.raw)
+        except ValueError as exc:
+            raise PyverbsRDMAError(f"Failed to {verb} QP to multicast group: {exc}", errno.EINVAL) from None
 
     def bind_mw(self, mw: MW, mw_bind: MWBind) -> None:
         """Bind a type 1 memory window to a range of an MR (``ibv_bind_mw``)."""

@@ -14,7 +14,7 @@ import errno
 from collections.abc import Callable
 
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
-from pyroce.nic.wqe import SEG, Sge
+from pyroce.nic.wqe import SEG
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.wr import RecvWR
 
@@ -56,14 +56,14 @@ class RecvQueue:
         while wr is not None:
             if wr.num_sge > len(wr.sg):
                 raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
-            if self.outstanding >= self.max_wr:
+            if len(self.wr_ids) >= self.max_wr:  # outstanding
                 error = PyverbsRDMAError("Failed to post receive: the receive queue is full", errno.ENOMEM)
                 break
             if wr.num_sge > self.max_sge:
                 error = PyverbsRDMAError(f"Failed to post receive: {wr.num_sge} SGEs exceed max_sge {self.max_sge}",
                                          errno.EINVAL)  # fmt: skip
                 break
-            self.ring.post(self.producer, tuple(Sge(s.addr, s.length, s.lkey) for s in wr.sg[: wr.num_sge]))
+            self.ring.post(self.producer, wr.sg[: wr.num_sge])  # the WR's SGEs into the WQE's data segments
             self.wr_ids[self.producer & COUNTER_MASK] = wr.wr_id
             self.producer += 1
             posted += 1

@@ -16,6 +16,7 @@ from pyroce.wire.errors import BadTransportVersion, BuildError
 DEFAULT_PKEY = 0xFFFF
 MAX_QPN = 0xFFFFFF
 QP1 = 1  # the GSI QP that carries CM MADs
+MULTICAST_QPN = 0xFFFFFF  # the destination QP of a datagram to a multicast group (IBA 10.5.2.1)
 
 BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FECN|BECN|DestQP, AckReq|PSN
 

@@ -207,10 +207,15 @@ class RocePath:
 
     def build_into(self, buf: bytearray | memoryview, offset: int, pkt: Packet, segment: int = 0) -> int:
         """Write ``pkt`` and its ICRC at ``offset`` of ``buf``; returns the UDP payload length."""
-        written = build_packet_into(buf, offset, pkt)
+        return self.seal(buf, offset, build_packet_into(buf, offset, pkt), segment)
+
+    def seal(self, buf: bytearray | memoryview, offset: int, written: int, segment: int = 0) -> int:
+        """Write the ICRC after the ``written`` bytes (BTH through padding) at ``offset``, for
+        GSO ``segment``; returns the UDP payload length."""
         size = written + ICRC_LEN
+        seed = self._seeds.get(size * MAX_GSO_SEGMENTS + segment)  # runs per packet: the cache is read inline
         view = buf if isinstance(buf, memoryview) else memoryview(buf)
-        icrc = icrc_from_seed(self.seed(size, segment), view[offset : offset + written])
+        icrc = icrc_from_seed(self.seed(size, segment) if seed is None else seed, view[offset : offset + written])
         _ICRC.pack_into(buf, offset + written, icrc)
         return size
 

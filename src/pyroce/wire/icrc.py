@@ -75,7 +75,9 @@ def byte4_correction(length: int, byte4: int) -> int:
 
 def icrc_from_seed(seed: int, roce: Buffer) -> int:
     """ICRC of ``roce`` (BTH through padding, no ICRC) after headers summarised by ``seed``."""
-    return crc32(roce, seed) ^ byte4_correction(len(roce), roce[_BTH_BYTE4])
+    length, byte4 = len(roce), roce[_BTH_BYTE4]
+    correction = _corrections.get(length << 8 | byte4)  # byte4_correction's cache, read inline: once per packet
+    return crc32(roce, seed) ^ (byte4_correction(length, byte4) if correction is None else correction)
 
 
 def compute_icrc(ip_udp: Buffer, roce: Buffer) -> int:
@@ -93,7 +95,9 @@ def residue_from_seed(seed: int, udp_payload: Buffer) -> int:
     size = len(udp_payload)
     if size < ICRC_LEN + _BTH_BYTE4 + 1:
         return ~RESIDUE & 0xFFFFFFFF
-    return crc32(udp_payload, seed) ^ byte4_correction(size, udp_payload[_BTH_BYTE4])
+    byte4 = udp_payload[_BTH_BYTE4]
+    correction = _corrections.get(size << 8 | byte4)  # byte4_correction's cache, read inline: once per packet
+    return crc32(udp_payload, seed) ^ (byte4_correction(size, byte4) if correction is None else correction)
 
 
 def verify_icrc_from_seed(seed: int, udp_payload: Buffer) -> bool:

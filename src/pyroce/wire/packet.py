@@ -20,7 +20,7 @@ from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
 from pyroce.wire.icrc import ICRC_LEN
-from pyroce.wire.opcodes import BTH_LEN, OPCODES, OpInfo, PayloadRule
+from pyroce.wire.opcodes import BTH_LEN, OPCODES, Opcode, OpInfo, PayloadRule
 from pyroce.wire.psn import psn_add
 
 
@@ -88,6 +88,8 @@ new_run = functools.partial(tuple.__new__, PacketRun)  # NamedTuple.__new__ with
 _SLOT = {field: index for index, field in enumerate(Packet._fields)}
 _EMPTY_FIELDS = (None,) * len(Packet._fields)
 new_packet = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
+ACK_BYTES = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len  # type: ignore[union-attr]  # BTH and AETH: an ACK built, ICRC not yet
+_LOW24 = 0xFFFFFF
 
 
 class _Layout(NamedTuple):
@@ -152,7 +154,10 @@ def parse_packet(data: Buffer) -> Packet:
 
 def packet_length(pkt: Packet) -> int:
     """Bytes of the UDP payload ``pkt`` builds to: headers, payload, pad and ICRC."""
-    return _info(pkt.bth.opcode).hdr_len + ((len(pkt.payload) + 3) & ~3) + ICRC_LEN
+    opcode = pkt.bth.opcode
+    layout = _LAYOUTS[opcode] if 0 <= opcode <= 0xFF else None  # read inline: once per packet sent
+    info = _info(opcode) if layout is None else layout.info  # (``_info`` raises the BuildError)
+    return info.hdr_len + ((len(pkt.payload) + 3) & ~3) + ICRC_LEN
 
 
 def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> int:
@@ -199,3 +204,26 @@ def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> 
 
 
 _PADDING = (b"", b"\0", b"\0\0", b"\0\0\0")
+
+_ACK_TAIL = struct.Struct(">II")  # an ACK's last BTH word (AckReq 0 | PSN) and its AETH word (syndrome | MSN)
+_ACK_TAIL_AT = 8  # where those two words start: BTH bytes 8-11, then the AETH
+
+
+class AckTemplate:
+    """A connected QP's ACKs (IBA 9.7.5.1: BTH and AETH, no payload) as bytes, built once by
+    the codecs above for its destination QP and syndrome; each ACK patches what changes, the
+    PSN and the MSN, instead of building ``Packet``, ``BTH`` and ``Aeth`` values. Its ICRC is
+    the link's to add (``RocePath.seal``), as for any packet."""
+
+    __slots__ = ("_head", "_syndrome", "dqpn")
+
+    def __init__(self, dqpn: int, syndrome: int) -> None:
+        buf = bytearray(ACK_BYTES + ICRC_LEN)
+        build_packet_into(buf, 0, Packet(BTH(Opcode.RC_ACKNOWLEDGE, dqpn, 0), aeth=Aeth(syndrome, 0)))
+        self.dqpn = dqpn
+        self._head = bytes(buf[:_ACK_TAIL_AT])  # opcode, flags, P_Key, DestQP: the same in every ACK
+        self._syndrome = syndrome << 24
+
+    def ack(self, psn: int, msn: int) -> bytes:
+        """The ACK of ``psn`` carrying ``msn`` (24 bits each), BTH through AETH."""
+        return self._head + _ACK_TAIL.pack(psn & _LOW24, self._syndrome | (msn & _LOW24))

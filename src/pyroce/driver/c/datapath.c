@@ -441,6 +441,9 @@ void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone)
 {
 	uint32_t producer = cq->consumer, freed = 0;
 
+	if (__atomic_load_n(&cq->dv_owned, __ATOMIC_RELAXED))
+		return; /* the program polls its CQEs itself (mlx5dv_init_obj), as libmlx5 leaves a DV-owned CQ */
+
 	while (producer - cq->consumer < cq->count && valid_cqe(cq, producer))
 		producer++;
 	while (producer-- != cq->consumer) {

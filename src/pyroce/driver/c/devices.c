@@ -51,6 +51,11 @@ static struct ibv_device pyroce0 = {
 	.ibdev_path = "/sys/class/infiniband/pyroce0",
 };
 
+bool pr_own_device(const struct ibv_device *device)
+{
+	return device == &pyroce0;
+}
+
 PR_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 {
 	struct ibv_device **list = calloc(2, sizeof(*list));

@@ -15,6 +15,7 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "nic_client.h"
@@ -69,6 +70,8 @@ struct pr_cq {
 	struct pr_qp *last;        /* the QP of the previous CQE: most polls find the same one */
 	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
 	struct ibv_wc *current;    /* an extended CQ's completion being read (cq_ex.c), else NULL */
+	void *uar;                 /* mlx5dv_init_obj's cq_uar: a register page of the NIC's, else NULL */
+	int dv_owned;              /* taken by mlx5dv_init_obj: its consumer is the program's (no clean) */
 };
 
 #define PR_SRQ_COUNTERS (PYROCE_COUNTER_MASK + 1) /* an SRQ's wr_ids by 16-bit WQE counter, as its CQEs name them */
@@ -123,6 +126,7 @@ struct pr_qp {
 	volatile uint32_t *doorbell; /* [MLX5_RCV_DBR] receive producer, [MLX5_SND_DBR] send producer (be32) */
 	uint32_t reset_at_scq, reset_at_rcq; /* CQEs before these counters belong to before a reset */
 	struct pr_wr_batch *batch; /* an extended QP's wr_* state (qp_ex.c), else NULL */
+	void *uar;                 /* taken by mlx5dv_init_obj: its register page (BlueFlame), else NULL */
 };
 
 /* control.c: the C side of an object the NIC just made: ``size`` zeroed bytes, or NULL with
@@ -172,6 +176,7 @@ struct ibv_qp *pr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 struct ibv_cq_ex *pr_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 /* devices.c */
+bool pr_own_device(const struct ibv_device *device); /* pyroce0, this library's one device */
 extern unsigned int pr_generation; /* one more in each child of fork() (pthread_atfork) */
 int pr_forked(void);
 int pr_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t size);

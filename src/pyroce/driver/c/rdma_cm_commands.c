@@ -12,7 +12,7 @@
  *
  * Addresses are IPv4 and IPv6 only: an AF_IB address is EAFNOSUPPORT, so librdmacm (which tries
  * one at start, ucma_set_af_ib_support) uses BIND_IP, RESOLVE_IP and QUERY_ROUTE, as on a
- * kernel without AF_IB. Multicast is not served yet (EOPNOTSUPP). */
+ * kernel without AF_IB (and JOIN_IP_MCAST for a multicast join). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <endian.h>
@@ -51,63 +51,112 @@ static int copy_out(uint64_t address, const void *data, size_t size)
 	return !size || process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : EFAULT;
 }
 
-/* --- ids ------------------------------------------------------------------------------ */
+/* --- ids and joins ----------------------------------------------------------------- */
 
-static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cm_id {
+/* The numbers the program sees, each standing for a handle of the NIC's: ids (CREATE_ID's, a
+ * CONNECT_REQUEST's) and multicast joins (JOIN_MCAST's) are numbered apart, each the lowest
+ * free, as the kernel's two xarrays hand them out. */
+struct number {
 	uint32_t handle; /* 0: a free number */
-	int fd;          /* the file it is on */
-} *ids;
-static uint32_t ids_size;
+	int fd;          /* an id: the file it is on */
+	uint32_t owner;  /* a join: the number of its id */
+};
 
-/* The number of the id `handle` on the file `fd`, numbered now if it has none: 0 or ENOMEM. */
-static int id_number(uint32_t handle, int fd, uint32_t *number)
+struct numbers {
+	pthread_mutex_t lock;
+	struct number *at;
+	uint32_t size;
+};
+
+static struct numbers ids = {PTHREAD_MUTEX_INITIALIZER, NULL, 0}, joins = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+
+/* The number of `handle` in `t`, numbered now (with `fd` and `owner`) if it has none: 0 or ENOMEM. */
+static int number_of(struct numbers *t, uint32_t handle, int fd, uint32_t owner, uint32_t *number)
 {
 	uint32_t i, free_one = UINT32_MAX;
 
-	pthread_mutex_lock(&ids_lock);
-	for (i = 0; i < ids_size && ids[i].handle != handle; i++)
-		if (!ids[i].handle && free_one == UINT32_MAX)
+	pthread_mutex_lock(&t->lock);
+	for (i = 0; i < t->size && t->at[i].handle != handle; i++)
+		if (!t->at[i].handle && free_one == UINT32_MAX)
 			free_one = i;
-	if (i == ids_size) { /* a new one */
+	if (i == t->size) { /* a new one */
 		if (free_one == UINT32_MAX) {
-			uint32_t size = ids_size ? 2 * ids_size : 16;
-			struct cm_id *grown = realloc(ids, size * sizeof(*ids));
+			uint32_t size = t->size ? 2 * t->size : 16;
+			struct number *grown = realloc(t->at, size * sizeof(*grown));
 			if (!grown) {
-				pthread_mutex_unlock(&ids_lock);
+				pthread_mutex_unlock(&t->lock);
 				return ENOMEM;
 			}
-			memset(grown + ids_size, 0, (size - ids_size) * sizeof(*ids));
-			ids = grown;
-			free_one = ids_size;
-			ids_size = size;
+			memset(grown + t->size, 0, (size - t->size) * sizeof(*grown));
+			t->at = grown;
+			free_one = t->size;
+			t->size = size;
 		}
 		i = free_one;
-		ids[i].handle = handle;
+		t->at[i].handle = handle;
+		t->at[i].owner = owner;
 	}
-	ids[i].fd = fd; /* an id migrated to another file is on that one now */
+	t->at[i].fd = fd; /* an id migrated to another file is on that one now */
 	*number = i;
-	pthread_mutex_unlock(&ids_lock);
+	pthread_mutex_unlock(&t->lock);
 	return 0;
 }
 
-/* The handle of the id the program numbers `number`: 0 or ENOENT (the kernel's answer). */
-static int id_handle(uint32_t number, uint32_t *handle)
+static int id_number(uint32_t handle, int fd, uint32_t *number)
 {
-	pthread_mutex_lock(&ids_lock);
-	*handle = number < ids_size ? ids[number].handle : 0;
-	pthread_mutex_unlock(&ids_lock);
+	return number_of(&ids, handle, fd, 0, number);
+}
+
+/* The handle `t` numbers `number`: 0 or ENOENT (the kernel's answer). */
+static int handle_of(struct numbers *t, uint32_t number, uint32_t *handle)
+{
+	pthread_mutex_lock(&t->lock);
+	*handle = number < t->size ? t->at[number].handle : 0;
+	pthread_mutex_unlock(&t->lock);
 	return *handle ? 0 : ENOENT;
 }
 
-/* Forget id `number`, or (UINT32_MAX) every id of the file `fd`. */
-static void ids_forget(uint32_t number, int fd)
+static int id_handle(uint32_t number, uint32_t *handle)
 {
-	pthread_mutex_lock(&ids_lock);
-	for (uint32_t i = 0; i < ids_size; i++)
-		if (number == UINT32_MAX ? ids[i].handle && ids[i].fd == fd : i == number)
-			ids[i].handle = 0;
-	pthread_mutex_unlock(&ids_lock);
+	return handle_of(&ids, number, handle);
+}
+
+/* Forget `number` of `t`; with `owned`, every join of the id `number` instead. */
+static void forget(struct numbers *t, uint32_t number, int owned)
+{
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t i = 0; i < t->size; i++)
+		if (owned ? t->at[i].handle && t->at[i].owner == number : i == number)
+			t->at[i].handle = 0;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* An id gone: its number and its joins'. */
+static void forget_id(uint32_t number)
+{
+	forget(&joins, number, 1);
+	forget(&ids, number, 0);
+}
+
+/* Forget `number` of `t` (an id with its joins). */
+static void forget_number(struct numbers *t, uint32_t number)
+{
+	if (t == &ids)
+		forget_id(number);
+	else
+		forget(t, number, 0);
+}
+
+/* The file `fd` closed: every id on it, with its joins. */
+static void forget_file(int fd)
+{
+	pthread_mutex_lock(&ids.lock);
+	for (uint32_t i = 0; i < ids.size; i++)
+		if (ids.at[i].handle && ids.at[i].fd == fd) {
+			forget(&joins, i, 1);
+			ids.at[i].handle = 0;
+		}
+	pthread_mutex_unlock(&ids.lock);
 }
 
 /* --- addresses ------------------------------------------------------------------------ */
@@ -324,43 +373,60 @@ static int refuse(const struct request *r, int error, const char *why)
 	return error;
 }
 
-static int create_id(const struct request *r, const void *in)
+/* The new id or join the NIC answered (a handle), numbered in `t` and written to `response` as
+ * rdma_ucm_create_id_resp; one the program cannot be told of goes again (`undo`), as the
+ * kernel's does. */
+static int numbered(const struct request *r, struct pr_answer *answer, struct numbers *t, uint32_t owner,
+		    uint64_t response, const char *undo)
 {
-	const struct rdma_ucm_create_id *cmd = in;
 	struct rdma_ucm_create_id_resp resp = {0};
 	uint32_t handle;
-	int error;
+	int error = pr_unpack(answer, "h", &handle);
 
-	if (r->out < sizeof(resp))
-		return ENOSPC;
-	struct pr_answer answer;
-	if ((error = ASK(&answer, r, "cm_create_id", "Kii", (unsigned long long)cmd->uid, (int)cmd->ps,
-			 (int)cmd->qp_type)))
+	pr_answer_free(answer);
+	if (error || (error = number_of(t, handle, r->fd, owner, &resp.id)) ||
+	    !(error = copy_out(response, &resp, sizeof(resp))))
 		return error;
-	error = pr_unpack(&answer, "h", &handle);
-	pr_answer_free(&answer);
-	if (error || (error = id_number(handle, r->fd, &resp.id)) ||
-	    !(error = copy_out(cmd->response, &resp, sizeof(resp))))
-		return error;
-	ids_forget(resp.id, r->fd); /* the program cannot know it: it goes, as the kernel's does */
-	ASK_NUMBER(NULL, r, "cm_destroy_id", "h", handle);
+	forget_number(t, resp.id);
+	ASK_NUMBER(NULL, r, undo, "h", handle);
 	return error;
 }
 
-static int destroy_id(const struct request *r, const void *in)
+static int create_id(const struct request *r, const void *in)
 {
-	const struct rdma_ucm_destroy_id *cmd = in;
+	const struct rdma_ucm_create_id *cmd = in;
+	struct pr_answer answer;
+	int error;
+
+	if (r->out < sizeof(struct rdma_ucm_create_id_resp))
+		return ENOSPC;
+	if ((error = ASK(&answer, r, "cm_create_id", "Kii", (unsigned long long)cmd->uid, (int)cmd->ps,
+			 (int)cmd->qp_type)))
+		return error;
+	return numbered(r, &answer, &ids, 0, cmd->response, "cm_destroy_id");
+}
+
+/* DESTROY_ID, and LEAVE_MCAST (which names a join): `command` of what `t` numbers `cmd->id`,
+ * the number of its events reported answered */
+static int end_numbered(const struct request *r, const struct rdma_ucm_destroy_id *cmd, struct numbers *t,
+			const char *command)
+{
 	struct rdma_ucm_destroy_id_resp resp = {0};
 	uint32_t handle;
 	int error;
 
 	if (r->out < sizeof(resp))
 		return ENOSPC;
-	if ((error = id_handle(cmd->id, &handle)) ||
-	    (error = ASK_NUMBER(&resp.events_reported, r, "cm_destroy_id", "h", handle)))
+	if ((error = handle_of(t, cmd->id, &handle)) ||
+	    (error = ASK_NUMBER(&resp.events_reported, r, command, "h", handle)))
 		return error;
-	ids_forget(cmd->id, r->fd);
+	forget_number(t, cmd->id);
 	return copy_out(cmd->response, &resp, sizeof(resp));
+}
+
+static int destroy_id(const struct request *r, const void *in)
+{
+	return end_numbered(r, in, &ids, "cm_destroy_id");
 }
 
 /* BIND_IP and BIND: cm_bind of the address */
@@ -604,15 +670,21 @@ static int init_qp_attr(const struct request *r, const void *in)
 	return error ? error : copy_out(cmd->response, &resp, sizeof(resp));
 }
 
-/* The NIC's CmEvent (event, context, id, status, conn, ud) as rdma_ucm_event_resp. */
+/* The NIC's CmEvent (event, context, id, status, conn, ud, group) as rdma_ucm_event_resp: a
+ * multicast event names its join (its number and uid), as ucma_create_uevent. */
 static int event_of(const struct request *r, struct pr_answer *answer, struct rdma_ucm_event_resp *resp)
 {
-	const struct pr_value *conn, *ud;
+	const struct pr_value *conn, *ud, *group;
 	uint32_t handle;
 	int status, error;
 
-	if ((error = pr_unpack(answer, "IKhiOO", &resp->event, &resp->uid, &handle, &status, &conn, &ud)) ||
-	    (error = id_number(handle, r->fd, &resp->id)))
+	if ((error = pr_unpack(answer, "IKhiOOO", &resp->event, &resp->uid, &handle, &status, &conn, &ud, &group)))
+		return error;
+	if (group->tag == 'h')
+		error = number_of(&joins, (uint32_t)pr_u64(group), r->fd, UINT32_MAX, &resp->id);
+	else
+		error = id_number(handle, r->fd, &resp->id);
+	if (error)
 		return error;
 	resp->status = (uint32_t)status;
 	if (conn->tag == 'r')
@@ -693,9 +765,64 @@ static int migrate_id(const struct request *r, const void *in)
 	return copy_out(cmd->response, &resp, sizeof(resp));
 }
 
-static int multicast(const struct request *r, const void *in)
+/* JOIN_IP_MCAST and JOIN_MCAST: cm_join_multicast of the group's address, the join numbered
+ * for the program (LEAVE_MCAST names it) */
+static int join(const struct request *r, uint32_t id, uint64_t uid, const struct address *group,
+		uint16_t join_flags, uint64_t response)
 {
-	return refuse(r, EOPNOTSUPP, "the shared NIC's rdma_cm has no multicast yet");
+	struct pr_answer answer;
+	uint32_t handle;
+	int error;
+
+	if ((error = id_handle(id, &handle)) ||
+	    (error = ASK(&answer, r, "cm_join_multicast", "hsiK", handle, group->host, (int)join_flags,
+			 (unsigned long long)uid)))
+		return error;
+	return numbered(r, &answer, &joins, id, response, "cm_leave_multicast");
+}
+
+/* the group's sockaddr as the NIC's address: AF_IB is EAFNOSUPPORT, another family EINVAL */
+static int group_of(const struct request *r, const void *sockaddr, struct address *group)
+{
+	int error = address_of(sockaddr, 0, group);
+
+	return error == EAFNOSUPPORT ? refuse(r, error, "pyroce's rdma_cm joins IPv4 and IPv6 groups") : error;
+}
+
+static int join_ip_mcast(const struct request *r, const void *in)
+{
+	const struct rdma_ucm_join_ip_mcast *cmd = in;
+	struct address group;
+	int error;
+
+	if (r->out < sizeof(struct rdma_ucm_create_id_resp))
+		return ENOSPC;
+	if ((error = group_of(r, &cmd->addr, &group)))
+		return error;
+	return join(r, cmd->id, cmd->uid, &group, RDMA_MC_JOIN_FLAG_FULLMEMBER, cmd->response);
+}
+
+/* JOIN_MCAST: its address's size must be its family's (EINVAL), as ucma_process_join checks */
+static int join_mcast(const struct request *r, const void *in)
+{
+	const struct rdma_ucm_join_mcast *cmd = in;
+	struct address group;
+	sa_family_t family;
+	int error;
+
+	if (r->out < sizeof(struct rdma_ucm_create_id_resp))
+		return ENOSPC;
+	if ((error = group_of(r, &cmd->addr, &group)))
+		return error;
+	memcpy(&family, &cmd->addr, sizeof(family));
+	if (cmd->addr_size != (family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)))
+		return EINVAL;
+	return join(r, cmd->id, cmd->uid, &group, cmd->join_flags, cmd->response);
+}
+
+static int leave_mcast(const struct request *r, const void *in)
+{
+	return end_numbered(r, in, &joins, "cm_leave_multicast");
 }
 
 typedef int (*serve_fn)(const struct request *r, const void *in);
@@ -721,19 +848,20 @@ static const struct {
 	[RDMA_USER_CM_CMD_GET_EVENT] = {get_event, sizeof(struct rdma_ucm_get_event), "rdma_get_cm_event"},
 	[RDMA_USER_CM_CMD_SET_OPTION] = {set_option, sizeof(struct rdma_ucm_set_option), "rdma_set_option"},
 	[RDMA_USER_CM_CMD_NOTIFY] = {notify, sizeof(struct rdma_ucm_notify), "rdma_notify"},
-	[RDMA_USER_CM_CMD_JOIN_IP_MCAST] = {multicast, 0, "rdma_join_multicast"},
-	[RDMA_USER_CM_CMD_LEAVE_MCAST] = {multicast, 0, "rdma_leave_multicast"},
+	[RDMA_USER_CM_CMD_JOIN_IP_MCAST] = {join_ip_mcast, sizeof(struct rdma_ucm_join_ip_mcast),
+					    "rdma_join_multicast"},
+	[RDMA_USER_CM_CMD_LEAVE_MCAST] = {leave_mcast, sizeof(struct rdma_ucm_destroy_id), "rdma_leave_multicast"},
 	[RDMA_USER_CM_CMD_MIGRATE_ID] = {migrate_id, sizeof(struct rdma_ucm_migrate_id), "rdma_migrate_id"},
 	[RDMA_USER_CM_CMD_QUERY] = {query, sizeof(struct rdma_ucm_query), "ucma_query"},
 	[RDMA_USER_CM_CMD_BIND] = {bind_any, sizeof(struct rdma_ucm_bind), "rdma_bind_addr"},
 	[RDMA_USER_CM_CMD_RESOLVE_ADDR] = {resolve_addr, sizeof(struct rdma_ucm_resolve_addr), "rdma_resolve_addr"},
-	[RDMA_USER_CM_CMD_JOIN_MCAST] = {multicast, 0, "rdma_join_multicast"},
+	[RDMA_USER_CM_CMD_JOIN_MCAST] = {join_mcast, sizeof(struct rdma_ucm_join_mcast), "rdma_join_multicast_ex"},
 };
 
 ssize_t pr_cm_write(int fd, const struct pr_cm_file *file, const void *buf, size_t len)
 {
 	struct rdma_ucm_cmd_hdr header;
-	uint64_t command[64] = {0}; /* the largest command (CONNECT, ACCEPT) and more, aligned */
+	uint64_t command[64] = {0}; /* the largest command (CONNECT, ACCEPT, JOIN_MCAST) and more, aligned */
 	int error;
 
 	if (len < sizeof(header))
@@ -747,7 +875,8 @@ ssize_t pr_cm_write(int fd, const struct pr_cm_file *file, const void *buf, size
 	else {
 		size_t size = header.in < commands[header.cmd].size ? header.in : commands[header.cmd].size;
 		struct request r = {.fd = fd, .file = file, .verb = commands[header.cmd].verb, .out = header.out};
-		_Static_assert(sizeof(struct rdma_ucm_accept) <= sizeof(command), "a command fits");
+		_Static_assert(sizeof(struct rdma_ucm_accept) <= sizeof(command) &&
+				       sizeof(struct rdma_ucm_join_mcast) <= sizeof(command), "a command fits");
 		error = copy_in(command, (uintptr_t)buf + sizeof(header), size);
 		if (!error)
 			error = commands[header.cmd].serve(&r, command);
@@ -782,7 +911,7 @@ void pr_cm_close(int fd, const struct pr_cm_file *file)
 {
 	struct pr_answer answer;
 
-	ids_forget(UINT32_MAX, fd);
+	forget_file(fd);
 	if (!pr_command_on(&answer, file->epoch, "rdma_destroy_event_channel", "cm_close", "h", file->handle))
 		pr_answer_free(&answer);
 }

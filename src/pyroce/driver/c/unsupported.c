@@ -16,16 +16,6 @@ PR_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ib
 	return EOPNOTSUPP;
 }
 
-PR_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	return EOPNOTSUPP;
-}
-
-PR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	return EOPNOTSUPP;
-}
-
 PR_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
 {
 	return 0; /* nothing is promised in order beyond what IBA says */

@@ -1,4 +1,4 @@
-"""``pyverbs.cmid``: ``pyroce.verbs.cmid`` (with ``AddrInfo``, ``CMEventChannel``, ``ConnParam``
-and ``UDParam``)."""
+"""``pyverbs.cmid``: ``pyroce.verbs.cmid`` (with ``AddrInfo``, ``CMEventChannel``, ``ConnParam``,
+``UDParam`` and ``JoinMCAttrEx``)."""
 
 from pyroce.verbs.cmid import *
