@@ -6,6 +6,9 @@ after a pass that found work, backing off to ``DIRECT_IDLE_S``: MIN:MAX in micro
 
     python benchmarks/mlx5dv_post.py [--seconds 2] [--periods 50:50,1000:1000,50:1000]
 
+``mlx5dv_rows`` gives ``run.py`` the same program's rows at the NIC's default sleep bounds: the
+lone WRITE's latency and the rate, posted by hand and through ``ibv_post_send``, side by side.
+
 Rows: the lone WRITE's latency (posted after 1 ms of quiet, its CQE awaited; p50 and p99), the
 message rate with 16 outstanding, and the NIC's CPU (user + system, % of one core) while the
 program sleeps with a direct QP open, against a plain QP's.
@@ -20,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from perftest_rows import rows_on_a_shared_nic
 
 from pyroce.driver.build import library_dir
 from pyroce.driver.environment import driver_environment
@@ -52,14 +57,52 @@ def run_period(program: Path, period: str, seconds: float, folder: Path) -> dict
                 time.sleep(seconds - 0.6)
                 row[mode] = f"{100 * (cpu_s(nicd.pid) - before) / (time.monotonic() - start):.0f}%"
         for mode in ("verbs", "direct"):
-            done = subprocess.run([str(program), mode, str(seconds)], env=driver, capture_output=True, text=True,
-                                  timeout=120, check=True)  # fmt: skip
-            words = done.stdout.split()
-            row[mode] = f"{words[1]}/{words[3]} us, {int(words[5]):,} msgs/s"
+            figures = measure(program, mode, seconds, driver)
+            row[mode] = f"{figures['lone_p50_us']:.0f}/{figures['lone_p99_us']:.0f} us, {figures['rate_msgs_s']:,.0f} msgs/s"
     finally:
         nicd.terminate()
         nicd.wait(10)
     return row
+
+
+def build(folder: Path) -> Path:
+    """The benchmark program, compiled in ``folder`` against the system's mlx5dv.h."""
+    program = folder / "mlx5dv_post"
+    subprocess.run(["cc", "-O2", "-Wall", "-I", str(ROOT / "tests" / "c"), "-o", str(program),
+                    str(ROOT / "benchmarks" / "mlx5dv_post.c"), "-lmlx5", "-libverbs"], check=True)  # fmt: skip
+    return program
+
+
+def measure(program: Path, mode: str, seconds: float, env: dict[str, str]) -> dict[str, float]:
+    """The program's figures in ``mode`` (verbs, direct): lone_p50_us, lone_p99_us, rate_msgs_s."""
+    done = subprocess.run([str(program), mode, str(seconds)], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)  # fmt: skip
+    words = done.stdout.split()
+    return {name: float(value) for name, value in zip(words[::2], words[1::2])}
+
+
+def mlx5dv_rows(quick: bool, port: int) -> tuple[list[dict[str, object]], str | None]:
+    """``run.py``'s rows: a 2-byte WRITE's latency (lone) and rate (16 outstanding), posted by hand
+    through mlx5dv (series ``mlx5dv``) and through ``ibv_post_send`` (``c-verbs``), one program on
+    a shared NIC of the run's own; or none and why (no compiler, no mlx5dv.h). ``port`` unused:
+    the program connects its own two QPs."""
+
+    def rows(env: dict[str, str]) -> list[dict[str, object]]:
+        with tempfile.TemporaryDirectory() as work:
+            program = build(Path(work))
+            result: list[dict[str, object]] = []
+            for mode, series in (("verbs", "c-verbs"), ("direct", "mlx5dv")):
+                figures = measure(program, mode, 0.5 if quick else 2.0, env)
+                common = {"op": "write", "series": series, "size": 2, "qps": 1}
+                result.append({**common, "metric": "lat", "lat_us_p50": figures["lone_p50_us"],
+                               "lat_us_p99": figures["lone_p99_us"]})  # fmt: skip
+                result.append({**common, "metric": "rate", "msgs_per_s": figures["rate_msgs_s"]})
+            return result
+
+    try:
+        return rows_on_a_shared_nic(("cc",), "gcc", rows)
+    except subprocess.CalledProcessError as exc:
+        return [], f"mlx5dv rows skipped: {exc}"
 
 
 def main() -> None:
@@ -68,9 +111,7 @@ def main() -> None:
     parser.add_argument("--periods", default="50:50,1000:1000,50:1000")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        program = Path(work) / "mlx5dv_post"
-        subprocess.run(["cc", "-O2", "-Wall", "-I", str(ROOT / "tests" / "c"), "-o", str(program),
-                        str(ROOT / "benchmarks" / "mlx5dv_post.c"), "-lmlx5", "-libverbs"], check=True)  # fmt: skip
+        program = build(Path(work))
         print("| sleep bound, found work : idle (us) | ibv_post_send: lone WRITE p50/p99, rate | mlx5dv by hand: lone WRITE p50/p99, rate "
               "| idle NIC CPU, plain QP | with a direct QP |")
         print("|---|---|---|---|---|")

@@ -13,7 +13,8 @@ the same rows in pure Python (``PYROCE_PURE=1`` in both processes); then perftes
 ``ib_send_lat`` (2 bytes) through pyroce's C driver, both programs on one shared NIC
 (``perftest_rows.py``), and qperf's ``rc_lat`` and ``rc_bw`` over rdma_cm the same way
 (``qperf_rows.py``), and ucx_perftest's ``tag_lat``, ``tag_bw`` and ``ucp_put_bw`` over
-pyroce0's rc_verbs the same way (``ucx_rows.py``); each skipped with a note where its program, a C
+pyroce0's rc_verbs the same way (``ucx_rows.py``), and a C program's 2-byte WRITEs posted by hand
+through mlx5 direct verbs beside the same program's ``ibv_post_send`` (``mlx5dv_post.py``); each skipped with a note where its program, a C
 compiler or libibverbs-dev is missing. Each figure is printed beside its ceiling as a ratio;
 last, the Python calls a 2-byte SEND costs on each hop (``calls_per_msg.py``, counted).
 Every run checks the bytes it moved at the end (exit 1 if any differ). ``--quick`` finishes in
@@ -40,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import udp_ceiling
 from calls_per_msg import calls_per_msg
+from mlx5dv_post import mlx5dv_rows
 from perftest_rows import perftest_rows
 from qperf_rows import qperf_rows
 from ucx_rows import ucx_rows
@@ -440,7 +442,7 @@ def run(quick: bool) -> dict[str, Any]:
     errors += pure_errors
     port = 20000 + os.getpid() % 20000  # the Python server is gone
     notes = []
-    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3), (ucx_rows, 4)):
+    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3), (ucx_rows, 4), (mlx5dv_rows, 7)):
         rows, note = rows_of(quick, port=port + offset)
         results.extend(rows)
         notes += [note] if note else []
@@ -524,7 +526,8 @@ def print_table(report: dict[str, Any]) -> None:
     print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, both programs on "
           "one shared NIC; /qperf rows: qperf's own (rc_lat: its mean, in the p50 column; rc_bw: SEND), the same "
           "way, over rdma_cm; /ucx rows: ucx_perftest's own (tag_lat: its median; tag_bw, put_bw: its overall average), "
-          "the same way, over rc_verbs; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
+          "the same way, over rc_verbs; /mlx5dv rows: a C program's 2-byte WRITEs posted by hand through mlx5 direct verbs "
+          "(latency: a lone WRITE's), /c-verbs rows the same program through ibv_post_send, on a shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
           "/pure rows (a compiled build only): the same Python verbs with PYROCE_PURE=1, every module run from its .py; "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     calls = report["calls_per_msg"]

@@ -334,13 +334,18 @@ def test_extended_verbs_from_a_program_built_against_libibverbs(driver_env: dict
         assert line in lines, line
 
 
-def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str,
-                  libraries: tuple[str, ...] = ("-libverbs",)) -> subprocess.CompletedProcess:  # fmt: skip
-    """tests/c/<name>.c compiled here against the system's libibverbs (and ``libraries``) and run
-    on pyroce's; it exited 0."""
+def build_c_program(name: str, tmp_path: Path, libraries: tuple[str, ...] = ("-libverbs",)) -> Path:
+    """tests/c/<name>.c compiled here against the system's libibverbs (and ``libraries``)."""
     program = tmp_path / name
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", str(program), str(ROOT / "tests" / "c" / f"{name}.c"),
                     *libraries], check=True, capture_output=True)  # fmt: skip
+    return program
+
+
+def run_c_program(name: str, env: dict[str, str], tmp_path: Path, device_address: str,
+                  libraries: tuple[str, ...] = ("-libverbs",)) -> subprocess.CompletedProcess:  # fmt: skip
+    """tests/c/<name>.c built (``build_c_program``) and run on pyroce's libibverbs; it exited 0."""
+    program = build_c_program(name, tmp_path, libraries)
     done = subprocess.run([str(program)], env={**env, "PYROCE_ADDR": device_address}, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

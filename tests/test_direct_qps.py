@@ -10,9 +10,13 @@ from __future__ import annotations
 import struct
 import time
 
+import pytest
+
 from pyroce.nic.rings import UAR_SIZE
 from tests.rc_pair import Endpoint
 from tests.test_device_model import CQ_UPDATE, CTRL, DATA, MLX5_CQE_REQ, MLX5_OPCODE_RDMA_WRITE, RADDR, wait_cqe
+
+pytestmark = pytest.mark.embedded_nic  # the device model's own command (a C program's goes through the shared NIC)
 
 
 def make_direct(ep: Endpoint) -> None:

@@ -43,6 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the simulator bridge: a model serving the NIC's engine by DMA, and the verbs' device at the other end
     "bridge": frozenset({"nic", "link", "host", "ib", "nicd", "verbs"}),
     "sim": frozenset({"link", "host", "nic", "verbs", "apps"}),  # pyroce in a simulator: the peer of a design, its corpus
+    "gpu": frozenset({"nic", "verbs"}),  # GPU-initiated posting: a direct QP's rings as arrays, RDMaxcel's helpers
     "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path", "sim"}),
     "__main__": frozenset({"cli"}),
     "": frozenset(),  # pyroce/__init__.py

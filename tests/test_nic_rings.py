@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import u32, u64
 
-from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome, read_cqe, write_cqe
+from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome
 from pyroce.nic.rings import COUNTER_MASK, CqRing, DoorbellRecord, SendRing
 from pyroce.nic.wqe import (
     MLX5_INVALID_LKEY,
@@ -126,15 +126,18 @@ def test_send_ring_wraps_and_decodes_from_a_copy():
 
 
 def test_cqe_round_trip_and_owner_bit():
+    """A one-entry ring: counter 1 writes owner 1 (its second lap), counter 2 owner 0; each CQE
+    reads back whole only at its own counter."""
     buf = bytearray(CQE_SIZE)
+    ring = CqRing(memoryview(buf), 1)
     cqe = Cqe(CqeOpcode.RESP_SEND_IMM, 0x11, 7, byte_cnt=4096, imm_inval=0xDEADBEEF, flags_rqpn=0x1234, timestamp=99)
-    write_cqe(buf, 0, cqe, owner=1)
-    assert read_cqe(buf, 0) == (cqe, 1)
+    assert ring.produce(1, cqe) == 2
+    assert ring.poll(1) == cqe and ring.poll(0) is None
     assert buf[63] == 0x31 and struct.unpack_from(">I", buf, 44)[0] == 4096
     err = Cqe(CqeOpcode.REQ_ERR, 0x11, 3, s_wqe_opcode=WqeOpcode.RDMA_WRITE, syndrome=CqeSyndrome.REMOTE_ACCESS_ERR,
               vendor_err=0x42)  # fmt: skip
-    write_cqe(buf, 0, err, owner=0)
-    assert read_cqe(buf, 0) == (err, 0)
+    ring.produce(2, err)
+    assert ring.poll(2) == err and ring.poll(1) is None
     assert buf[54:56] == b"\x42\x13" and buf[56] == WqeOpcode.RDMA_WRITE
 
 

@@ -31,7 +31,7 @@ from pyroce.wire import (
 )
 from pyroce.wire.framing import RocePath, pack_ip_udp
 from pyroce.wire.headers import Aeth
-from pyroce.wire.packet import ACK_BYTES, AckTemplate
+from pyroce.wire.packet import ACK_BYTES, AckTemplate, BthTemplate
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
 IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02", traffic_class=3, flow_label=0x12345)
@@ -233,3 +233,35 @@ def test_an_ack_template_patches_the_bytes_the_codecs_build(dqpn, psn, msn, synd
     sealed[: len(ack)] = ack
     assert PATH.seal(sealed, 0, len(ack), segment) == size and sealed[:size] == built[:size]
     assert parse_packet(sealed[:size]) == pkt
+
+
+_ENDS = ["RC_SEND_LAST", "RC_SEND_ONLY", "RC_RDMA_WRITE_LAST", "UC_SEND_LAST", "UC_SEND_ONLY", "UC_RDMA_WRITE_LAST"]
+_WHOLE = ["RC_SEND_FIRST", "RC_SEND_MIDDLE", "RC_RDMA_WRITE_MIDDLE", "UC_SEND_FIRST", "UC_RDMA_WRITE_MIDDLE"]
+
+
+@given(st.one_of(st.tuples(st.sampled_from(_ENDS), st.integers(0, 64)),
+                 st.tuples(st.sampled_from(_WHOLE), st.integers(1, 16).map(lambda words: 4 * words))),
+       st.integers(0, 0xFFFFFF), st.integers(0, 0xFFFFFF), st.booleans(), st.booleans(), st.integers(0, 0xFFFF),
+       st.integers(0, 3))  # fmt: skip
+def test_a_bth_template_builds_the_bytes_the_codecs_build(shape, dqpn, psn, ackreq, solicited, pkey, segment):
+    """A SEND ONLY (and any packet that is a BTH and payload alone) from the requester's
+    template: the same bytes as the ``Packet`` the BTH codec builds, pad included, and the same
+    ICRC once a path seals them; one template serves every opcode, length and PSN."""
+    name, length = shape
+    payload = bytes(range(length))
+    pkt = Packet(BTH(Opcode[name], dqpn, psn, ackreq, solicited, pkey=pkey), payload)
+    built = bytearray(128)
+    size = PATH.build_into(built, 0, pkt, segment)
+    template = BthTemplate(dqpn, pkey)
+    template.packet(Opcode.RC_SEND_ONLY, psn ^ 1, not ackreq, False, b"x")  # another head first: kept apart
+    data = template.packet(Opcode[name], psn, ackreq, solicited, memoryview(payload))
+    assert len(data) == size - 4
+    sealed = bytearray(128)
+    sealed[: len(data)] = data
+    assert PATH.seal(sealed, 0, len(data), segment) == size and sealed[:size] == built[:size]
+    assert parse_packet(sealed[:size]) == pkt
+
+
+def test_a_bth_template_refuses_an_opcode_with_more_headers() -> None:
+    with pytest.raises(BuildError, match="RC_RDMA_WRITE_ONLY carries headers besides the BTH"):
+        BthTemplate(1, 0xFFFF).packet(Opcode.RC_RDMA_WRITE_ONLY, 0, True, False, b"ab")

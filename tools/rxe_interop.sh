@@ -13,6 +13,10 @@
 # (ud: at each of its sizes, which a UD message's one packet must fit: -S); with --c also perftest's RC tools
 # (send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat: guest `ib_TOOL -d rxe0 -x 1 -F`, host
 # `pyroce run -- ib_TOOL -d pyroce0 -x 3 -F`) at each perftest size (-P; atomic_bw: 8 bytes only).
+# With --c also dv_rc: tests/c/mlx5dv_pingpong.c (built here against the system's libmlx5, run through `pyroce run`)
+# against the guest's unmodified ibv_rc_pingpong at each size: the same exchange and ping-pong, its SENDs and receives
+# posted by hand through mlx5dv (WQEs with mlx5dv_set_*_seg, the doorbell record and a UAR store, raw CQEs), and each
+# message checked; SEND/RECV only (rc_pingpong's exchange gives no rkey, so no WRITE or READ).
 # With --c also the rdma_cm programs (connections by IP address through pyroce's NIC's connection manager and the
 # system's librdmacm): rping (-C count, -v, -V), ucmatose, udaddy, rdma_server/rdma_client (-t rdma_server) and
 # perftest's ib_send_bw -R (-t send_bw_cm) and mckey (UD multicast: a receiver joins 239.77.0.9, the other side
@@ -36,12 +40,13 @@
 #   tools/rxe_interop.sh                       # 1000 iterations of 1, 4096 and 65536 bytes each way, MTU 1024
 #   tools/rxe_interop.sh -t uc -n 200 -s 4096 -c   # one tool, one size; -c makes both tools validate the buffer
 #   tools/rxe_interop.sh --capture /tmp/cap    # also write TOOL1-SIZE.pcap / TOOL2-SIZE.pcap (tcpdump on the tap)
-#   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs and 7 perftests
+#   tools/rxe_interop.sh --c                   # the C tools on pyroce: the 4 pingpongs, dv_rc and 7 perftests
 #   tools/rxe_interop.sh --c -t write_bw,read_lat -P 2,1048576 -N 100
 #   tools/rxe_interop.sh --c -t rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey    # the rdma_cm programs
 #   tools/rxe_interop.sh --c -t ucx_tag_lat,ucx_tag_bw,ucx_put_bw,qperf_lat,qperf_bw   # UCX and qperf
 #
-# Options: -t TOOLS (rc,uc,srq,ud; --c: also send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
+#   tools/rxe_interop.sh --c -t dv_rc          # posting by hand through mlx5dv against rxe
+# Options: -t TOOLS (rc,uc,srq,ud; --c: also dv_rc,send_bw,write_bw,read_bw,atomic_bw,send_lat,write_lat,read_lat and
 #   the rdma_cm programs rping,ucmatose,udaddy,rdma_server,send_bw_cm,mckey; ucx_tag_lat,ucx_tag_bw,ucx_put_bw; qperf_lat,
 #   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
@@ -52,13 +57,15 @@
 #   -g GUEST_GID_IDX (1 = ::ffff:10.77.0.2, rxe0's RoCEv2/IPv4 GID)  -c (validate buffers)
 #   --c (the host side runs the C programs through `pyroce run`)
 #   --capture DIR   --keep-vm (leave the guest running)   --timeout S (per run, 300)
+#   --repeat N (each pair N times, each time its own PASS/FAILED line: a flaky pair shows; 1)
 #   --vm-mtu M (tap/eth0 MTU for a new guest: 1500 -> rxe active_mtu 1024, 9000 -> 4096)
 # Environment: RXEVM (path of the rxevm kit; default: shared/rxevm beside the checkout), PYTHON (python3),
 #   RXEVM_DIR / RXEVM_NS / RXEVM_NET as in the kit. The host side runs this checkout's pyroce (PYTHONPATH=<repo>/src)
 #   and needs its dependencies for PYTHON; --c needs ibverbs-utils, perftest, libibverbs-dev and a C compiler on
 #   the host (the C driver is built once, before the runs).
 # Not part of CI: it needs root, qemu and ~7 minutes at -n 300 (18 runs; build.sh is idempotent; a boot is ~15 s);
-#   --c: 70 runs: the pingpongs' and perftests' 48 (-n 1000, -N 1000) in about 4.5 minutes, the rdma_cm programs' 12,
+#   --c: 76 runs: the pingpongs' and perftests' 48 (-n 1000, -N 1000) in about 4.5 minutes, dv_rc's 6 (about 3 minutes
+#   on a loaded 2-core host, a TCG guest: there plain rc at 64 KiB also fails now and then, transport retries exceeded), the rdma_cm programs' 12,
 #   the UCX pairs' 6 in about 2 minutes and qperf's 4 in about 1.
 set -uo pipefail
 
@@ -72,6 +79,7 @@ HOST_IP="$NET.1"   # the bridge in the netns (the kit's host address)
 GUEST_IP="$NET.2"  # guest 1
 TAP=rxetap1
 PINGPONGS=(rc uc srq ud)
+DVTESTS=(dv_rc)  # tests/c/mlx5dv_pingpong.c (SENDs and receives posted by hand through mlx5dv) against ibv_rc_pingpong
 PERFTESTS=(send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat)
 CMTESTS=(rping ucmatose udaddy rdma_server send_bw_cm mckey)
 MCAST_GROUP=239.77.0.9  # mckey's group: joined on each side's interface of the namespace's bridge
@@ -81,7 +89,7 @@ UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its
 
 TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; UCX_ITERS=200; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
-CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500
+CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500; REPEAT=1
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while (($#)); do
   case "$1" in
@@ -103,6 +111,7 @@ while (($#)); do
     --c) C_MODE=1; shift;;
     --capture) CAPTURE="$2"; shift 2;;
     --keep-vm) KEEP=1; shift;;
+    --repeat) REPEAT="$2"; shift 2;;
     --timeout) TIMEOUT="$2"; shift 2;;
     --vm-mtu) VM_MTU="$2"; shift 2;;
     -h|--help) usage; exit 0;;
@@ -111,18 +120,20 @@ while (($#)); do
 done
 
 die() { echo "rxe_interop.sh: $*" >&2; exit 2; }
-if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a count of 1 or more, not '$REPEAT'"
+if ((C_MODE)); then DEFAULT_TOOLS=("${PINGPONGS[@]}" "${DVTESTS[@]}" "${PERFTESTS[@]}" "${CMTESTS[@]}" "${UCXTESTS[@]}" "${QPERFTESTS[@]}"); else DEFAULT_TOOLS=("${PINGPONGS[@]}"); fi
 [[ -n "$TOOLS_ARG" ]] || TOOLS_ARG="$(IFS=,; echo "${DEFAULT_TOOLS[*]}")"
+is_dvtest() { [[ " ${DVTESTS[*]} " == *" $1 "* ]]; }
 is_perftest() { [[ " ${PERFTESTS[*]} " == *" $1 "* ]]; }
 is_cmtest() { [[ " ${CMTESTS[*]} " == *" $1 "* ]]; }
 is_ucxtest() { [[ " ${UCXTESTS[*]} " == *" $1 "* ]]; }
 is_qperftest() { [[ " ${QPERFTESTS[*]} " == *" $1 "* || "$1" == qperf_lat_nocm || "$1" == qperf_bw_nocm ]]; }
 IFS=, read -ra TOOLS <<<"$TOOLS_ARG"
 for T in "${TOOLS[@]}"; do
-  if is_perftest "$T" || is_cmtest "$T" || is_ucxtest "$T" || is_qperftest "$T"; then
+  if is_dvtest "$T" || is_perftest "$T" || is_cmtest "$T" || is_ucxtest "$T" || is_qperftest "$T"; then
     ((C_MODE)) || die "'$T' runs with --c only (the C program through pyroce run)"
   elif [[ " ${PINGPONGS[*]} " != *" $T "* ]]; then
-    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${PERFTESTS[*]} ${CMTESTS[*]} ${UCXTESTS[*]} ${QPERFTESTS[*]} qperf_lat_nocm qperf_bw_nocm)"
+    die "unknown tool '$T' in -t (${PINGPONGS[*]} ${DVTESTS[*]} ${PERFTESTS[*]} ${CMTESTS[*]} ${UCXTESTS[*]} ${QPERFTESTS[*]} qperf_lat_nocm qperf_bw_nocm)"
   fi
 done
 [[ $EUID -eq 0 ]] || die "must run as root (qemu, network namespace, tap)"
@@ -141,9 +152,10 @@ WORK="$(mktemp -d /tmp/rxe_interop.XXXXXX)"
 guest_program() {
   case "$1" in
     send_bw_cm) echo ib_send_bw;;
-    rping|ucmatose|udaddy|rdma_server) echo "$1";;
+    rping|ucmatose|udaddy|rdma_server|mckey) echo "$1";;
     ucx_*) echo ucx_perftest;;
     qperf_*) echo qperf;;
+    dv_rc) echo ibv_rc_pingpong;;
     *) if is_perftest "$1"; then echo "ib_$1"; else echo "ibv_$1_pingpong"; fi;;
   esac
 }
@@ -153,6 +165,11 @@ if ((C_MODE)); then
   done
   echo "=== building pyroce's C driver ($PYTHON -m pyroce run --print-env)"
   "${HOST_ENV[@]}" "$PYTHON" -m pyroce run --print-env >"$WORK/driver.log" 2>&1 || { cat "$WORK/driver.log" >&2; die "the C driver did not build"; }
+  if [[ " ${TOOLS[*]} " == *" dv_rc "* ]]; then  # built against the system's libmlx5, run on pyroce's
+    echo "=== building tests/c/mlx5dv_pingpong.c"
+    cc -O2 -Wall -Werror -o "$WORK/mlx5dv_pingpong" "$REPO/tests/c/mlx5dv_pingpong.c" -lmlx5 -libverbs \
+      || die "tests/c/mlx5dv_pingpong.c did not build (libibverbs-dev's infiniband/mlx5dv.h and libmlx5.so)"
+  fi
 fi
 
 STARTED_VM=0
@@ -253,12 +270,21 @@ print(sum(row["counters"].get("icrc_errors", 0) for row in rows) if rows else "n
 wait_guest_listen() {  # wait_guest_listen JOB: 0 once the guest listens (TCP PORT, or an rdma_cm id), 1 if JOB ended first
   local listening="ss -Hltn 'sport = :$PORT' | grep -q ."
   # an rdma_cm server: its listening id, and a second for what it does next (perftest -R listens again)
-  [[ "$LISTEN" == tcp ]] || listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == cm ]] && listening="rdma resource show cm_id 2>/dev/null | grep -q LISTEN && sleep 1"
+  [[ "$LISTEN" == joined ]] && listening="grep -q 'joined dgid' /mnt/host/q/$1.out"  # mckey's receiver
   guest --timeout 70 "for i in \$(seq 1 300); do $listening && exit 0;
     [ -f /mnt/host/q/$1.rc ] && exit 1; sleep 0.2; done; exit 1"
 }
 wait_host_listen() {
   local i
+  if [[ "$LISTEN" == joined ]]; then  # mckey's receiver: once it says it joined the group
+    for i in $(seq 1 300); do
+      grep -q 'joined dgid' "$WORK/pyroce.out" && return 0
+      kill -0 "$SERVER_PID" 2>/dev/null || return 1
+      sleep 0.1
+    done
+    return 1
+  fi
   if [[ "$LISTEN" != tcp ]]; then  # an rdma_cm server listens in the NIC: give it the time a program takes to start
     sleep 3; kill -0 "$SERVER_PID" 2>/dev/null; return
   fi
@@ -274,14 +300,17 @@ PASSED=(); FAILURES=()
 
 # pingpong_pair T SIZE: the commands of ibv_T_pingpong at SIZE bytes
 pingpong_pair() {
-  local tool="${1}_pingpong" chk="$CHK"
+  local tool="${1#dv_}_pingpong" chk="$CHK"
   COMMON=(-p "$PORT" -s "$2" -r "$RXD" -n "$ITERS")
   [[ "$1" == ud ]] || COMMON+=(-m "$MTU")  # ud_pingpong has no -m (nor -c)
   [[ "$1" == srq ]] && COMMON+=(-q "$NQP")
   [[ "$1" == ud ]] && chk=""
   GUEST_CMD="ibv_$tool -d rxe0 -g $GIDX ${COMMON[*]}${chk:+ $chk}"
   GUEST_LABEL="ibv_$tool"
-  if ((C_MODE)); then
+  if [[ "$1" == dv_rc ]]; then  # the host side posts by hand through mlx5dv
+    HOST_CMD=("$PYTHON" -m pyroce run -- "$WORK/mlx5dv_pingpong" -d pyroce0 -g 3 "${COMMON[@]}" ${chk:+"$chk"})
+    HOST_LABEL="pyroce run -- mlx5dv_pingpong"
+  elif ((C_MODE)); then
     HOST_CMD=("$PYTHON" -m pyroce run -- "ibv_$tool" -d pyroce0 -g 3 "${COMMON[@]}" ${chk:+"$chk"})
     HOST_LABEL="pyroce run -- ibv_$tool"
   else
@@ -322,13 +351,15 @@ cm_pair() {
       G_SERVER="ib_send_bw -d rxe0 -x $GIDX ${common[*]}"; G_CLIENT="$G_SERVER $HOST_IP"
       H_SERVER=("${host_run[@]}" ib_send_bw -d pyroce0 -x 3 "${common[@]}"); H_CLIENT=("${H_SERVER[@]}" "$GUEST_IP")
       SERVER_DONE=""; CLIENT_DONE="^ *$2 +$PERF_ITERS ";;
-    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it
-      G_SERVER="mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"; G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
-      H_SERVER=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
+    mckey)  # UD multicast: the "server" joins the group and takes -C datagrams the "client" sends to it; it
+      # listens on nothing: it is ready once it printed that it joined (line-buffered by stdbuf)
+      G_SERVER="stdbuf -oL mckey -m $MCAST_GROUP -b $GUEST_IP -C $CM_ITERS"
+      G_CLIENT="mckey -m $MCAST_GROUP -b $GUEST_IP -s -C $CM_ITERS"
+      H_SERVER=("${host_run[@]}" stdbuf -oL mckey -m "$MCAST_GROUP" -b "$HOST_IP" -C "$CM_ITERS")
       H_CLIENT=("${host_run[@]}" mckey -m "$MCAST_GROUP" -b "$HOST_IP" -s -C "$CM_ITERS")
-      SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
+      LISTEN=joined; SERVER_DONE="^test complete"; CLIENT_DONE="^test complete";;
   esac
-  GUEST_LABEL="${G_SERVER%% *}"; HOST_LABEL="pyroce run -- ${H_SERVER[5]}"
+  GUEST_LABEL="${G_SERVER#stdbuf -oL }"; GUEST_LABEL="${GUEST_LABEL%% *}"; HOST_LABEL="pyroce run -- $GUEST_LABEL"
 }
 
 # perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
@@ -462,7 +493,9 @@ for T in "${TOOLS[@]}"; do
     elif is_ucxtest "$T"; then ucx_pair "$T" "$SIZE"
     elif is_qperftest "$T"; then qperf_pair "$T" "$SIZE"
     elif is_perftest "$T"; then perftest_pair "$T" "$SIZE"; else pingpong_pair "$T" "$SIZE"; fi
-    run_pair "$T" "$SIZE"
+    for ((REP = 1; REP <= REPEAT; REP++)); do
+      if ((REPEAT > 1)); then run_pair "$T.$REP" "$SIZE"; else run_pair "$T" "$SIZE"; fi
+    done
   done
 done
 
@@ -475,7 +508,9 @@ if ((C_MODE)); then HOST_SIDE="the C tools through pyroce run"; else HOST_SIDE="
 SUMMARY="${#PASSED[@]} passed, ${#FAILURES[@]} failed (${TOOLS_ARG//,/, }; pingpong at ${SIZES_ARG//,/, } bytes"
 SUMMARY+=" (ud: ${UD_SIZES_ARG//,/, }), -n $ITERS"
 ((C_MODE)) && SUMMARY+="; perftest at ${PERF_SIZES_ARG//,/, } bytes, -n $PERF_ITERS; ucx_perftest -n $UCX_ITERS; qperf -t $QPERF_SECONDS"
-SUMMARY+="; both directions; host side: $HOST_SIDE)"
+SUMMARY+="; both directions; host side: $HOST_SIDE"
+((REPEAT > 1)) && SUMMARY+="; each pair $REPEAT times"
+SUMMARY+=")"
 if ((${#FAILURES[@]})); then echo "=== rxe interop: FAILED: $SUMMARY"; exit 1; fi
 echo "=== rxe interop: $SUMMARY"
 exit 0

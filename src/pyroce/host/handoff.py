@@ -41,6 +41,9 @@ class Handoff:
         self._rung: set[int] = set()
         self._receives: set[int] = set()
         self._signalled = False  # a record is in the pipe, or about to be
+        # Whether doorbells wait to be taken: a hint read without the lock (a pass that misses
+        # one takes it on the next), so a pass with none makes no call to ``take``
+        self.pending = False
         self._closed = False  # after close, a late doorbell must not write into a reused fd
         self._partial = b""  # the start of a record a read split (never expected: writes are atomic)
         self._read_fd, self._write_fd = os.pipe()
@@ -61,11 +64,13 @@ class Handoff:
         """The QP's send doorbell record moved."""
         with self._lock:
             self._rung.add(qpn)
+            self.pending = True
 
     def post_receives(self, qpn: int) -> None:
         """The QP's receive doorbell record moved."""
         with self._lock:
             self._receives.add(qpn)
+            self.pending = True
 
     def wake(self) -> None:
         """Make the engine thread's wait return (one record however many calls)."""
@@ -99,12 +104,8 @@ class Handoff:
                         self._rung.add(record & QPN_MASK)
                     if record & RECV_DOORBELL:
                         self._receives.add(record & QPN_MASK)
+                self.pending = bool(self._rung or self._receives)
                 self._signalled = False
-
-    @property
-    def pending(self) -> bool:
-        """Whether doorbells wait to be taken (a hint for deciding how long to wait)."""
-        return bool(self._rung or self._receives)
 
     def take(self) -> tuple[set[int], set[int]]:
         """The QPNs rung since the last take: (send queues, receive queues)."""
@@ -113,6 +114,7 @@ class Handoff:
                 return _EMPTY, _EMPTY
             rung, receives = self._rung, self._receives
             self._rung, self._receives = set(), set()
+            self.pending = False
             return rung, receives
 
     def close(self) -> None:

@@ -141,9 +141,8 @@ class Progress:
     def step(self, now: float) -> None:
         """Host mode: one engine pass at the host's time ``now``."""
         with self._lock:
-            rung, receives = self._handoff.take()
-            if rung or receives:
-                self.engine.doorbells(rung, receives)
+            if self._handoff.pending:
+                self.engine.doorbells(*self._handoff.take())
             try:
                 self.engine.step(now)
             except Exception as exc:  # noqa: BLE001 - never into the host
@@ -170,7 +169,8 @@ class Progress:
 
     def _pass(self, receive: bool = True) -> None:
         engine = self.engine
-        engine.doorbells(*self._handoff.take())
+        if self._handoff.pending:
+            engine.doorbells(*self._handoff.take())
         try:
             engine.run(self._clock, receive)
         except Exception as exc:  # noqa: BLE001 - never into the caller; the engine goes on

@@ -3,7 +3,8 @@
 Byte 63 ``op_own``: opcode in bits 7:4, the solicited event bit 1 (``mlx5dv_get_cqe_se``),
 owner bit 0. The producer (the engine) writes bytes
 0-59 first and the last word (``wqe_counter``, signature, ``op_own``) last, so a consumer
-that sees a valid ``op_own`` sees a whole CQE.
+that sees a valid ``op_own`` sees a whole CQE. ``nic.rings.CqRing`` writes and reads them
+with the layouts below (``produce``, ``poll``).
 """
 
 from __future__ import annotations
@@ -84,53 +85,24 @@ class Cqe(NamedTuple):
 
 new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
 
-_BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
-_ERR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
-_TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63
-_COUNTER = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
-_TAIL_AT = 60
-_OP_OWN_AT = 63
-_CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
+CQE_BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
+CQE_ERROR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
+CQE_TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63: read once op_own is valid
+CQE_COUNTER = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
+# Byte offsets of the fields above, for readers that load a CQE word by word in place (a GPU
+# kernel, pyroce.gpu.helpers): ``byte_cnt``, the error word (vendor error, syndrome in its low
+# byte), ``s_wqe_opcode``/QPN, and the last word (``wqe_counter``, signature, ``op_own``).
+CQE_BYTE_CNT_AT = 44
+CQE_SYNDROME_WORD_AT = 52
+CQE_OPCODE_QPN_AT = 56
+CQE_TAIL_AT = 60
+CQE_OP_OWN_AT = 63
+CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
 # Sets of the plain values: a lookup in them costs no enum attribute access (per CQE read)
 ERROR_OPCODES = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
 RECV_OPCODES = frozenset({int(CqeOpcode.RESP_SEND), int(CqeOpcode.RESP_SEND_IMM), int(CqeOpcode.RESP_SEND_INV),
                           int(CqeOpcode.RESP_WR_IMM), int(CqeOpcode.RESP_ERR)})  # fmt: skip
-_ERR_AT = 54
-
-
-def write_cqe(buf: bytearray | memoryview, offset: int, cqe: Cqe, owner: int) -> None:
-    """Write ``cqe`` at ``offset`` with owner bit ``owner``: body first, ``op_own`` last, as a
-    store of its own. ``struct.pack_into`` zeroes its bytes before it fills them, so packing
-    ``op_own`` with other fields would show a reader without the GIL (the C driver) a zero
-    ``op_own`` for a moment: REQ with owner 0, a valid-looking CQE on every even pass."""
-    opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
-    error = cqe.opcode in ERROR_OPCODES  # is_error, without a property call per CQE
-    _BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
-                    0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
-    if error:
-        _ERR.pack_into(buf, offset + _ERR_AT, cqe.vendor_err, cqe.syndrome)
-    op_own = (cqe.opcode << 4) | (cqe.solicited << 1) | (owner & 1)
-    _COUNTER.pack_into(buf, offset + _TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
-    buf[offset + _OP_OWN_AT] = op_own
-
-
-def read_cqe(buf: bytes | bytearray | memoryview, offset: int) -> tuple[Cqe, int]:
-    """The CQE at ``offset`` and its owner bit (the caller decides whether it is valid).
-
-    The last word is read first, then the body: the mirror of ``write_cqe``'s order, so an
-    entry whose ``op_own`` is already valid has a whole body behind it (libmlx5 reads the owner
-    bit, then a read barrier, then the CQE). Reading the body first tore CQEs when the engine
-    thread wrote between the two reads."""
-    wqe_counter, _, op_own = _TAIL.unpack_from(buf, offset + _TAIL_AT)
-    flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = _BODY.unpack_from(buf, offset)
-    opcode = _CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
-    syndrome = vendor_err = 0
-    if opcode in ERROR_OPCODES:
-        vendor_err, syndrome = _ERR.unpack_from(buf, offset + _ERR_AT)
-        timestamp = 0
-    cqe = new_cqe((opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
-                   opcode_qpn >> 24, syndrome, vendor_err, bool(op_own & 2)))  # fmt: skip
-    return cqe, op_own & 1
+CQE_ERROR_AT = CQE_SYNDROME_WORD_AT + 2
 
 
 # mlx5 error CQE syndromes <-> libibverbs work completion statuses (mlx5's

@@ -353,6 +353,7 @@ class NicDevice:
                 setattr(qp.rc.config, name, value)
             if peer is not None:
                 qp.peer = engine.demux.peers[qpn] = peer
+                qp.tx_path = engine.port.link.tx_path(peer)
             # Doorbells handed over but not yet taken belong to the queues as they are now.
             engine.doorbells(*self._doorbells.take())
             if state is QpState.RESET:

@@ -357,7 +357,7 @@ class Engine:
             items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
             if items:  # (the QP counts them: sent_pkts)
                 batch.start(qp.peer, port.gso_to(qp.peer))  # type: ignore[arg-type]
-                batch.send(port.link.tx_path(qp.peer), items)  # type: ignore[arg-type]
+                batch.send(qp.tx_path, items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
         if rc.events:  # after the CQEs: SQ_DRAINED's reader finds the drained WQEs' completions

@@ -12,6 +12,7 @@ from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, 
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
 from pyroce.transport.ud import UdQp
+from pyroce.wire.framing import RocePath
 
 
 @dataclass(eq=False)
@@ -67,6 +68,7 @@ class HwQp:
     events: EventQueue[AsyncEvent]  # its context's async events
     srq: HwSrq | None = None  # where its receive WQEs come from instead of ``rq``
     peer: str | None = None
+    tx_path: RocePath | None = None  # the headers and ICRC seeds of packets to ``peer`` (set with it)
     sq_consumer: int = 0
     rq_consumer: int = 0
     sending: bool = False  # has send WQEs not yet completed (counted in Engine.sending)

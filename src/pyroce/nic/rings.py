@@ -14,8 +14,24 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, read_cqe, write_cqe
+from pyroce.nic.cqe import (
+    CQE_BODY,
+    CQE_COUNTER,
+    CQE_ERROR,
+    CQE_ERROR_AT,
+    CQE_OP_OWN_AT,
+    CQE_OPCODES,
+    CQE_SIZE,
+    CQE_TAIL,
+    CQE_TAIL_AT,
+    ERROR_OPCODES,
+    Cqe,
+    CqeOpcode,
+    new_cqe,
+)
 from pyroce.nic.wqe import (
+    CTRL_DS_AT,
+    CTRL_INDEX_AT,
     SEG,
     WQEBB,
     SendWqe,
@@ -29,8 +45,6 @@ from pyroce.nic.wqe import (
 
 COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
 CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
-_CTRL_DS_AT = 7  # byte of the control segment whose low 6 bits are ds
-_CTRL_INDEX_AT = 1  # bytes 1-2 of the control segment: the WQE index (``opmod_idx_opcode`` bits 23:8)
 # A direct QP's register page (mlx5's UAR, in the connection's shared memory): where a program's
 # 64-bit doorbell and BlueFlame stores go. The NIC reads the doorbell record, not these stores.
 UAR_SIZE = 4096
@@ -109,14 +123,14 @@ class SendRing:
     def wqe_index(self, consumer: int) -> int:
         """The WQE index the control segment at basic-block counter ``consumer`` holds: a
         self-posting driver's WQE is written once it equals the counter's low 16 bits."""
-        start = (consumer % self.wqebb_count) * WQEBB + _CTRL_INDEX_AT
+        start = (consumer % self.wqebb_count) * WQEBB + CTRL_INDEX_AT
         return self.buf[start] << 8 | self.buf[start + 1]
 
     def fetch(self, consumer: int) -> tuple[SendWqe, int]:
         """Decode the WQE at basic-block counter ``consumer`` from a copy of the ring bytes;
         returns it and the next counter. Raises ``WqeError`` for a WQE that cannot run."""
         start = (consumer % self.wqebb_count) * WQEBB
-        ds = self.buf[start + _CTRL_DS_AT] & 0x3F
+        ds = self.buf[start + CTRL_DS_AT] & 0x3F
         if ds * SEG > self.size:
             raise WqeError(f"ds {ds} is larger than the send ring")
         end = start + ds * SEG
@@ -170,16 +184,41 @@ class CqRing:
 
     def produce(self, producer: int, cqe: Cqe) -> int:
         """Write ``cqe`` at counter ``producer``; returns the next counter. The caller checks
-        first that the consumer has room (``producer - consumer < cqe_count``)."""
-        write_cqe(self.buf, (producer % self.cqe_count) * CQE_SIZE, cqe, (producer >> self._shift) & 1)
+        first that the consumer has room (``producer - consumer < cqe_count``).
+
+        The body first, ``op_own`` last, as a store of its own: ``struct.pack_into`` zeroes its
+        bytes before it fills them, so packing ``op_own`` with other fields would show a reader
+        without the GIL (the C driver) a zero ``op_own`` for a moment: REQ with owner 0, a
+        valid-looking CQE on every even pass. (The codec lives here, one call per CQE.)"""
+        buf, offset = self.buf, (producer % self.cqe_count) * CQE_SIZE
+        opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
+        error = cqe.opcode in ERROR_OPCODES  # is_error, without a property call per CQE
+        CQE_BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
+                           0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
+        if error:
+            CQE_ERROR.pack_into(buf, offset + CQE_ERROR_AT, cqe.vendor_err, cqe.syndrome)
+        CQE_COUNTER.pack_into(buf, offset + CQE_TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
+        buf[offset + CQE_OP_OWN_AT] = (cqe.opcode << 4) | (cqe.solicited << 1) | ((producer >> self._shift) & 1)
         return producer + 1
 
     def poll(self, consumer: int) -> Cqe | None:
         """The CQE at counter ``consumer`` if the engine has written it on this pass. The owner
-        byte is looked at first, so an empty poll decodes nothing."""
-        offset = (consumer % self.cqe_count) * CQE_SIZE
-        op_own = self.buf[offset + CQE_SIZE - 1]
+        byte is looked at first, so an empty poll decodes nothing.
+
+        ``op_own`` is read first, then the rest of the last word, then the body: the mirror of
+        ``produce``'s order, so an entry whose ``op_own`` is already valid has a whole CQE
+        behind it (libmlx5 reads the owner bit, then a read barrier, then the CQE). Reading
+        the body first tore CQEs when the engine thread wrote between the two reads."""
+        buf, offset = self.buf, (consumer % self.cqe_count) * CQE_SIZE
+        op_own = buf[offset + CQE_OP_OWN_AT]
         if op_own >> 4 == CqeOpcode.INVALID or op_own & 1 != (consumer >> self._shift) & 1:
             return None
-        cqe, _ = read_cqe(self.buf, offset)
-        return cqe
+        wqe_counter, _, _ = CQE_TAIL.unpack_from(buf, offset + CQE_TAIL_AT)
+        flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = CQE_BODY.unpack_from(buf, offset)
+        opcode = CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
+        syndrome = vendor_err = 0
+        if opcode in ERROR_OPCODES:
+            vendor_err, syndrome = CQE_ERROR.unpack_from(buf, offset + CQE_ERROR_AT)
+            timestamp = 0
+        return new_cqe((opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
+                        opcode_qpn >> 24, syndrome, vendor_err, bool(op_own & 2)))  # fmt: skip

@@ -38,9 +38,9 @@ class Timers(Generic[Key]):
 
     def arm(self, key: Key, deadline: float | None) -> None:
         """``key``'s deadline is now ``deadline`` (None: no timer)."""
-        if deadline is None:
-            if key in self._deadline:
-                self.cancel(key)
+        if deadline is None:  # cancelled here, not through ``cancel``: this runs per engine pass
+            if self._deadline.pop(key, None) is not None and len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+                self._sweep()
             return
         if self._deadline.get(key) == deadline:
             return
@@ -50,8 +50,7 @@ class Timers(Generic[Key]):
             self._sweep()
 
     def cancel(self, key: Key) -> None:
-        if self._deadline.pop(key, None) is not None and len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
-            self._sweep()
+        self.arm(key, None)
 
     def next_deadline(self) -> float | None:
         """The earliest live deadline, or None."""

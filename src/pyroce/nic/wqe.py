@@ -113,6 +113,16 @@ _CTRL = struct.Struct(">IIBHBI")  # opmod|idx|opcode, qpn|ds, signature, stream 
 _RADDR = struct.Struct(">QII")
 _ATOMIC = struct.Struct(">QQ")
 _DATA = struct.Struct(">IIQ")
+# Byte offsets of the fields above, for writers that store a WQE word by word in place (a GPU
+# kernel, pyroce.gpu.helpers) rather than through this module's encoder: the control segment's
+# be32 words (``opmod_idx_opcode``, ``qpn_ds``, signature/stream id/``fm_ce_se``, ``imm``), the WQE
+# index (bits 23:8 of the first word) and ``ds`` (the low 6 bits of the second) inside them,
+# the remote address segment's and a data segment's fields.
+CTRL_OPMOD_IDX_OPCODE_AT, CTRL_QPN_DS_AT, CTRL_FM_CE_SE_WORD_AT, CTRL_IMM_AT = 0, 4, 8, 12
+CTRL_INDEX_AT = 1  # bytes 1-2: the WQE index
+CTRL_DS_AT = 7  # the byte whose low 6 bits are ds
+RADDR_ADDR_AT, RADDR_RKEY_AT = 0, 8
+DATA_BYTE_COUNT_AT, DATA_LKEY_AT, DATA_ADDR_AT = 0, 4, 8
 _INLINE_HDR = struct.Struct(">I")
 _BIND = struct.Struct(">QQII")
 BIND_SEGS = -(-_BIND.size // SEG)
@@ -121,7 +131,7 @@ AV_SEGS = _AV.size // SEG
 EXTENDED_AV = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
 AV_GRH = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
 
-_HAS_RADDR = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
+RADDR_OPCODES = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
 _HAS_ATOMIC = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
 _WQE_OPCODES = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
@@ -207,7 +217,7 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
                            hop_limit, stat_rate_sl >> 1 & 7, sport)  # fmt: skip
         offset += AV_SEGS * SEG
     raddr = rkey = swap_add = compare = None
-    if opcode in _HAS_RADDR:
+    if opcode in RADDR_OPCODES:
         if offset + SEG > size:
             raise WqeError(f"{opcode.name} WQE has no remote address segment")
         raddr, rkey, _ = _RADDR.unpack_from(data, offset)

@@ -85,7 +85,10 @@ class Demux:
                     continue
                 if qp is not None:
                     try:
-                        taken = qp.receive_run(good, step, now)
+                        if len(good) > step:  # a GRO run
+                            taken = qp.receive_run(good, step, now)
+                        else:  # one packet (the run's first, as ``receive_run`` takes it)
+                            taken = len(good) if qp.receive_predicted(good, now) else 0
                     except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
                         self.on_error(qpn, exc)
                         start += step

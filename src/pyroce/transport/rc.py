@@ -24,7 +24,7 @@ from pyroce.transport.requester import WC_OPCODES, Requester, SendEntry
 from pyroce.transport.responder import RecvSource, Responder
 from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
-from pyroce.wire.aeth import AethKind, syndrome_kind
+from pyroce.wire.aeth import SYNDROME_KINDS, AethKind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
@@ -184,7 +184,7 @@ class RcQp:
         elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
             return False
         if op_flags & Flag.ACK:  # a READ response: its AETH (LAST) must say ACK
-            if self.state is QpState.RTR or (start > BTH_LEN and syndrome_kind(data[BTH_LEN]) is not AethKind.ACK):
+            if self.state is QpState.RTR or (start > BTH_LEN and SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):
                 return False
             placed = self.completer.receive_read_predicted(
                 psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
@@ -201,7 +201,7 @@ class RcQp:
         _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
         if flags & (TVER_MASK | PAD_MASK) or pkey != self.config.pkey or self.state not in ACKED_STATES:
             return False
-        if syndrome_kind(data[BTH_LEN]) is not AethKind.ACK:
+        if SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK:
             return False
         placed = self.completer.receive_ack_predicted(psn & PSN_MASK, now)
         if placed:

@@ -22,7 +22,7 @@ from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH, new_bth
 from pyroce.wire.headers import AtomicEth, Reth
 from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
-from pyroce.wire.packet import Packet, PacketRun, new_packet, new_run
+from pyroce.wire.packet import BthTemplate, Packet, PacketRun, new_packet, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ SEGMENT_OPCODES = {
     WorkOp.RDMA_WRITE_WITH_IMM: (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE,
                                  Opcode.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
 }  # fmt: skip
+_HEADERS_BESIDE_BTH = Flag.RETH | Flag.IMMDT | Flag.IETH  # what a SEND's or WRITE's packet may carry
 PLAIN_LASTS = frozenset({Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_LAST})  # a BTH alone
 ATOMIC_OPCODES = {WorkOp.ATOMIC_CMP_AND_SWP: Opcode.RC_COMPARE_SWAP, WorkOp.ATOMIC_FETCH_AND_ADD: Opcode.RC_FETCH_ADD}
 WC_OPCODES = {
@@ -113,6 +114,8 @@ class Requester:
         self.retrying = False  # resent from comp_psn; responses past it are stale until progress
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
+        # The packets of a BTH and payload alone (a SEND ONLY), for the current DestQP and P_Key
+        self._bth_only: BthTemplate | None = None
 
     def start(self, psn: int) -> None:
         """Entering RTS: the first request goes out with ``sq_psn``."""
@@ -237,7 +240,7 @@ class Requester:
             self.rd_atomic_outstanding += 1
         return True
 
-    def _packet(self, entry: SendEntry, index: int, dqpn: int) -> Packet:
+    def _packet(self, entry: SendEntry, index: int, dqpn: int) -> Packet | bytes:
         """Build packet ``index`` of ``entry`` and advance the send pointer past it."""
         work = entry.work
         pmtu = self.qp.config.pmtu
@@ -265,17 +268,21 @@ class Requester:
         end = bool(flags & Flag.END)
         self.noack_pkts += 1
         ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
-        # Built as plain tuples (the values NamedTuple.__new__ would make, without its Python
-        # frame and keyword handling): this runs once per data packet.
         config = self.qp.config
         wire_ackreq = ackreq and self.qp.service.acked
+        self._advance(1, ackreq, entry.npsn - index == 1)
+        if not flags & _HEADERS_BESIDE_BTH:  # a SEND ONLY, say: bytes from the QP's template
+            template = self._bth_only
+            if template is None or template.dqpn != dqpn or template.pkey != config.pkey:
+                template = self._bth_only = BthTemplate(dqpn, config.pkey)
+            return template.packet(opcode, psn, wire_ackreq, end and work.solicited, payload)
+        # Built as plain tuples (the values NamedTuple.__new__ would make, without its Python
+        # frame and keyword handling): this runs once per data packet.
         bth = new_bth((opcode, dqpn, psn, wire_ackreq, end and work.solicited, False, config.pkey, False, False))
         reth = Reth(work.raddr, work.rkey, entry.length) if flags & Flag.RETH else None
         imm = work.imm if flags & Flag.IMMDT else None
         ieth = work.imm if flags & Flag.IETH else None
-        pkt = new_packet((bth, payload, None, None, reth, None, None, None, imm, ieth, None))
-        self._advance(1, ackreq, entry.npsn - index == 1)
-        return pkt
+        return new_packet((bth, payload, None, None, reth, None, None, None, imm, ieth, None))
 
     def _advance(self, psns: int, ackreq: bool, last: bool = True) -> None:
         self.psn = psn_add(self.psn, psns)

@@ -56,8 +56,12 @@ def nak_syndrome(code: NakCode | int) -> int:
     return (AethKind.NAK << _KIND_SHIFT) | _in_range(int(code), "NAK code")
 
 
+SYNDROME_KINDS = tuple(_KINDS[(syndrome >> _KIND_SHIFT) & 3] for syndrome in range(256))
+"""The kind of each syndrome byte, for per-packet code: an index, not a call per response."""
+
+
 def syndrome_kind(syndrome: int) -> AethKind:
-    return _KINDS[(syndrome >> _KIND_SHIFT) & 3]
+    return SYNDROME_KINDS[syndrome & 0xFF]
 
 
 def syndrome_value(syndrome: int) -> int:

@@ -206,7 +206,7 @@ def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> 
 _PADDING = (b"", b"\0", b"\0\0", b"\0\0\0")
 
 _ACK_TAIL = struct.Struct(">II")  # an ACK's last BTH word (AckReq 0 | PSN) and its AETH word (syndrome | MSN)
-_ACK_TAIL_AT = 8  # where those two words start: BTH bytes 8-11, then the AETH
+_PSN_WORD_AT = 8  # BTH bytes 8-11 (AckReq | PSN): a template's heads end there (an ACK's AETH follows)
 
 
 class AckTemplate:
@@ -221,9 +221,45 @@ class AckTemplate:
         buf = bytearray(ACK_BYTES + ICRC_LEN)
         build_packet_into(buf, 0, Packet(BTH(Opcode.RC_ACKNOWLEDGE, dqpn, 0), aeth=Aeth(syndrome, 0)))
         self.dqpn = dqpn
-        self._head = bytes(buf[:_ACK_TAIL_AT])  # opcode, flags, P_Key, DestQP: the same in every ACK
+        self._head = bytes(buf[:_PSN_WORD_AT])  # opcode, flags, P_Key, DestQP: the same in every ACK
         self._syndrome = syndrome << 24
 
     def ack(self, psn: int, msn: int) -> bytes:
         """The ACK of ``psn`` carrying ``msn`` (24 bits each), BTH through AETH."""
         return self._head + _ACK_TAIL.pack(psn & _LOW24, self._syndrome | (msn & _LOW24))
+
+
+_PSN_WORD = struct.Struct(">I")  # AckReq | PSN
+
+
+class BthTemplate:
+    """A connected QP's packets that are a BTH and payload alone (a SEND ONLY, FIRST, MIDDLE
+    or LAST without immediate; a WRITE MIDDLE or LAST) as bytes: the first two BTH words of
+    each opcode, SE and pad count are built once by ``build_packet_into`` for the QP's
+    destination and P_Key, and each packet adds its AckReq and PSN word and its payload,
+    without ``Packet`` and ``BTH`` values or header packing. Its ICRC is the link's to add
+    (``RocePath.seal``), as for any packet."""
+
+    __slots__ = ("_heads", "dqpn", "pkey")
+
+    def __init__(self, dqpn: int, pkey: int) -> None:
+        self.dqpn = dqpn
+        self.pkey = pkey
+        self._heads: dict[int, bytes] = {}  # by opcode << 3 | SE << 2 | pad count
+
+    def packet(self, opcode: int, psn: int, ackreq: bool, solicited: bool, payload: Buffer) -> bytes:
+        """Packet ``opcode`` at ``psn`` carrying ``payload``, BTH through padding
+        (``BuildError`` for an opcode with more headers than the BTH)."""
+        pad = -len(payload) & 3
+        key = opcode << 3 | solicited << 2 | pad
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self._head(opcode, solicited, pad)
+        return head + _PSN_WORD.pack(ackreq << 31 | (psn & _LOW24)) + payload + _PADDING[pad]
+
+    def _head(self, opcode: int, solicited: bool, pad: int) -> bytes:
+        if _info(opcode).hdr_len != BTH_LEN:
+            raise BuildError(f"{_info(opcode).name} carries headers besides the BTH: no template builds it")
+        buf = bytearray(BTH_LEN + 4 + ICRC_LEN)
+        build_packet_into(buf, 0, Packet(BTH(opcode, self.dqpn, 0, se=solicited, pkey=self.pkey), bytes(-pad & 3)))
+        return bytes(buf[:_PSN_WORD_AT])
