@@ -13,6 +13,9 @@ A call is what ``sys.setprofile`` reports as ``call``: a Python function or meth
 functions such as ``struct.pack`` or a socket's ``sendmsg`` are not counted). Host mode runs no
 engine thread and no clock, so the figures are the same on every run and every machine: a test
 (``tests/test_call_budget.py``) holds them under a budget, and ``benchmarks/run.py`` prints them.
+They are pure Python's: ``setprofile`` sees no call of a module compiled with mypyc, so a
+process running the compiled build counts in a child that runs every module's .py
+(``PYROCE_PURE=1``).
 
     python3 benchmarks/calls_per_msg.py [--rounds N] [--json FILE]
 """
@@ -22,9 +25,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from types import FrameType
 
+import pyroce
 from pyroce.host.assembly import build_device
 from pyroce.link.memory import MemoryWire
 from pyroce.nic.device import NicDevice
@@ -117,7 +125,9 @@ def one_round(requester: Side, responder: Side, now: float, counter: CallCounter
 
 
 def calls_per_msg(rounds: int = 200) -> dict[str, float]:
-    """The calls of each hop per message, averaged over ``rounds`` after a warm-up."""
+    """The calls of each hop per message, averaged over ``rounds`` after a warm-up, in pure Python."""
+    if pyroce.COMPILED:
+        return _in_pure_python(rounds)
     wire = MemoryWire()
     requester, responder = Side(wire, "10.9.1.1"), Side(wire, "10.9.1.2")
     try:
@@ -141,6 +151,16 @@ def calls_per_msg(rounds: int = 200) -> dict[str, float]:
         requester.close()
         responder.close()
     return {hop: counter.calls[hop] / rounds for hop in HOPS}
+
+
+def _in_pure_python(rounds: int) -> dict[str, float]:
+    """``calls_per_msg`` in a child with ``PYROCE_PURE=1`` and this process's pyroce first on its path."""
+    path = os.pathsep.join(filter(None, (str(Path(pyroce.__file__).parent.parent), os.environ.get("PYTHONPATH"))))
+    with tempfile.TemporaryDirectory() as folder:
+        figures = Path(folder) / "calls.json"
+        subprocess.run([sys.executable, __file__, "--rounds", str(rounds), "--json", str(figures)], check=True,
+                       env={**os.environ, "PYROCE_PURE": "1", "PYTHONPATH": path}, stdout=subprocess.DEVNULL, timeout=300)  # fmt: skip
+        return json.loads(figures.read_text())["calls_per_msg"]
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte 
 (perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
 bandwidth against message size, against the number of QPs and with many registered MRs, and
 CPU seconds per GB; the same Python verbs with both processes on one shared NIC
-(``PYROCE_NIC=shared``: latency, 64 KiB WRITE, message rate); then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
+(``PYROCE_NIC=shared``: latency, 64 KiB WRITE, message rates); with a compiled build (mypyc),
+the same rows in pure Python (``PYROCE_PURE=1`` in both processes); then perftest's ``ib_write_bw`` (64 KiB and 2-byte messages) and
 ``ib_send_lat`` (2 bytes) through pyroce's C driver, both programs on one shared NIC
 (``perftest_rows.py``), and qperf's ``rc_lat`` and ``rc_bw`` over rdma_cm the same way
 (``qperf_rows.py``), and ucx_perftest's ``tag_lat``, ``tag_bw`` and ``ucp_put_bw`` over
@@ -28,7 +29,9 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from multiprocessing.connection import Connection
@@ -43,6 +46,7 @@ from perftest_rows import perftest_rows
 from qperf_rows import qperf_rows
 from ucx_rows import ucx_rows
 
+import pyroce
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
 from pyroce.nicd.client import ask
 from pyroce.nicd.place import nic_place
@@ -379,8 +383,13 @@ def ratio(row: dict[str, Any], ceiling: dict[str, float]) -> float:
     return row["MBps"] / ceiling["roce_pipe_MBps"]
 
 
+def run_seconds(quick: bool) -> float:
+    """How long each bandwidth or rate row runs."""
+    return 0.5 if quick else 2.0
+
+
 def run(quick: bool) -> dict[str, Any]:
-    seconds = 0.5 if quick else 2.0
+    seconds = run_seconds(quick)
     ceiling = {
         "lat_us": round(udp_ceiling.latency(2000 if quick else 20000), 2),
         "bw_plain_MBps": round(udp_ceiling.throughput(seconds, gso=False), 1),
@@ -428,6 +437,9 @@ def run(quick: bool) -> dict[str, Any]:
     shared, shared_errors = shared_nic_rows(quick, seconds)
     results.extend(shared)
     errors += shared_errors
+    pure, pure_errors = pure_rows(quick, seconds)
+    results.extend(pure)
+    errors += pure_errors
     port = 20000 + os.getpid() % 20000  # the Python server is gone
     notes = []
     for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3), (ucx_rows, 4), (mlx5dv_rows, 7)):
@@ -438,7 +450,40 @@ def run(quick: bool) -> dict[str, Any]:
         row["ratio"] = ratio(row, ceiling)
     calls = calls_per_msg(50 if quick else 200)  # counted, not timed: the same on every run
     return {"ceiling": ceiling, "results": results, "errors": errors, "notes": notes, "quick": quick,
-            "calls_per_msg": calls}  # fmt: skip
+            "calls_per_msg": calls, "build": ("compiled: " if pyroce.COMPILED else "pure: ") + pyroce.BUILD}  # fmt: skip
+
+
+def headline_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """2-byte SEND and WRITE latency, 64 KiB WRITE bandwidth and 2-byte WRITE and SEND rates, on
+    a server of their own: the rows run again another way (a shared NIC, pure Python)."""
+    rows: list[dict[str, Any]] = []
+    client = Client(quick)
+    try:
+        for name in ("send", "write"):
+            rows.append(client.latency(name, 200 if quick else 2000))
+        rows.append(client.bandwidth("write", 65536, seconds))
+        for name in ("write", "send"):
+            row = client.bandwidth(name, 2, seconds)
+            row["metric"] = "rate"
+            rows.append(row)
+    finally:
+        client.close()
+    return rows, client.errors
+
+
+def pure_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """The headline rows in pure Python (``PYROCE_PURE=1``: a child and its server run every
+    module's .py), beside this run's rows of the compiled build; none when this run is pure."""
+    if not pyroce.COMPILED:
+        return [], []
+    with tempfile.TemporaryDirectory() as folder:
+        figures = Path(folder) / "pure.json"
+        command = [sys.executable, __file__, "--pure-rows", str(figures), *(["--quick"] if quick else [])]
+        subprocess.run(command, env={**os.environ, "PYROCE_PURE": "1"}, check=True, timeout=600)
+        document = json.loads(figures.read_text())
+    for row in document["rows"]:
+        row["series"] = "pure"
+    return document["rows"], document["errors"]
 
 
 def shared_nic_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], list[str]]:
@@ -448,19 +493,8 @@ def shared_nic_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], 
     saved = {name: os.environ.get(name) for name in ("PYROCE_NIC", "PYROCE_ADDR")}
     os.environ["PYROCE_NIC"] = "shared"
     os.environ["PYROCE_ADDR"] = f"127.204.{os.getpid() >> 8 & 0xFF}.{os.getpid() & 0xFF or 1}"
-    rows: list[dict[str, Any]] = []
     try:
-        client = Client(quick)
-        try:
-            for name in ("send", "write"):
-                rows.append(client.latency(name, 200 if quick else 2000))
-            rows.append(client.bandwidth("write", 65536, seconds))
-            row = client.bandwidth("write", 2, seconds)
-            row["metric"] = "rate"
-            rows.append(row)
-        finally:
-            errors = client.errors
-            client.close()
+        rows, errors = headline_rows(quick, seconds)
         ask(nic_place(), "stop")
     finally:
         for name, value in saved.items():
@@ -476,6 +510,7 @@ def shared_nic_rows(quick: bool, seconds: float) -> tuple[list[dict[str, Any]], 
 def print_table(report: dict[str, Any]) -> None:
     ceiling = report["ceiling"]
     print("ceilings: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
+    print(f"build: {report['build']}")
     print(
         f"{'metric':<14}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
         f"{'CPU s/GB':>10}{'ratio':>8}"
@@ -493,6 +528,7 @@ def print_table(report: dict[str, Any]) -> None:
           "way, over rdma_cm; /ucx rows: ucx_perftest's own (tag_lat: its median; tag_bw, put_bw: its overall average), "
           "the same way, over rc_verbs; /mlx5dv rows: a C program's 2-byte WRITEs posted by hand through mlx5 direct verbs "
           "(latency: a lone WRITE's), /c-verbs rows the same program through ibv_post_send, on a shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
+          "/pure rows (a compiled build only): the same Python verbs with PYROCE_PURE=1, every module run from its .py; "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     calls = report["calls_per_msg"]
     print(f"calls per 2-byte SEND (calls_per_msg.py): send {calls['send']:.0f}, receive {calls['receive']:.0f}, "
@@ -508,7 +544,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run, under a minute")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    parser.add_argument("--pure-rows", metavar="FILE", help=argparse.SUPPRESS)  # pure_rows' child
     args = parser.parse_args()
+    if args.pure_rows:
+        rows, errors = headline_rows(args.quick, run_seconds(args.quick))
+        Path(args.pure_rows).write_text(json.dumps({"rows": rows, "errors": errors}))
+        return 0
     report = run(args.quick)
     print_table(report)
     if args.json:

@@ -20,7 +20,8 @@ import pytest
 
 import pyroce.verbs.enums as e
 from pyroce.ib.enums import Access
-from pyroce.nic.memory import MirroredMemory, MrTable
+from pyroce.nic.memory import MrTable
+from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nicd.process_memory import (
     ForeignMemory,
     allow_tracer,

@@ -275,7 +275,7 @@ def test_timers_stay_bounded_under_real_traffic() -> None:
 
 @pytest.mark.parametrize("mode", ["inline", "thread"])
 def test_an_engine_exception_fails_its_qp_not_the_caller(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    """A bug in the transport (injected: the responder raises) moves that QP to the error
+    """A bug in the transport (injected: the responder's receive queue raises) moves that QP to the error
     state with a reason, a counter and an async event; ``poll`` raises nothing and another QP
     pair on the same device goes on working."""
     monkeypatch.setenv("PYROCE_PROGRESS", mode)
@@ -285,10 +285,12 @@ def test_an_engine_exception_fails_its_qp_not_the_caller(monkeypatch: pytest.Mon
         device = b.ctx.device
         errors = device.stats().get("engine_errors", 0)
 
-        def broken(*args: object) -> None:
-            raise KeyError("injected")
+        class Broken:  # a receive queue that fails when the responder asks it for a WQE
+            def __bool__(self) -> bool:
+                raise KeyError("injected")
 
-        monkeypatch.setattr(device.qps[b.qp.qp_num].rc.responder, "receive", broken)
+        # An attribute, not a method: a class compiled with mypyc takes no replacement methods
+        monkeypatch.setattr(device.qps[b.qp.qp_num].rc.responder, "recv_queue", Broken())
         _recv(b)
         # With immediate data: the general path (header prediction takes a plain SEND ONLY)
         a.qp.post_send(SendWR(wr_id=7, opcode=ibv_wr_opcode.IBV_WR_SEND_WITH_IMM, imm_data=1,

@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+import pyroce
 from pyroce.cli.nicd import describe_status
 from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
@@ -111,6 +112,11 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     return checks
 
 
+def check_build() -> list[Check]:
+    """Which code runs: the modules compiled with mypyc, or every module's .py (``pyroce/__init__.py``)."""
+    return [Check("build", True, "compiled with mypyc" if pyroce.COMPILED else "pure Python", pyroce.BUILD)]
+
+
 def check_c_driver() -> list[Check]:
     """What ``pyroce run`` builds its libibverbs with: a C compiler and the system's verbs headers.
     Their absence is a warning, each missing one named with its Debian package: Python programs
@@ -168,7 +174,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     checks, settings = check_settings()
-    checks = check_address(settings) + checks + check_c_driver() + check_shared_nic()
+    checks = check_address(settings) + checks + check_build() + check_c_driver() + check_shared_nic()
     ok = all(check.ok or check.warning for check in checks)
     if args.json:
         print(json.dumps({"ok": ok, "checks": [asdict(check) for check in checks]}, indent=2), file=out)

@@ -28,7 +28,8 @@ from pyroce.ib.reasons import Reason
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
 from pyroce.nic.events import AsyncEvent, EventQueue
-from pyroce.nic.memory import MemoryRegion, MemoryWindow, MirroredMemory, MrTable
+from pyroce.nic.memory import MemoryRegion, MemoryWindow, MrTable
+from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq

@@ -98,7 +98,7 @@ class Engine:
     def attach_cm(self, cm: RdmaCm) -> None:
         """Give QP1's packets to ``cm`` and send its MADs in the passes."""
         self.cm = cm
-        self.demux.datagram_qps[QP1] = cm.qp1  # type: ignore[assignment]
+        self.demux.datagram_qps[QP1] = cm.qp1
         cm.attach(self.port.route)
 
     # --- queues ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from builtins import memoryview  # mypyc finds a dataclass field's type among the module's globals
 from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Sequence
+from typing import Final
 
 from pyroce.nic.cqe import (
     CQE_BODY,
@@ -80,9 +81,9 @@ class DoorbellRecord:
     written (e.g. 0x00ff -> 0x0100 read as 0x0000), after which the engine fetched ~65000 stale
     WQEs."""
 
-    SIZE = 8
-    RECV = 0
-    SEND = 4
+    SIZE: Final = 8
+    RECV: Final = 0
+    SEND: Final = 4
 
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf

@@ -99,7 +99,7 @@ class SendWqe(NamedTuple):
     rkey: int | None = None
     swap_add: int | None = None
     compare: int | None = None
-    sges: tuple[Sge, ...] = ()
+    sges: tuple[SgeLike, ...] = ()  # a verbs SGE as posted, or a decoded Sge
     inline: bytes | None = None
     opmod: int = 0
     bind: MwBindSeg | None = None

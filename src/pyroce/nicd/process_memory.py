@@ -20,7 +20,7 @@ import mmap
 import os
 from collections.abc import Callable, Sequence
 
-from pyroce.nic.memory import MirroredMemory
+from pyroce.nic.mirrored import MirroredMemory
 
 IOV_MAX = 1024  # iovecs the kernel takes in one call (UIO_MAXIOV)
 PAGE_SIZE = mmap.PAGESIZE

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from pyroce.ib.addressing import gid_of_packed
 from pyroce.transport.rc import RcQp
-from pyroce.transport.ud import UdQp
 from pyroce.wire.bth import BTH, MULTICAST_QPN
 from pyroce.wire.errors import BadPadCount, MalformedPacket
 from pyroce.wire.framing import IpHeader, network_header
@@ -27,6 +27,13 @@ from pyroce.wire.packet import Packet, parse_packet
 
 Verify = Callable[[memoryview], bool]  # a path's ICRC check (``RocePath.verify``)
 OnError = Callable[[int, Exception], None]  # a QP's transport raised (a bug): its QPN and the exception
+
+
+class DatagramQp(Protocol):
+    """A QP that takes packets from any source with their network header: a UD QP (``UdQp``),
+    or QP1 (``pyroce.cm.qp1.Qp1``, which the transport does not import)."""
+
+    def receive(self, pkt: Packet, now: float, network: bytes | None = None) -> None: ...
 
 
 class Demux:
@@ -40,7 +47,7 @@ class Demux:
 
     def __init__(self, on_error: OnError, counters: Counter[str] | None = None) -> None:
         self.qps: dict[int, RcQp] = {}  # connected QPs (RC, UC)
-        self.datagram_qps: dict[int, UdQp] = {}  # UD QPs: any source, no header prediction
+        self.datagram_qps: dict[int, DatagramQp] = {}  # UD QPs and QP1: any source, no header prediction
         self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
         self.groups: dict[bytes, list[int]] = {}  # multicast groups: MGID -> the UD QPs attached, in order
         self.counters: Counter[str] = Counter() if counters is None else counters
@@ -123,8 +130,8 @@ class Demux:
                 datagram_qp.receive(pkt, now, None if network is None else network_header(network, len(data)))
             else:
                 qp.receive(pkt, now)  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - contained: the caller fails this QP alone
-            self.on_error(qpn, exc)
+        except Exception as error:  # noqa: BLE001 - contained: the caller fails this QP alone
+            self.on_error(qpn, error)  # not ``exc``: mypyc types one name once, and it is a MalformedPacket above
             return
         self.touched.add(qpn)
 

@@ -132,7 +132,7 @@ class Responder:
         self._check_psn = self._check_psn_rc if self.acked else self._check_psn_uc
         self.own_queue: deque[RecvWork] = deque()
         # A shared queue's WQEs are not this QP's: a reset or a flush leaves them to the others.
-        self.recv_queue: RecvSource = self.own_queue if srq is None else srq
+        self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
         self.reset()

@@ -65,7 +65,7 @@ class UdQp:
         self.psn = 0
         self.send_queue: deque[SendWork] = deque()
         self.own_queue: deque[RecvWork] = deque()
-        self.recv_queue: RecvSource = self.own_queue if srq is None else srq
+        self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
 
     # --- inputs -------------------------------------------------------------------------
 

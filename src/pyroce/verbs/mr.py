@@ -17,7 +17,8 @@ import mmap
 from typing import Any
 
 from pyroce.ib.enums import Access
-from pyroce.nic.memory import BusyError, MemoryRegion, MirroredMemory
+from pyroce.nic.memory import BusyError, MemoryRegion
+from pyroce.nic.mirrored import MirroredMemory
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.driver_memory import address_of
 from pyroce.verbs.enums import ibv_access_flags, ibv_rereg_mr_flags

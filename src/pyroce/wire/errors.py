@@ -7,6 +7,11 @@ drops by reason (``type(err).__name__``) and a person can read why.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyroce.wire.bth import BTH
+
 
 class WireError(ValueError):
     """Base class of every error raised by ``pyroce.wire``."""
@@ -33,7 +38,7 @@ class BadPadCount(MalformedPacket):
     the latter, ``bth`` is the packet's BTH: the transport answers a request so malformed as a
     length error (an RC responder NAKs it), which it cannot do for a packet it never sees."""
 
-    def __init__(self, message: str, bth: object = None) -> None:
+    def __init__(self, message: str, bth: BTH | None = None) -> None:
         super().__init__(message)
         self.bth = bth
 

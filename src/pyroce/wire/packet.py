@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from builtins import memoryview  # mypyc finds a NamedTuple field's type among the module's globals
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
