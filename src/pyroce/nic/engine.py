@@ -280,7 +280,7 @@ class Engine:
                 if qp.direct and self._torn(qp, wqe.wqe_index):
                     break  # written while the engine copied it: read again on a later pass
                 if wqe.opcode in LOCAL_OPCODES:
-                    if rc.has_send_work or rc.state is QpState.SQD:
+                    if rc.send_state()[0] or rc.state is QpState.SQD:
                         qp.local_held = True  # in order: it runs once the WQEs before it complete
                         break  # (_note_sending); not in SQD
                     qp.sq_consumer = after
@@ -363,9 +363,12 @@ class Engine:
             for event_type, reason in rc.events:
                 qp.events.put(AsyncEvent(event_type, qp.qpn, reason))
             rc.events.clear()
-        if (sending := rc.has_send_work) is not qp.sending:
+        sending, deadline = rc.send_state()
+        if sending is not qp.sending:
             self._note_sending(qp, sending)
-        self.timers.arm(qp, rc.get_timer())
+        timers = self.timers
+        if timers.deadlines.get(qp) != deadline:  # no call when the timer stays as it is (none, often)
+            timers.arm(qp, deadline)
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a
             # packet, a doorbell or a timer makes the QP active again.
@@ -428,7 +431,7 @@ class Engine:
         self.rung.discard(qp)
         self.active.discard(qp)
         self.timers.cancel(qp)
-        self._note_sending(qp, rc.has_send_work)
+        self._note_sending(qp, rc.send_state()[0])
         try:
             self._complete(qp)
         except Exception:  # noqa: BLE001 - nothing more can be reported

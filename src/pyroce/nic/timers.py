@@ -23,7 +23,7 @@ class Timers(Generic[Key]):
     """One optional deadline per key (a QP): ``arm``, ``cancel``, ``due``, ``next_deadline``."""
 
     def __init__(self) -> None:
-        self._deadline: dict[Key, float] = {}  # each key's live deadline
+        self.deadlines: dict[Key, float] = {}  # each key's live deadline (read by anyone, changed by ``arm`` only)
         self.heap: list[
             tuple[float, int, Key]
         ] = []  # (deadline, order, key); some stale: its top is no later than the next deadline
@@ -34,19 +34,19 @@ class Timers(Generic[Key]):
         return len(self.heap)
 
     def armed(self) -> int:
-        return len(self._deadline)
+        return len(self.deadlines)
 
     def arm(self, key: Key, deadline: float | None) -> None:
         """``key``'s deadline is now ``deadline`` (None: no timer)."""
         if deadline is None:  # cancelled here, not through ``cancel``: this runs per engine pass
-            if self._deadline.pop(key, None) is not None and len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+            if self.deadlines.pop(key, None) is not None and len(self.heap) > 2 * len(self.deadlines) + SWEEP_SLACK:
                 self._sweep()
             return
-        if self._deadline.get(key) == deadline:
+        if self.deadlines.get(key) == deadline:
             return
-        self._deadline[key] = deadline
+        self.deadlines[key] = deadline
         heapq.heappush(self.heap, (deadline, next(self._order), key))
-        if len(self.heap) > 2 * len(self._deadline) + SWEEP_SLACK:
+        if len(self.heap) > 2 * len(self.deadlines) + SWEEP_SLACK:
             self._sweep()
 
     def cancel(self, key: Key) -> None:
@@ -55,14 +55,14 @@ class Timers(Generic[Key]):
     def next_deadline(self) -> float | None:
         """The earliest live deadline, or None."""
         heap = self.heap
-        while heap and self._deadline.get(heap[0][2]) != heap[0][0]:
+        while heap and self.deadlines.get(heap[0][2]) != heap[0][0]:
             heapq.heappop(heap)  # stale: its key's deadline moved or was cancelled
         return heap[0][0] if heap else None
 
     def due(self, now: float) -> list[Key]:
         """The keys whose deadline has come (each disarmed), earliest first."""
         keys: list[Key] = []
-        heap, live = self.heap, self._deadline
+        heap, live = self.heap, self.deadlines
         while heap and heap[0][0] <= now:
             deadline, _, key = heapq.heappop(heap)
             if live.get(key) == deadline:
@@ -71,6 +71,6 @@ class Timers(Generic[Key]):
         return keys
 
     def _sweep(self) -> None:
-        live = self._deadline
+        live = self.deadlines
         self.heap = [entry for entry in self.heap if live.get(entry[2]) == entry[0]]
         heapq.heapify(self.heap)

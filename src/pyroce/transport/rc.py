@@ -2,7 +2,7 @@
 responder together. What UC does differently is its row in ``service.SERVICES``.
 
 Inputs: ``post_send``, ``post_recv``, ``receive(pkt, now)``, ``handle_timer(now)`` and
-``modify``. Outputs, pulled: ``packets_to_send(now, budget)``, ``get_timer()``, and the
+``modify``. Outputs, pulled: ``packets_to_send(now, budget)``, ``get_timer()`` (``send_state()``), and the
 ``completions`` and ``events`` lists, which the caller drains. The QP state decides what is
 accepted: requests are answered from RTR on, work is sent in RTS, and in ERROR every WQE is
 flushed (IBA 10.3.1). In SQD the send queue drains: the WQEs already started go on to
@@ -265,15 +265,16 @@ class RcQp:
 
     def get_timer(self) -> float | None:
         """The next deadline at which ``handle_timer`` has work, or ``None``."""
-        if self.state not in (QpState.RTS, QpState.SQD):
-            return None
-        requester = self.requester  # waiting out an RNR NAK, else the local ACK timer
-        return requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline
+        return self.send_state()[1]
 
-    @property
-    def has_send_work(self) -> bool:
-        """Send WQEs taken and not yet completed."""
-        return bool(self.requester.queue)
+    def send_state(self) -> tuple[bool, float | None]:
+        """Whether send WQEs are taken and not yet completed, and ``get_timer``'s deadline: what
+        the engine asks after each service, in one call."""
+        requester = self.requester
+        if self.state not in (QpState.RTS, QpState.SQD):
+            return bool(requester.queue), None
+        # waiting out an RNR NAK, else the local ACK timer
+        return bool(requester.queue), requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline
 
     @property
     def has_output(self) -> bool:

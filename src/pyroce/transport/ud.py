@@ -201,14 +201,13 @@ class UdQp:
     def get_timer(self) -> float | None:
         return None
 
+    def send_state(self) -> tuple[bool, float | None]:
+        """Send WQEs taken but not yet completed (they wait for RTS), and no timer."""
+        return bool(self.send_queue), None
+
     @property
     def has_output(self) -> bool:
         return bool(self.send_queue) and self.state is QpState.RTS
-
-    @property
-    def has_send_work(self) -> bool:
-        """Send WQEs taken but not yet completed (they wait for RTS)."""
-        return bool(self.send_queue)
 
     # --- errors -------------------------------------------------------------------------
 
