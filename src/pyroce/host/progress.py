@@ -95,11 +95,12 @@ class Progress:
 
     # --- from the drivers ----------------------------------------------------------------
 
-    def doorbell(self) -> None:
-        """A send doorbell was handed over. Inline: a lone request (no send work in flight on
-        the device) runs the engine now, without reading the socket (the answer cannot be
+    def doorbell(self, qpn: int) -> None:
+        """The QP's send doorbell, handed over. Inline: a lone request (no send work in flight
+        on the device) runs the engine now, without reading the socket (the answer cannot be
         there yet); other doorbells wait for the application's next poll, which reaps what is
         in flight, so that poll sends them all in GSO batches. Otherwise the engine thread."""
+        self._handoff.ring(qpn)
         if self.inline:
             if not self.engine.sending:
                 self.run_inline(receive=False)

@@ -76,8 +76,9 @@ class Runner(Protocol):
 
     mode: str
 
-    def doorbell(self) -> None:
-        """A send doorbell was rung."""
+    def doorbell(self, qpn: int) -> None:
+        """The QP's send doorbell was rung: hand it over (``Doorbells.ring``), then run or wake
+        the engine as the mode says."""
         ...
 
     def wake(self) -> None:
@@ -152,6 +153,14 @@ class NicDevice:
         self._lock = lock  # engine state: held by whoever runs the engine or a command
         self._doorbells = doorbells
         self._progress = runner
+        # What a driver's post and poll tell the device, straight to the hand-off and the runner
+        # (no call of the device's own between: these are every message's)
+        self.ring_doorbell: Callable[[int], None] = runner.doorbell  # the doorbell register: new send WQEs
+        # New receive WQEs: the engine reads them before it next reads packets (as a NIC reads
+        # its receive queue on arrival), so posting receives costs no engine pass
+        self.note_receives: Callable[[int], None] = doorbells.post_receives
+        self.poll_empty: Callable[[], None] = runner.poll_empty  # a CQ found empty (inline: an engine pass)
+        self.poll_found: Callable[[], None] = runner.poll_found  # a CQ found with completions waiting
         self._new_channel = new_channel  # a completion channel's queue
         self._closed = False
         self._retired: Counter[str] = Counter()  # counters of destroyed QPs
@@ -412,29 +421,11 @@ class NicDevice:
             self.engine.make_direct(qp)
         self._progress.wake()
 
-    def ring_doorbell(self, qpn: int) -> None:
-        """The doorbell register: the QP's doorbell record has new send WQEs."""
-        self._doorbells.ring(qpn)
-        self._progress.doorbell()
-
     @property
     def doorbell_fd(self) -> int:
         """The doorbell register for a driver holding no GIL: a pipe taking 4-byte records
         (``host.handoff``: ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
         return self._doorbells.doorbell_fd
-
-    def note_receives(self, qpn: int) -> None:
-        """New receive WQEs: the engine reads them before it next reads packets (as a NIC reads
-        its receive queue on arrival), so posting receives costs no engine pass."""
-        self._doorbells.post_receives(qpn)
-
-    def poll_empty(self) -> None:
-        """A driver's poll found its CQ empty (``host.progress``: inline, it runs the engine)."""
-        self._progress.poll_empty()
-
-    def poll_found(self) -> None:
-        """A driver's poll found completions waiting."""
-        self._progress.poll_found()
 
     def kick(self) -> None:
         """Run the engine in the calling thread now, whatever the mode (tests, tools, a CQ
