@@ -234,8 +234,8 @@ class Requester:
                                  f"an atomic needs an 8-byte local buffer, the SGEs give {data.length}")  # fmt: skip
                 return False
             entry.data = data
-        entry.first_psn = self.psn  # the message takes ``npsn`` PSNs from here
-        entry.last_psn = psn_add(self.psn, entry.npsn - 1)
+        entry.first_psn = self.psn  # the message takes ``npsn`` PSNs from here (one, most often)
+        entry.last_psn = psn_add(self.psn, entry.npsn - 1) if entry.npsn > 1 else self.psn
         entry.started = True
         if entry.rd_atomic:
             self.rd_atomic_outstanding += 1
