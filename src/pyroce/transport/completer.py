@@ -147,7 +147,7 @@ class Completer:
         queue = req.queue
         while queue and queue[0].started:
             entry = queue[0]
-            past = psn_diff(psn, entry.last_psn)
+            past = psn_diff(psn, entry.last_psn) if psn != entry.last_psn else 0  # at its last, most often
             if past < 0 or entry.rd_atomic:
                 if psn_diff(psn, entry.first_psn) < 0:
                     break
