@@ -153,7 +153,7 @@ class NicDevice:
         self._lock = lock  # engine state: held by whoever runs the engine or a command
         self._doorbells = doorbells
         self._progress = runner
-        # What a driver's post and poll tell the device, straight to the hand-off and the runner
+        # What a driver's post and poll (and a host's step) tell the device, straight to the hand-off and the runner
         # (no call of the device's own between: these are every message's)
         self.ring_doorbell: Callable[[int], None] = runner.doorbell  # the doorbell register: new send WQEs
         # New receive WQEs: the engine reads them before it next reads packets (as a NIC reads
@@ -161,6 +161,7 @@ class NicDevice:
         self.note_receives: Callable[[int], None] = doorbells.post_receives
         self.poll_empty: Callable[[], None] = runner.poll_empty  # a CQ found empty (inline: an engine pass)
         self.poll_found: Callable[[], None] = runner.poll_found  # a CQ found with completions waiting
+        self.step: Callable[[float], None] = runner.step  # host mode: one engine pass at the host's time
         self._new_channel = new_channel  # a completion channel's queue
         self._closed = False
         self._retired: Counter[str] = Counter()  # counters of destroyed QPs
@@ -432,10 +433,6 @@ class NicDevice:
         resize), with every doorbell rung so far: a C driver's records in the wake-up pipe too."""
         self._doorbells.drain()
         self._progress.run_inline()
-
-    def step(self, now: float) -> None:
-        """Host mode: one engine pass at the host's time ``now``."""
-        self._progress.step(now)
 
     # --- what the device reports ------------------------------------------------------
 
