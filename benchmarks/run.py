@@ -50,13 +50,14 @@ import pyroce
 from pyroce.apps.rc_endpoint import ALL_ACCESS, PeerInfo, RcEndpoint
 from pyroce.nicd.client import ask
 from pyroce.nicd.place import nic_place
-from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
+from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.mr import MR
 from pyroce.verbs.qp import QP, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 
 REGION = 16 << 20  # each side's memory region; messages wrap around inside it
 DEPTH = 128  # work requests in flight per QP for bandwidth and rate: perftest's default tx depth
+POST_LIST = 32  # WRs a post of the rate/list row chains, its last alone signaled
 EXTRA_QP_DEPTH = 16  # send queue depth of the QPs of the many-QP runs
 TOTAL_IN_FLIGHT = 256  # across all QPs: what the CQ (4 x 256 entries) can always hold
 WR = ibv_wr_opcode
@@ -216,14 +217,18 @@ class Client:
         if not ok:
             self.errors.append(what)
 
-    def stream(self, op: int, size: int, seconds: float, qps: list[QP] | None = None) -> tuple[int, float]:
-        """Keep DEPTH requests of ``size`` bytes in flight (over ``qps``) for ``seconds``;
-        returns the messages completed and the time taken."""
+    def stream(self, op: int, size: int, seconds: float, qps: list[QP] | None = None,
+               post_list: int = 1) -> tuple[int, float]:  # fmt: skip
+        """Keep DEPTH requests of ``size`` bytes in flight (over ``qps``) for ``seconds``, posted
+        ``post_list`` at a time as one chained list whose last alone is signaled (perftest's
+        ``--post_list`` with ``--cq-mod`` the same); returns the messages completed and the time
+        taken."""
         ep = self.ep
         qps = qps or [ep.qp]
         depth = DEPTH if len(qps) == 1 else max(1, min(EXTRA_QP_DEPTH, TOTAL_IN_FLIGHT // len(qps)))
         by_qpn = {qp.qp_num: qp for qp in qps}
-        ready = deque(qp for _ in range(depth) for qp in qps)  # one entry per free send slot, round robin
+        # one entry per free slot for a list, round robin
+        ready = deque(qp for _ in range(max(1, depth // post_list)) for qp in qps)
         slots = max(1, REGION // max(size, 1))
         posted = done = 0
         start = time.perf_counter()
@@ -232,12 +237,15 @@ class Client:
             if time.perf_counter() < deadline:
                 while ready and posted - done < TOTAL_IN_FLIGHT:
                     qp = ready.popleft()
-                    offset = (posted % slots) * size
-                    wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)])
-                    if op != WR.IBV_WR_SEND:
-                        wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
+                    wr = None
+                    for index in reversed(range(post_list)):  # the list built from its signaled end
+                        offset = ((posted + index) % slots) * size
+                        wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)],
+                                    send_flags=ibv_send_flags.IBV_SEND_SIGNALED if index == post_list - 1 else 0, next_wr=wr)  # fmt: skip
+                        if op != WR.IBV_WR_SEND:
+                            wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
                     qp.post_send(wr)
-                    posted += 1
+                    posted += post_list
             elif done == posted:
                 break
             _, wcs = ep.cq.poll(16)
@@ -245,10 +253,11 @@ class Client:
                 if wc.status:
                     raise RuntimeError(f"work completion failed: {wc.reason or wc.status}")
                 ready.append(by_qpn[wc.wr_id])
-                done += 1
+                done += post_list
         return done, time.perf_counter() - start
 
-    def bandwidth(self, name: str, size: int, seconds: float, qps: list[QP] | None = None) -> dict[str, Any]:
+    def bandwidth(self, name: str, size: int, seconds: float, qps: list[QP] | None = None,
+                  post_list: int = 1) -> dict[str, Any]:  # fmt: skip
         op = {"write": WR.IBV_WR_RDMA_WRITE, "read": WR.IBV_WR_RDMA_READ, "send": WR.IBV_WR_SEND}[name]
         cpu0, server_cpu0 = _cpu(), self.ask("cpu")
         if name == "send":
@@ -266,7 +275,7 @@ class Client:
             )
             messages = count
         else:
-            messages, elapsed = self.stream(op, size, seconds, qps)
+            messages, elapsed = self.stream(op, size, seconds, qps, post_list)
             self._verify(name, size, messages)
         cpu = _cpu() - cpu0 + self.ask("cpu") - server_cpu0
         moved = messages * size
@@ -408,6 +417,9 @@ def run(quick: bool) -> dict[str, Any]:
             row = client.bandwidth(name, 2, seconds)
             row["metric"] = "rate"  # 2-byte messages: what counts is messages per second
             results.append(row)
+        row = client.bandwidth("write", 2, seconds, post_list=POST_LIST)
+        row.update(metric="rate", series="list", post_list=POST_LIST)
+        results.append(row)
         for name in ("send", "write", "read", "atomic"):
             results.append(client.latency(name, 200 if quick else 2000))
         sweep = (2, 4096, 1 << 20) if quick else tuple(1 << k for k in range(1, 24))
@@ -529,6 +541,7 @@ def print_table(report: dict[str, Any]) -> None:
           "the same way, over rc_verbs; /mlx5dv rows: a C program's 2-byte WRITEs posted by hand through mlx5 direct verbs "
           "(latency: a lone WRITE's), /c-verbs rows the same program through ibv_post_send, on a shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
           "/pure rows (a compiled build only): the same Python verbs with PYROCE_PURE=1, every module run from its .py; "
+          f"rate/list: 2-byte WRITEs posted {POST_LIST} to a chained list, its last alone signaled; "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     calls = report["calls_per_msg"]
     print(f"calls per 2-byte SEND (calls_per_msg.py): send {calls['send']:.0f}, receive {calls['receive']:.0f}, "
