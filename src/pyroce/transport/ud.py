@@ -198,9 +198,6 @@ class UdQp:
             self.completions.append(Completion(False, work.wqe_counter, WcStatus.SUCCESS, WcOpcode.SEND))
         return peer, Packet(bth, payload, deth=Deth(qkey, config.qpn), immdt=immdt)
 
-    def get_timer(self) -> float | None:
-        return None
-
     def send_state(self) -> tuple[bool, float | None]:
         """Send WQEs taken but not yet completed (they wait for RTS), and no timer."""
         return bool(self.send_queue), None
