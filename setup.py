@@ -27,11 +27,13 @@ MANIFEST = "compiled.sha256"  # "<sha256>  <path under pyroce/>" per compiled mo
 # The per-packet and per-message modules, in one mypyc group (its modules call each other natively).
 # Not the CM's MADs and the pcap files (wire/cm.py, mad.py, pcap.py): no packet of an RDMA
 # operation passes through them.
-NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py"}
+NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py"}
+HOST = ("progress", "handoff")
 NIC = ("engine", "rings", "wqe", "cqe", "port", "tx", "memory", "queues", "timers", "convert")
 COMPILED = sorted(
     path
-    for path in [*PACKAGE.glob("wire/*.py"), *PACKAGE.glob("transport/*.py"), *(PACKAGE / f"nic/{n}.py" for n in NIC)]
+    for path in [*PACKAGE.glob("wire/*.py"), *PACKAGE.glob("transport/*.py"), *(PACKAGE / f"nic/{n}.py" for n in NIC),
+                 *PACKAGE.glob("link/*.py"), *(PACKAGE / f"host/{n}.py" for n in HOST)]
     if path.relative_to(PACKAGE).as_posix() not in NOT_HOT
 )
 HOW_TO_COMPILE = "install gcc and Python's headers (python3-dev) and reinstall for the compiled build"

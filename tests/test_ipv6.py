@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from pyroce.host.registry import configured_address
-from pyroce.link.udp import LinkError, UdpLink
+from pyroce.link.errors import LinkError
+from pyroce.link.udp import UdpLink
 from pyroce.wire import IPv4Header, IPv6Header
 from pyroce.wire.errors import BuildError
 from pyroce.wire.framing import ip_header

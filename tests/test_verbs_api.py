@@ -13,6 +13,7 @@ import errno
 import gc
 import ipaddress
 import mmap
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -816,6 +817,39 @@ def test_post_recv_with_too_many_sges_is_einval(ctx, pd, cq, mr, peer):
     qp.post_recv(recv_wr(mr, 1, num_sge=2))
     with raises_errno(errno.EINVAL):
         qp.post_recv(recv_wr(mr, 2, num_sge=3))
+
+
+WIDE_SEND_FIELDS = [  # (what is set, the name the error gives): each wider than its C field
+    (lambda wr: wr.set_wr_rdma(1 << 32, 0), "rkey 4294967296 does not fit a uint32_t"),
+    (lambda wr: wr.set_wr_rdma(0, -1), "remote_addr -1 does not fit a uint64_t"),
+    (lambda wr: setattr(wr.sg[0], "lkey", 1 << 32), "sg[0].lkey 4294967296 does not fit a uint32_t"),
+    (lambda wr: setattr(wr.sg[0], "addr", 1 << 64), "sg[0].addr 18446744073709551616 does not fit a uint64_t"),
+    (lambda wr: setattr(wr, "imm_data", 1 << 32), "imm_data 4294967296 does not fit a uint32_t"),
+]
+
+
+@pytest.mark.parametrize(("widen", "message"), WIDE_SEND_FIELDS, ids=["rkey", "remote_addr", "lkey", "addr", "imm"])
+def test_a_send_value_wider_than_its_c_field_is_overflow_error_and_posts_nothing(rts_qp, mr, widen, message):
+    """pyverbs' Cython WRs raise OverflowError when such a value is set; pyroce's raise it at
+    the post, naming the field, with the WRs before it posted and none of it in the ring."""
+    good = send_wr(mr, wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM)
+    bad = send_wr(mr, wr_id=2, opcode=WR.IBV_WR_RDMA_WRITE_WITH_IMM)
+    widen(bad)
+    good.next_wr = bad
+    with pytest.raises(OverflowError, match=re.escape(message)):
+        rts_qp.post_send(good)
+    assert [wr_id for _, _, wr_id in rts_qp.sq_outstanding] == [1]
+
+
+def test_a_receive_value_wider_than_its_c_field_is_overflow_error(ctx, pd, cq, mr, peer):
+    qp = make_qp(pd, cq, max_recv_wr=4)
+    qp.to_init(connect_attr(ctx, peer.qp_num))
+    wr = recv_wr(mr, 1)
+    wr.sg[0].length = 1 << 32
+    with pytest.raises(OverflowError, match=re.escape("sg[0].length 4294967296 does not fit a uint32_t")):
+        qp.post_recv(wr)
+    qp.post_recv(recv_wr(mr, 2))  # the queue took nothing of the bad one
+    assert qp.rq.producer == 1
 
 
 def test_err_flushes_posted_receives(ctx, pd, cq, mr, peer):

@@ -20,7 +20,8 @@ import pyroce
 from pyroce.cli.nicd import describe_status
 from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
-from pyroce.link.udp import LinkError, UdpLink, interface_mtu
+from pyroce.link.errors import LinkError
+from pyroce.link.udp import UdpLink, interface_mtu
 from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.place import nic_place
 from pyroce.verbs.addr import gid_of_address

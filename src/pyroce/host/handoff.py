@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Final
 
-RECORD_SIZE = 4  # bytes of one record in the wake-up pipe (a native-order u32)
-SEND_DOORBELL = 1 << 24  # the QP's send doorbell record moved
-RECV_DOORBELL = 2 << 24  # the QP's receive doorbell record moved
-QPN_MASK = 0xFFFFFF
-_WAKE = bytes(RECORD_SIZE)  # the record of a plain wake-up
+RECORD_SIZE: Final = 4  # bytes of one record in the wake-up pipe (a native-order u32)
+SEND_DOORBELL: Final = 1 << 24  # the QP's send doorbell record moved
+RECV_DOORBELL: Final = 2 << 24  # the QP's receive doorbell record moved
+QPN_MASK: Final = 0xFFFFFF
+_WAKE: Final = bytes(RECORD_SIZE)  # the record of a plain wake-up
 
 
 class Handoff:
@@ -124,4 +125,4 @@ class Handoff:
             os.close(self._write_fd)
 
 
-_EMPTY: set[int] = set()  # never written: ``take`` with nothing rung
+_EMPTY: Final[set[int]] = set()  # never written: ``take`` with nothing rung

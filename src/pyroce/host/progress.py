@@ -28,21 +28,21 @@ from __future__ import annotations
 import select
 import threading
 import time
-from typing import Protocol
+from typing import Final, Protocol
 
 from pyroce.host.handoff import Handoff
 from pyroce.nic.engine import Engine
 from pyroce.nic.port import Clock
 
-MODES = ("inline", "thread", "host")
-INLINE_GRACE_S = 0.002  # the engine thread stands back while the application drove progress this recently
-IDLE_WAIT_S = 0.5  # longest engine sleep with no deadline
-YIELD_WAIT_S = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
-SPIN_S = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
+MODES: Final = ("inline", "thread", "host")
+INLINE_GRACE_S: Final = 0.002  # the engine thread stands back while the application drove progress this recently
+IDLE_WAIT_S: Final = 0.5  # longest engine sleep with no deadline
+YIELD_WAIT_S: Final = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
+SPIN_S: Final = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
 # While a direct QP exists the engine thread sleeps at most DIRECT_POLL_S after a pass that found
 # its records moved, twice as long after each that did not, up to DIRECT_IDLE_S (architecture.md)
-DIRECT_POLL_S = 0.00005
-DIRECT_IDLE_S = 0.001
+DIRECT_POLL_S: Final = 0.00005
+DIRECT_IDLE_S: Final = 0.001
 
 
 class IdleWork(Protocol):
@@ -81,7 +81,7 @@ class Progress:
         self._passes = 0  # engine-thread runs so far (what a yielding poll waits to see change)
         self._passed = threading.Condition(threading.Lock())
         self._ready = select.epoll()
-        self._thread: threading.Thread | None = None
+        self._engine_thread: threading.Thread | None = None
 
     def start(self, idle: IdleWork | None = None) -> None:
         """Start the engine thread (none in host mode); it runs ``idle`` after each wait, also
@@ -90,8 +90,8 @@ class Progress:
         if self.mode != "host":
             for fd in (self.engine.port.link.fileno(), self._handoff.fileno()):
                 self._ready.register(fd, select.EPOLLIN)
-            self._thread = threading.Thread(target=self._run, name=f"{self._name}-engine", daemon=True)
-            self._thread.start()
+            self._engine_thread = threading.Thread(target=self._run, name=f"{self._name}-engine", daemon=True)
+            self._engine_thread.start()
 
     # --- from the drivers ----------------------------------------------------------------
 
@@ -109,12 +109,12 @@ class Progress:
                 # The application is polling, and the engine thread stands back: it looks
                 # again after the grace. One already waiting in select is woken (below).
                 return
-        if self._thread is not None:
+        if self._engine_thread is not None:
             self._handoff.wake()
 
     def wake(self) -> None:
         """Something other than a doorbell changed (a command): the engine thread looks."""
-        if self._thread is not None:
+        if self._engine_thread is not None:
             self._handoff.wake()
 
     def run_inline(self, receive: bool = True) -> None:
@@ -130,7 +130,7 @@ class Progress:
         """A driver found its CQ empty: inline, run the engine; thread, yield to its thread."""
         if self.inline:
             self.run_inline()
-        elif self._thread is not None:
+        elif self._engine_thread is not None:
             self._yield()
 
     def poll_found(self) -> None:
@@ -155,7 +155,7 @@ class Progress:
         freezes where it stands, so a lock it held then would hang every later ``__del__``
         that takes it (an MR deregistered, a QP destroyed)."""
         self._stopping = True
-        thread, self._thread = self._thread, None
+        thread, self._engine_thread = self._engine_thread, None
         if thread is not None:
             self._handoff.wake()
             thread.join()

@@ -30,8 +30,9 @@ from typing import NamedTuple
 from pyroce.host.assembly import build_device
 from pyroce.host.progress import MODES
 from pyroce.host.stats_file import summary_line
+from pyroce.link.errors import LinkError
 from pyroce.link.faults import FaultConfig
-from pyroce.link.udp import LinkError, UdpLink, interface_index, interface_mtu, interface_name
+from pyroce.link.udp import UdpLink, interface_index, interface_mtu, interface_name
 from pyroce.nic.device import NicDevice
 from pyroce.wire.mtu import mtu_for_netdev
 

@@ -12,13 +12,14 @@ group it joined (``join``), is dropped and counted, as a NIC's MAC and IP filter
 from __future__ import annotations
 
 from collections import Counter, deque
+from typing import Final
 
 from pyroce.ib.addressing import mac_of
 from pyroce.link.memory import QueuedLink
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.framing import ETHERTYPE_IPV4, ETHERTYPE_IPV6, format_address, locate_datagram, pack_ip_udp
 
-ETH_HEADER_LEN = 14
+ETH_HEADER_LEN: Final = 14
 
 
 class EthernetLink(QueuedLink):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.wire.opcodes import opcode_name
 
-ACTIONS = ("drop", "duplicate", "corrupt", "delay")
-REORDER_DELAY_S = 0.0005  # how long a reordered datagram is held back
+ACTIONS: Final = ("drop", "duplicate", "corrupt", "delay")
+REORDER_DELAY_S: Final = 0.0005  # how long a reordered datagram is held back
 
 
 class ScriptRule(NamedTuple):

@@ -32,26 +32,24 @@ import ipaddress
 import select
 import socket
 import struct
+from typing import Final
 
+from pyroce.link.errors import LinkError
 from pyroce.link.paths import RocePaths
 from pyroce.wire.framing import ROCE_UDP_PORT
 
-SOCKET_BUFFER = 8 << 20
-IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
-IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
-SOL_UDP = 17
-UDP_SEGMENT = 103  # <linux/udp.h>: GSO segment size for sends (Linux 4.18)
-UDP_GRO = 104  # <linux/udp.h>: receive coalesced datagrams with their segment size (Linux 5.0)
-_GRO_CMSG = socket.CMSG_SPACE(4)
-_SEGMENT_SIZE = struct.Struct("=H")  # UDP_SEGMENT takes a u16
-_GRO_SIZE = struct.Struct("=i")  # UDP_GRO reports an int
-_MREQ6_INDEX = struct.Struct("@I")  # struct ipv6_mreq's interface index
-_SIOCGIFMTU = 0x8921
-_SIOCGIFADDR = 0x8915
-
-
-class LinkError(OSError):
-    """The link cannot be opened (address not local, port taken)."""
+SOCKET_BUFFER: Final = 8 << 20
+IP_MTU_DISCOVER: Final = getattr(socket, "IP_MTU_DISCOVER", 10)  # <linux/in.h>; Python 3.11 lacks the names
+IP_PMTUDISC_DO: Final = getattr(socket, "IP_PMTUDISC_DO", 2)
+SOL_UDP: Final = 17
+UDP_SEGMENT: Final = 103  # <linux/udp.h>: GSO segment size for sends (Linux 4.18)
+UDP_GRO: Final = 104  # <linux/udp.h>: receive coalesced datagrams with their segment size (Linux 5.0)
+_GRO_CMSG: Final = socket.CMSG_SPACE(4)
+_SEGMENT_SIZE: Final = struct.Struct("=H")  # UDP_SEGMENT takes a u16
+_GRO_SIZE: Final = struct.Struct("=i")  # UDP_GRO reports an int
+_MREQ6_INDEX: Final = struct.Struct("@I")  # struct ipv6_mreq's interface index
+_SIOCGIFMTU: Final = 0x8921
+_SIOCGIFADDR: Final = 0x8915
 
 
 class UdpLink(RocePaths):

@@ -3,6 +3,8 @@ transport ``Completion`` to the mlx5 CQE that reports it."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from pyroce.nic.cqe import (
     GENERAL_ERR_SYNDROME,
     GRH_FLAG,
@@ -19,7 +21,7 @@ from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.work import SendWork, UdDest, WorkOp, new_send_work
 
-WORK_OPS = {
+WORK_OPS: Final = {
     WqeOpcode.SEND: WorkOp.SEND,
     WqeOpcode.SEND_IMM: WorkOp.SEND_WITH_IMM,
     WqeOpcode.SEND_INVAL: WorkOp.SEND_WITH_INV,
@@ -29,7 +31,7 @@ WORK_OPS = {
     WqeOpcode.ATOMIC_CS: WorkOp.ATOMIC_CMP_AND_SWP,
     WqeOpcode.ATOMIC_FA: WorkOp.ATOMIC_FETCH_AND_ADD,
 }
-REQ_WQE_OPCODE = {
+REQ_WQE_OPCODE: Final = {
     WcOpcode.SEND: WqeOpcode.SEND,
     WcOpcode.RDMA_WRITE: WqeOpcode.RDMA_WRITE,
     WcOpcode.RDMA_READ: WqeOpcode.RDMA_READ,
@@ -52,13 +54,18 @@ def work_from_wqe(wqe: SendWqe) -> SendWork:
                           wqe.inline, None if av is None else UdDest(av.rgid, av.dqpn, av.qkey)))  # fmt: skip
 
 
-_WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)
+# enum members read per completion, as constants (docs/architecture.md, "Compiled with mypyc")
+_WITH_IMM: Final = int(WcFlag.WITH_IMM)
+_WITH_INV: Final = int(WcFlag.WITH_INV)
+_GRH: Final = int(WcFlag.GRH)
+_SUCCESS: Final = WcStatus.SUCCESS
+_RECV_RDMA_WITH_IMM: Final = WcOpcode.RECV_RDMA_WITH_IMM
 
 
 def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
     """The mlx5 CQE that reports ``completion``."""
     status = completion.status
-    if status is not WcStatus.SUCCESS:
+    if status is not _SUCCESS:
         opcode = CqeOpcode.RESP_ERR if completion.is_recv else CqeOpcode.REQ_ERR
         syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
         wqe_opcode = 0 if completion.is_recv else REQ_WQE_OPCODE.get(completion.opcode, 0)  # a failed WRITE says WRITE
@@ -66,7 +73,7 @@ def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
                    vendor_err=completion.vendor_err)  # fmt: skip
     if completion.is_recv:
         flags = int(completion.flags)  # plain ints: IntFlag operators build enum members
-        if completion.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+        if completion.opcode is _RECV_RDMA_WITH_IMM:
             opcode = CqeOpcode.RESP_WR_IMM
         elif flags & _WITH_IMM:
             opcode = CqeOpcode.RESP_SEND_IMM

@@ -12,22 +12,22 @@ from __future__ import annotations
 import enum
 import functools
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.ib.enums import WcStatus
 
-CQE_SIZE = 64
+CQE_SIZE: Final = 64
 # A responder CQE's ``flags_rqpn`` bits 29:28 say the message came with a GRH: the NIC writes
 # GRH_FLAG, a reader takes any bit of GRH_MASK (libmlx5's ``(flags_rqpn >> 28) & 3``)
-GRH_FLAG = 1 << 28
-GRH_MASK = 3 << 28
+GRH_FLAG: Final = 1 << 28
+GRH_MASK: Final = 3 << 28
 # Bits 27:24 (libmlx5's ``wc.sl``) of a RoCE UD receive's CQE: the packet type, as a ConnectX
 # writes it (its PRM; IBA A17.4.5.1 asks for the flag): UDP-encapsulated (RoCEv2), then the L3
 # header. UCX's UD transport reads it to find the destination address in the receive buffer.
-ROCE_PKT_SHIFT = 24
-ROCE_PKT_UDP = 0x8
-ROCE_PKT_IPV6 = 0x1
-ROCE_PKT_IPV4 = 0x2
+ROCE_PKT_SHIFT: Final = 24
+ROCE_PKT_UDP: Final = 0x8
+ROCE_PKT_IPV6: Final = 0x1
+ROCE_PKT_IPV4: Final = 0x2
 
 
 class CqeOpcode(enum.IntEnum):
@@ -83,31 +83,31 @@ class Cqe(NamedTuple):
         return self.opcode in ERROR_OPCODES
 
 
-new_cqe = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
+new_cqe: Final = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
 
-CQE_BODY = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
-CQE_ERROR = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
-CQE_TAIL = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63: read once op_own is valid
-CQE_COUNTER = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
+CQE_BODY: Final = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
+CQE_ERROR: Final = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
+CQE_TAIL: Final = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63: read once op_own is valid
+CQE_COUNTER: Final = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
 # Byte offsets of the fields above, for readers that load a CQE word by word in place (a GPU
 # kernel, pyroce.gpu.helpers): ``byte_cnt``, the error word (vendor error, syndrome in its low
 # byte), ``s_wqe_opcode``/QPN, and the last word (``wqe_counter``, signature, ``op_own``).
-CQE_BYTE_CNT_AT = 44
-CQE_SYNDROME_WORD_AT = 52
-CQE_OPCODE_QPN_AT = 56
-CQE_TAIL_AT = 60
-CQE_OP_OWN_AT = 63
-CQE_OPCODES = {int(opcode): opcode for opcode in CqeOpcode}
+CQE_BYTE_CNT_AT: Final = 44
+CQE_SYNDROME_WORD_AT: Final = 52
+CQE_OPCODE_QPN_AT: Final = 56
+CQE_TAIL_AT: Final = 60
+CQE_OP_OWN_AT: Final = 63
+CQE_OPCODES: Final = {int(opcode): opcode for opcode in CqeOpcode}
 # Sets of the plain values: a lookup in them costs no enum attribute access (per CQE read)
-ERROR_OPCODES = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
-RECV_OPCODES = frozenset({int(CqeOpcode.RESP_SEND), int(CqeOpcode.RESP_SEND_IMM), int(CqeOpcode.RESP_SEND_INV),
+ERROR_OPCODES: Final = frozenset({int(CqeOpcode.REQ_ERR), int(CqeOpcode.RESP_ERR)})
+RECV_OPCODES: Final = frozenset({int(CqeOpcode.RESP_SEND), int(CqeOpcode.RESP_SEND_IMM), int(CqeOpcode.RESP_SEND_INV),
                           int(CqeOpcode.RESP_WR_IMM), int(CqeOpcode.RESP_ERR)})  # fmt: skip
-CQE_ERROR_AT = CQE_SYNDROME_WORD_AT + 2
+CQE_ERROR_AT: Final = CQE_SYNDROME_WORD_AT + 2
 
 
 # mlx5 error CQE syndromes <-> libibverbs work completion statuses (mlx5's
 # ``mlx5_handle_error_cqe``); a status with no syndrome of its own travels as GENERAL_ERR.
-STATUS_OF_SYNDROME = {
+STATUS_OF_SYNDROME: Final = {
     CqeSyndrome.LOCAL_LENGTH_ERR: WcStatus.LOC_LEN_ERR,
     CqeSyndrome.LOCAL_QP_OP_ERR: WcStatus.LOC_QP_OP_ERR,
     CqeSyndrome.LOCAL_PROT_ERR: WcStatus.LOC_PROT_ERR,
@@ -122,5 +122,5 @@ STATUS_OF_SYNDROME = {
     CqeSyndrome.RNR_RETRY_EXC_ERR: WcStatus.RNR_RETRY_EXC_ERR,
     CqeSyndrome.REMOTE_ABORTED_ERR: WcStatus.REM_ABORT_ERR,
 }
-SYNDROME_OF_STATUS = {status: syndrome for syndrome, status in STATUS_OF_SYNDROME.items()}
-GENERAL_ERR_SYNDROME = 0xFF  # no mlx5 syndrome: reported as IBV_WC_GENERAL_ERR
+SYNDROME_OF_STATUS: Final = {status: syndrome for syndrome, status in STATUS_OF_SYNDROME.items()}
+GENERAL_ERR_SYNDROME: Final = 0xFF  # no mlx5 syndrome: reported as IBV_WC_GENERAL_ERR

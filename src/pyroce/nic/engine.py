@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
+from typing import Final
 
 from pyroce.cm.exchanges import NEVER
 from pyroce.cm.manager import RdmaCm
@@ -50,11 +51,11 @@ from pyroce.transport.ud import UdQp
 from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
 
-MAX_DATAGRAM = 65536
-RX_BATCH = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
-TX_BUDGET = 64  # packets one QP may send per pass
-MAX_PASSES = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
-MAX_EVENTS = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
+MAX_DATAGRAM: Final = 65536
+RX_BATCH: Final = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
+TX_BUDGET: Final = 64  # packets one QP may send per pass
+MAX_PASSES: Final = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
+MAX_EVENTS: Final = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
 CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
 PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED

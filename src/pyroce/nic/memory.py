@@ -28,16 +28,17 @@ import weakref
 from builtins import memoryview  # mypyc finds a dataclass field's type among the module's globals
 from collections import Counter
 from dataclasses import dataclass
+from typing import Final
 
 from pyroce.ib.enums import Access
 from pyroce.nic.mirrored import Mirror, MirroredMemory
 from pyroce.transport.memory import MemFault
 
-MAX_MR_INDEX = 1 << 24
-_REMOTE = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
-_WRITES = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
-_EMPTY = memoryview(bytearray(0))
-_WINDOW_GRANTS = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
+MAX_MR_INDEX: Final = 1 << 24
+_REMOTE: Final = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+_WRITES: Final = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
+_EMPTY: Final = memoryview(bytearray(0))
+_WINDOW_GRANTS: Final = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
 
 def _holder(mirror: Mirror, start: int, length: int) -> tuple[ctypes.Array[ctypes.c_char], int]:

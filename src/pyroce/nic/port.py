@@ -15,7 +15,7 @@ import ipaddress
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from pyroce.ib.addressing import IPV4_MAPPED, ipv4_of_link_local
 from pyroce.link.faults import FaultInjector
@@ -23,7 +23,7 @@ from pyroce.nic.capture import Capture
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
-_LINK_LOCAL = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
+_LINK_LOCAL: Final = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
 
 
 class Link(Protocol):

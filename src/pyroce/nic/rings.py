@@ -43,15 +43,15 @@ from pyroce.nic.wqe import (
     encode_recv_wqe,
 )
 
-COUNTER_MASK = 0xFFFF  # doorbell record counters are 16 bits wide
-CQ_COUNTER_MASK = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
+COUNTER_MASK: Final = 0xFFFF  # doorbell record counters are 16 bits wide
+CQ_COUNTER_MASK: Final = 0xFFFFFF  # a CQ's consumer record: 24 bits (mlx5's ``cons_index & 0xffffff``)
 # A direct QP's register page (mlx5's UAR, in the connection's shared memory): where a program's
 # 64-bit doorbell and BlueFlame stores go. The NIC reads the doorbell record, not these stores.
-UAR_SIZE = 4096
-BF_OFFSET = 0x800  # mlx5's MLX5_BF_OFFSET: the page's BlueFlame register
-BF_SIZE = 256  # each of the register's two halves, which a program's BlueFlame stores alternate
+UAR_SIZE: Final = 4096
+BF_OFFSET: Final = 0x800  # mlx5's MLX5_BF_OFFSET: the page's BlueFlame register
+BF_SIZE: Final = 256  # each of the register's two halves, which a program's BlueFlame stores alternate
 
-BIG_ENDIAN_HOST = sys.byteorder == "big"  # a big-endian host stores a be32 word as it is
+BIG_ENDIAN_HOST: Final = sys.byteorder == "big"  # a big-endian host stores a be32 word as it is
 
 
 def _check_ring(buf: memoryview, count: int, entry_size: int, what: str) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 Key = TypeVar("Key", bound=Hashable)
-SWEEP_SLACK = 64  # stale entries tolerated beyond the live ones before a sweep
+SWEEP_SLACK: Final = 64  # stale entries tolerated beyond the live ones before a sweep
 
 
 class Timers(Generic[Key]):

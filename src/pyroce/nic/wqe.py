@@ -16,14 +16,14 @@ import enum
 import functools
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.transport.work import Sge, SgeLike, new_sge  # a data segment: byte_count, lkey, addr
 
-WQEBB = 64  # bytes in a send-queue basic block
-SEG = 16  # bytes in a segment; the control segment's ``ds`` counts these
-MLX5_INVALID_LKEY = 0x100
-INLINE_FLAG = 0x80000000
+WQEBB: Final = 64  # bytes in a send-queue basic block
+SEG: Final = 16  # bytes in a segment; the control segment's ``ds`` counts these
+MLX5_INVALID_LKEY: Final = 0x100
+INLINE_FLAG: Final = 0x80000000
 
 
 class WqeOpcode(enum.IntEnum):
@@ -42,7 +42,7 @@ class WqeOpcode(enum.IntEnum):
     LOCAL_INVAL = 0x1B
 
 
-LOCAL_OPCODES = frozenset({WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL})  # executed by the NIC, nothing sent
+LOCAL_OPCODES: Final = frozenset({WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL})  # executed by the NIC, nothing sent
 
 
 class FmCeSe(enum.IntFlag):
@@ -107,35 +107,35 @@ class SendWqe(NamedTuple):
 
 
 # A SendWqe from all fourteen fields, without NamedTuple.__new__'s frame (built once per WR)
-new_send_wqe = functools.partial(tuple.__new__, SendWqe)
+new_send_wqe: Final = functools.partial(tuple.__new__, SendWqe)
 
-_CTRL = struct.Struct(">IIBHBI")  # opmod|idx|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
-_RADDR = struct.Struct(">QII")
-_ATOMIC = struct.Struct(">QQ")
-_DATA = struct.Struct(">IIQ")
+_CTRL: Final = struct.Struct(">IIBHBI")  # opmod|idx|opcode, qpn|ds, signature, stream id, fm_ce_se, imm
+_RADDR: Final = struct.Struct(">QII")
+_ATOMIC: Final = struct.Struct(">QQ")
+_DATA: Final = struct.Struct(">IIQ")
 # Byte offsets of the fields above, for writers that store a WQE word by word in place (a GPU
 # kernel, pyroce.gpu.helpers) rather than through this module's encoder: the control segment's
 # be32 words (``opmod_idx_opcode``, ``qpn_ds``, signature/stream id/``fm_ce_se``, ``imm``), the WQE
 # index (bits 23:8 of the first word) and ``ds`` (the low 6 bits of the second) inside them,
 # the remote address segment's and a data segment's fields.
 CTRL_OPMOD_IDX_OPCODE_AT, CTRL_QPN_DS_AT, CTRL_FM_CE_SE_WORD_AT, CTRL_IMM_AT = 0, 4, 8, 12
-CTRL_INDEX_AT = 1  # bytes 1-2: the WQE index
-CTRL_DS_AT = 7  # the byte whose low 6 bits are ds
+CTRL_INDEX_AT: Final = 1  # bytes 1-2: the WQE index
+CTRL_DS_AT: Final = 7  # the byte whose low 6 bits are ds
 RADDR_ADDR_AT, RADDR_RKEY_AT = 0, 8
 DATA_BYTE_COUNT_AT, DATA_LKEY_AT, DATA_ADDR_AT = 0, 4, 8
-_INLINE_HDR = struct.Struct(">I")
-_BIND = struct.Struct(">QQII")
-BIND_SEGS = -(-_BIND.size // SEG)
-_AV = struct.Struct(">II I BBH 4x 6x BB I 16s")  # qkey, reserved, dqp_dct, stat_rate_sl, fl_mlid, rlid, ..., rgid
-AV_SEGS = _AV.size // SEG
-EXTENDED_AV = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
-AV_GRH = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
+_INLINE_HDR: Final = struct.Struct(">I")
+_BIND: Final = struct.Struct(">QQII")
+BIND_SEGS: Final = -(-_BIND.size // SEG)
+_AV: Final = struct.Struct(">II I BBH 4x 6x BB I 16s")  # qkey, reserved, dqp_dct, stat_rate_sl, fl_mlid, rlid, ..., rgid
+AV_SEGS: Final = _AV.size // SEG
+EXTENDED_AV: Final = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
+AV_GRH: Final = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
 
-RADDR_OPCODES = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
+RADDR_OPCODES: Final = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CS,
               WqeOpcode.ATOMIC_FA}  # fmt: skip
-_HAS_ATOMIC = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
-_WQE_OPCODES = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
-MAX_DS = 0x3F  # the ds field is 6 bits
+_HAS_ATOMIC: Final = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
+_WQE_OPCODES: Final = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
+MAX_DS: Final = 0x3F  # the ds field is 6 bits
 
 
 def inline_room(fixed_segs: int, ds: int) -> int:

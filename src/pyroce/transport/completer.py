@@ -10,7 +10,7 @@ PSN. Responses for PSNs not outstanding (duplicates, "ghost" ACKs) change nothin
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pyroce.ib.enums import WcStatus
 from pyroce.ib.reasons import Reason
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
     from pyroce.transport.requester import SendEntry
 
-NAK_STATUS = {  # NAK code -> the requester's completion (rocev2.md's table)
+NAK_STATUS: Final = {  # NAK code -> the requester's completion (rocev2.md's table)
     NakCode.INVALID_REQUEST: (WcStatus.REM_INV_REQ_ERR, Reason.REMOTE_INVALID_REQUEST),
     NakCode.REMOTE_ACCESS_ERR: (WcStatus.REM_ACCESS_ERR, Reason.REMOTE_ACCESS),
     NakCode.REMOTE_OP_ERR: (WcStatus.REM_OP_ERR, Reason.REMOTE_OPERATIONAL),
@@ -37,14 +37,17 @@ NAK_STATUS = {  # NAK code -> the requester's completion (rocev2.md's table)
 # an ATOMIC ACKNOWLEDGE whose PSN lands on another kind of request is a bad response: dropped
 # and counted, it completes nothing (the requester's timer resends, and the responder answers
 # the duplicate with the right kind).
-ANSWERS = {
+ANSWERS: Final = {
     Opcode.RC_RDMA_READ_RESPONSE_FIRST: frozenset({WorkOp.RDMA_READ}),
     Opcode.RC_RDMA_READ_RESPONSE_MIDDLE: frozenset({WorkOp.RDMA_READ}),
     Opcode.RC_RDMA_READ_RESPONSE_LAST: frozenset({WorkOp.RDMA_READ}),
     Opcode.RC_RDMA_READ_RESPONSE_ONLY: frozenset({WorkOp.RDMA_READ}),
     Opcode.RC_ATOMIC_ACKNOWLEDGE: ATOMICS,
 }
-ATOMIC_RESULT = struct.Struct("=Q")  # the original value lands in host byte order, as a NIC writes it
+ATOMIC_RESULT: Final = struct.Struct("=Q")  # the original value lands in host byte order, as a NIC writes it
+# enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
+_ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
+_ATOMIC_ACKNOWLEDGE: Final = Opcode.RC_ATOMIC_ACKNOWLEDGE
 
 
 class Completer:
@@ -57,11 +60,11 @@ class Completer:
             self.qp.counters["ghost_responses"] += 1
             return
         opcode = pkt.bth.opcode
-        if opcode == Opcode.RC_ACKNOWLEDGE:
+        if opcode == _ACKNOWLEDGE:
             self._acknowledge(pkt, psn, now)
         elif not self._answers(opcode, psn):
             self.qp.counters["bad_response"] += 1
-        elif opcode == Opcode.RC_ATOMIC_ACKNOWLEDGE:
+        elif opcode == _ATOMIC_ACKNOWLEDGE:
             self._atomic_ack(pkt, psn, now)
         else:
             self._read_response(pkt, psn, now)

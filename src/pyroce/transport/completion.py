@@ -8,7 +8,7 @@ turns the CQE back into a ``WC``.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 
@@ -31,4 +31,4 @@ class Completion(NamedTuple):
 
 
 # A Completion from all eleven fields, without NamedTuple.__new__'s frame (one per signaled WQE)
-new_completion = functools.partial(tuple.__new__, Completion)
+new_completion: Final = functools.partial(tuple.__new__, Completion)

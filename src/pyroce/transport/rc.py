@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Final
 
 from pyroce.ib.enums import Access, EventType, QpState, WcOpcode, WcStatus
 from pyroce.ib.limits import MAX_MSG_SZ
@@ -31,12 +32,15 @@ from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Tr
 from pyroce.wire.packet import Packet, PacketRun, parse_packet
 from pyroce.wire.psn import PSN_MASK
 
-ACK_TIMEOUT_UNIT_S = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
+ACK_TIMEOUT_UNIT_S: Final = 4.096e-6  # IBA 9.7.6.1.3: local ACK timeout = 4.096 us * 2**timeout
 
-RECEIVING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
-ACKED_STATES = RECEIVING_STATES - {QpState.RTR}  # where responses reach the completer
-SENDING_STATES = frozenset({QpState.RTS, QpState.SQD})  # where requests go out (in SQD, only started WQEs')
-ACK_LEN = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: ignore[union-attr]  # BTH, AETH, ICRC
+RECEIVING_STATES: Final = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})
+ACKED_STATES: Final = RECEIVING_STATES - {QpState.RTR}  # where responses reach the completer
+SENDING_STATES: Final = frozenset({QpState.RTS, QpState.SQD})  # where requests go out (in SQD, only started WQEs')
+ACK_LEN: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: ignore[union-attr]  # BTH, AETH, ICRC
+# enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
+_RTR: Final = QpState.RTR
+_ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
 
 
 @dataclass
@@ -140,7 +144,7 @@ class RcQp:
             self.counters["drop_wrong_transport"] += 1
             return
         self.counters["rcvd_pkts"] += 1
-        if self.state is QpState.RTR and not self.established:
+        if self.state is _RTR and not self.established:
             # IBA 11.6.3: the first packet in RTR (header prediction takes none there: a message
             # it would continue began on this path)
             self.established = True
@@ -148,7 +152,7 @@ class RcQp:
         if OPCODE_FLAGS[pkt.bth.opcode] & Flag.ACK:
             if malformed:
                 self.counters["drop_malformed_response"] += 1
-            elif self.state is not QpState.RTR:
+            elif self.state is not _RTR:
                 self.completer.receive(pkt, now)
             else:
                 self.counters["drop_qp_state"] += 1
@@ -166,7 +170,7 @@ class RcQp:
         ``receive``, so every rule and every error stays in the general path."""
         config = self.config
         size = len(data)
-        if size == ACK_LEN and data[0] == Opcode.RC_ACKNOWLEDGE:
+        if size == ACK_LEN and data[0] == _ACKNOWLEDGE:
             # An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
             # what it acknowledges (``Completer.positive_ack``).
             _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
@@ -180,7 +184,7 @@ class RcQp:
             opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
             if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
                 return False
-            if self.state is QpState.RTR and not self.established:
+            if self.state is _RTR and not self.established:
                 return False  # the first packet in RTR raises COMM_EST: the general path's
             pad = flags >> 4 & 3
             end = size - ICRC_LEN - pad
@@ -194,7 +198,7 @@ class RcQp:
             elif pad or end - start != config.pmtu:  # MIDDLE: exactly PMTU
                 return False
             if op_flags & Flag.ACK:  # a READ response: its AETH (LAST) must say ACK
-                if self.state is QpState.RTR or (start > BTH_LEN and SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):
+                if self.state is _RTR or (start > BTH_LEN and SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):
                     return False
                 placed = self.completer.receive_read_predicted(
                     psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
@@ -224,7 +228,7 @@ class RcQp:
         return step + self.responder.receive_middles(segments[step:], step, opcode, config.pkey, config.qpn)
 
     def handle_timer(self, now: float) -> None:
-        if self.state in (QpState.RTS, QpState.SQD):
+        if self.state in SENDING_STATES:
             self.requester.handle_timer(now)
 
     # --- outputs ------------------------------------------------------------------------
@@ -271,7 +275,7 @@ class RcQp:
         """Whether send WQEs are taken and not yet completed, and ``get_timer``'s deadline: what
         the engine asks after each service, in one call."""
         requester = self.requester
-        if self.state not in (QpState.RTS, QpState.SQD):
+        if self.state not in SENDING_STATES:
             return bool(requester.queue), None
         # waiting out an RNR NAK, else the local ACK timer
         return bool(requester.queue), requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline

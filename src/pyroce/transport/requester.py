@@ -11,7 +11,7 @@ request for the rest of a read, as rxe does.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
@@ -28,12 +28,12 @@ from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
 
-MAX_UNACKED_PSNS = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
-MAX_PKTS_PER_ACK = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
-INFINITE_RNR_RETRY = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
+MAX_UNACKED_PSNS: Final = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
+MAX_PKTS_PER_ACK: Final = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
+INFINITE_RNR_RETRY: Final = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
 
 # (FIRST, MIDDLE, LAST, ONLY) per segmented operation on RC; UC's are in ``service.SERVICES``.
-SEGMENT_OPCODES = {
+SEGMENT_OPCODES: Final = {
     WorkOp.SEND: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY),
     WorkOp.SEND_WITH_IMM: (Opcode.RC_SEND_FIRST, Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST_WITH_IMMEDIATE,
                            Opcode.RC_SEND_ONLY_WITH_IMMEDIATE),
@@ -44,10 +44,10 @@ SEGMENT_OPCODES = {
     WorkOp.RDMA_WRITE_WITH_IMM: (Opcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_MIDDLE,
                                  Opcode.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
 }  # fmt: skip
-_HEADERS_BESIDE_BTH = Flag.RETH | Flag.IMMDT | Flag.IETH  # what a SEND's or WRITE's packet may carry
-PLAIN_LASTS = frozenset({Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_LAST})  # a BTH alone
-ATOMIC_OPCODES = {WorkOp.ATOMIC_CMP_AND_SWP: Opcode.RC_COMPARE_SWAP, WorkOp.ATOMIC_FETCH_AND_ADD: Opcode.RC_FETCH_ADD}
-WC_OPCODES = {
+_HEADERS_BESIDE_BTH: Final = Flag.RETH | Flag.IMMDT | Flag.IETH  # what a SEND's or WRITE's packet may carry
+PLAIN_LASTS: Final = frozenset({Opcode.RC_SEND_LAST, Opcode.RC_RDMA_WRITE_LAST})  # a BTH alone
+ATOMIC_OPCODES: Final = {WorkOp.ATOMIC_CMP_AND_SWP: Opcode.RC_COMPARE_SWAP, WorkOp.ATOMIC_FETCH_AND_ADD: Opcode.RC_FETCH_ADD}
+WC_OPCODES: Final = {
     WorkOp.SEND: WcOpcode.SEND,
     WorkOp.SEND_WITH_IMM: WcOpcode.SEND,
     WorkOp.SEND_WITH_INV: WcOpcode.SEND,
@@ -58,7 +58,12 @@ WC_OPCODES = {
     WorkOp.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
 }
 # What the local buffers of each operation need: reads and atomics write into them.
-LOCAL_ACCESS = {op: Access.LOCAL_WRITE if op in READS_AND_ATOMICS else Access.LOCAL_READ for op in WorkOp}
+LOCAL_ACCESS: Final = {op: Access.LOCAL_WRITE if op in READS_AND_ATOMICS else Access.LOCAL_READ for op in WorkOp}
+# enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
+_RTS: Final = QpState.RTS
+_SUCCESS: Final = WcStatus.SUCCESS
+_NO_WC_FLAGS: Final = WcFlag.NONE
+_READ_REQUEST: Final = Opcode.RC_RDMA_READ_REQUEST
 
 
 def segment_opcode(opcodes: tuple[int, int, int, int], index: int, count: int) -> int:
@@ -128,7 +133,7 @@ class Requester:
         """Whether a packet could go now: the next WQE to send from may start (RTS), or has
         started (SQD lets those finish)."""
         index = self.send_index
-        return index < len(self.queue) and (self.qp.state is QpState.RTS or self.queue[index].started)
+        return index < len(self.queue) and (self.qp.state is _RTS or self.queue[index].started)
 
     @property
     def started(self) -> bool:
@@ -157,7 +162,7 @@ class Requester:
             if window <= 0:
                 break
             entry = self.queue[self.send_index]
-            if not entry.started and (self.qp.state is not QpState.RTS or not self._start(entry)):
+            if not entry.started and (self.qp.state is not _RTS or not self._start(entry)):
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
@@ -249,7 +254,7 @@ class Requester:
         op = work.op
         if op is WorkOp.RDMA_READ:
             offset = index * pmtu
-            bth = BTH(Opcode.RC_RDMA_READ_REQUEST, dqpn, psn, True)
+            bth = BTH(_READ_REQUEST, dqpn, psn, True)
             pkt = Packet(bth, reth=Reth(work.raddr + offset, work.rkey, entry.length - offset))
             self._advance(entry.npsn - index, True)
             return pkt
@@ -364,10 +369,10 @@ class Requester:
         if entry.rd_atomic and entry.started:
             self.rd_atomic_outstanding -= 1
         work = entry.work
-        if work.signaled or status is not WcStatus.SUCCESS:
-            byte_len = entry.length if status is WcStatus.SUCCESS and entry.rd_atomic else 0
+        if work.signaled or status is not _SUCCESS:
+            byte_len = entry.length if status is _SUCCESS and entry.rd_atomic else 0
             self.qp.completions.append(new_completion((False, work.wqe_counter, status, WC_OPCODES[work.op], byte_len,
-                                                       0, WcFlag.NONE, 0, reason, False, False)))  # fmt: skip
+                                                       0, _NO_WC_FLAGS, 0, reason, False, False)))  # fmt: skip
 
     def fail_head(self, status: WcStatus, reason: Reason, detail: str) -> None:
         """The oldest WQE failed: complete it with ``status`` and ``reason``, keep ``detail``

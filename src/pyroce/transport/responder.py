@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
@@ -37,10 +37,10 @@ from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 if TYPE_CHECKING:
     from pyroce.transport.rc import RcQp
 
-ATOMIC_VALUE = struct.Struct("=Q")  # atomics act on host-order 64-bit words
-READ_RESPONSE = (Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+ATOMIC_VALUE: Final = struct.Struct("=Q")  # atomics act on host-order 64-bit words
+READ_RESPONSE: Final = (Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                  Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY)  # fmt: skip
-_ACK = ack_syndrome(CREDITS_UNLIMITED)
+_ACK: Final = ack_syndrome(CREDITS_UNLIMITED)
 
 
 class RespState(enum.Enum):
@@ -76,7 +76,7 @@ class ErrorAction(NamedTuple):
     drop_message: bool = False  # UC: the message is dropped silently (``Responder._drop_message``)
 
 
-ERRORS = {
+ERRORS: Final = {
     RespState.ERR_PSN_OUT_OF_SEQ: ErrorAction(
         NakCode.PSN_SEQ_ERR, None, False, counters=("out_of_seq_request", "send_seq_nak")
     ),
@@ -96,11 +96,17 @@ ERRORS = {
 # UC without an SRQ (rxe's UC cases, IBA classes D and E): a refused request is no one's error
 # to report; its message is dropped silently. Only an unusable receive WQE (class A) fails the
 # QP as on RC, with nothing sent back.
-UC_ERRORS = dict.fromkeys(ERRORS, ErrorAction(None, None, False, drop_message=True))
+UC_ERRORS: Final = dict.fromkeys(ERRORS, ErrorAction(None, None, False, drop_message=True))
 UC_ERRORS[RespState.ERR_RECV_PROT] = ERRORS[RespState.ERR_RECV_PROT]._replace(nak=None)
 
-OP_ACCESS = {Flag.WRITE: Access.REMOTE_WRITE, Flag.READ: Access.REMOTE_READ, Flag.ATOMIC: Access.REMOTE_ATOMIC}
-NOT_EXECUTED = Flag.FLUSH | Flag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
+OP_ACCESS: Final = {Flag.WRITE: Access.REMOTE_WRITE, Flag.READ: Access.REMOTE_READ, Flag.ATOMIC: Access.REMOTE_ATOMIC}
+NOT_EXECUTED: Final = Flag.FLUSH | Flag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
+# enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
+_REMOTE_READ: Final = Access.REMOTE_READ
+_REMOTE_WRITE: Final = Access.REMOTE_WRITE
+_SUCCESS: Final = WcStatus.SUCCESS
+_NO_WC_FLAGS: Final = WcFlag.NONE
+_ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
 
 
 class ReadJob:
@@ -346,7 +352,7 @@ class Responder:
         reth = pkt.reth
         if reth.dma_len > self.qp.config.max_msg_sz:  # type: ignore[union-attr]
             return RespState.ERR_LENGTH
-        access = Access.REMOTE_READ if flags & Flag.READ else Access.REMOTE_WRITE
+        access = _REMOTE_READ if flags & Flag.READ else _REMOTE_WRITE
         view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, access, self.qp.config.pdn)  # type: ignore[union-attr]
         if isinstance(view, MemFault):
             return RespState.ERR_RKEY_VIOLATION
@@ -417,7 +423,7 @@ class Responder:
             self.recv = self.recv_queue.popleft()
         recv = self.recv
         self.recv = self.recv_data = None
-        wc_flags = WcFlag.NONE
+        wc_flags = _NO_WC_FLAGS
         imm = 0
         if pkt is not None and pkt.immdt is not None:
             wc_flags, imm = WcFlag.WITH_IMM, pkt.immdt
@@ -425,7 +431,7 @@ class Responder:
             wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
         opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
         solicited = pkt is not None and pkt.bth.se
-        self.qp.completions.append(new_completion((True, recv.wqe_counter, WcStatus.SUCCESS, opcode, self.offset,  # type: ignore[union-attr]
+        self.qp.completions.append(new_completion((True, recv.wqe_counter, _SUCCESS, opcode, self.offset,  # type: ignore[union-attr]
                                                    imm, wc_flags, 0, 0, solicited, False)))  # fmt: skip
 
     def _read(self, view: memoryview, psn: int) -> None:
@@ -521,7 +527,7 @@ class Responder:
             out.append(ack)
 
     def _nak(self, psn: int, syndrome: int) -> None:
-        self.out.append(Packet(BTH(Opcode.RC_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(syndrome, self.msn)))
+        self.out.append(Packet(BTH(_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(syndrome, self.msn)))
 
     def _atomic_ack(self, psn: int, orig: int) -> None:
         bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)

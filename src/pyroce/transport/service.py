@@ -13,7 +13,7 @@ errors; rxe's ``drop_msg``), where RC NAKs it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.transport.requester import SEGMENT_OPCODES
 from pyroce.transport.responder import ERRORS, UC_ERRORS, ErrorAction, RespState
@@ -44,13 +44,13 @@ class Service(NamedTuple):
     """Of those, the MIDDLEs whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)."""
 
 
-UC_OPS = frozenset({WorkOp.SEND, WorkOp.SEND_WITH_IMM, WorkOp.RDMA_WRITE, WorkOp.RDMA_WRITE_WITH_IMM})
+UC_OPS: Final = frozenset({WorkOp.SEND, WorkOp.SEND_WITH_IMM, WorkOp.RDMA_WRITE, WorkOp.RDMA_WRITE_WITH_IMM})
 
-READ_RESPONSES = frozenset({Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
+READ_RESPONSES: Final = frozenset({Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                             Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
-RC_PREDICTED = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY, Opcode.RC_RDMA_WRITE_MIDDLE,
+RC_PREDICTED: Final = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY, Opcode.RC_RDMA_WRITE_MIDDLE,
                           Opcode.RC_RDMA_WRITE_LAST}) | READ_RESPONSES  # fmt: skip
-RC_RUNS = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
+RC_RUNS: Final = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 
 
 def _uc(opcodes: frozenset[int]) -> frozenset[int]:
@@ -58,7 +58,7 @@ def _uc(opcodes: frozenset[int]) -> frozenset[int]:
     return frozenset(Transport.UC | opcode for opcode in opcodes - READ_RESPONSES)
 
 
-SERVICES = {
+SERVICES: Final = {
     Transport.RC: Service(Transport.RC, True, SEGMENT_OPCODES, frozenset(WorkOp), ERRORS, RC_PREDICTED, RC_RUNS),
     Transport.UC: Service(
         Transport.UC,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Final
 
 from pyroce.ib.addressing import is_multicast_gid
 from pyroce.ib.enums import Access, EventType, QpState, WcFlag, WcOpcode, WcStatus
@@ -41,8 +42,8 @@ from pyroce.wire.opcodes import Opcode, Transport
 from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add
 
-CONTROLLED_QKEY = 0x80000000  # a WR's Q_Key with this bit set means "use the QP's own" (IBA 10.2.5)
-UD_OPCODES = {WorkOp.SEND: Opcode.UD_SEND_ONLY, WorkOp.SEND_WITH_IMM: Opcode.UD_SEND_ONLY_WITH_IMMEDIATE}
+CONTROLLED_QKEY: Final = 0x80000000  # a WR's Q_Key with this bit set means "use the QP's own" (IBA 10.2.5)
+UD_OPCODES: Final = {WorkOp.SEND: Opcode.UD_SEND_ONLY, WorkOp.SEND_WITH_IMM: Opcode.UD_SEND_ONLY_WITH_IMMEDIATE}
 
 Route = Callable[[bytes], str | None]  # a destination GID to the link's address for it (None: unreachable)
 Datagram = tuple[str, Packet]  # the link's address of the destination, the packet

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 
 class Sge(NamedTuple):
@@ -40,8 +40,8 @@ class WorkOp(enum.IntEnum):
     ATOMIC_FETCH_AND_ADD = 7
 
 
-READS_AND_ATOMICS = frozenset({WorkOp.RDMA_READ, WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
-ATOMICS = frozenset({WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
+READS_AND_ATOMICS: Final = frozenset({WorkOp.RDMA_READ, WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
+ATOMICS: Final = frozenset({WorkOp.ATOMIC_CMP_AND_SWP, WorkOp.ATOMIC_FETCH_AND_ADD})
 
 
 class UdDest(NamedTuple):
@@ -94,6 +94,6 @@ class RecvWork(NamedTuple):
 
 # Built once per WQE on the fast path: the tuples NamedTuple.__new__ would make, from all their
 # fields, without its Python frame
-new_sge = functools.partial(tuple.__new__, Sge)
-new_send_work = functools.partial(tuple.__new__, SendWork)
-new_recv_work = functools.partial(tuple.__new__, RecvWork)
+new_sge: Final = functools.partial(tuple.__new__, Sge)
+new_send_work: Final = functools.partial(tuple.__new__, SendWork)
+new_recv_work: Final = functools.partial(tuple.__new__, RecvWork)

@@ -47,6 +47,14 @@ WC_OPCODE_OF_WQE = {
     WqeOpcode.BIND_MW: WcOpcode.BIND_MW,
     WqeOpcode.LOCAL_INVAL: WcOpcode.LOCAL_INV,
 }
+_WITH_IMM, _WITH_INV, _GRH = int(WcFlag.WITH_IMM), int(WcFlag.WITH_INV), int(WcFlag.GRH)
+RECV_WC = {  # a receive CQE's WC opcode and flags: one lookup, no enum attribute read per completion
+    CqeOpcode.RESP_SEND: (WcOpcode.RECV, 0),
+    CqeOpcode.RESP_SEND_IMM: (WcOpcode.RECV, _WITH_IMM),
+    CqeOpcode.RESP_SEND_INV: (WcOpcode.RECV, _WITH_INV),
+    CqeOpcode.RESP_WR_IMM: (WcOpcode.RECV_RDMA_WITH_IMM, _WITH_IMM),
+}
+_SEND = WcOpcode.SEND
 
 
 def imm_from_wire(value: int) -> int:
@@ -239,20 +247,18 @@ class CQ(PyverbsObject):
             return wc
         wc.byte_len = cqe.byte_cnt
         if is_recv:
-            wc.opcode = WcOpcode.RECV_RDMA_WITH_IMM if cqe.opcode is CqeOpcode.RESP_WR_IMM else WcOpcode.RECV
-            if cqe.opcode in (CqeOpcode.RESP_WR_IMM, CqeOpcode.RESP_SEND_IMM):
-                wc.wc_flags = WcFlag.WITH_IMM
+            wc.opcode, flags = RECV_WC[cqe.opcode]
+            if flags & _WITH_IMM:
                 wc.imm_data = imm_from_wire(cqe.imm_inval)
-            elif cqe.opcode is CqeOpcode.RESP_SEND_INV:
-                wc.wc_flags = WcFlag.WITH_INV
+            elif flags & _WITH_INV:
                 wc.imm_data = cqe.imm_inval
             wc.src_qp = cqe.flags_rqpn & 0xFFFFFF
             wc.sl = cqe.flags_rqpn >> ROCE_PKT_SHIFT & 0xF  # libmlx5's: on RoCE, the packet type
             if cqe.flags_rqpn & GRH_MASK:
-                wc.wc_flags |= WcFlag.GRH
+                flags |= _GRH
+            wc.wc_flags = flags
         else:
-            wc.opcode = WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, WcOpcode.SEND)  # type: ignore[call-overload]
-        wc.wc_flags = int(wc.wc_flags)
+            wc.opcode = WC_OPCODE_OF_WQE.get(cqe.s_wqe_opcode, _SEND)  # type: ignore[call-overload]
         return wc
 
     def resize(self, cqe: int) -> None:

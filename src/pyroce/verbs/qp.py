@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import struct
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
 from pyroce.verbs.recv_queue import RecvQueue, pow2_at_least
 from pyroce.verbs.srq import SRQ
-from pyroce.verbs.wr import RecvWR, SendWR
+from pyroce.verbs.wr import RecvWR, SendWR, overflow_in
 from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.opcodes import Transport
 from pyroce.wire.psn import PSN_MASK
@@ -86,7 +87,8 @@ UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND 
 # as rxe's validate_send_wr answers "bad wr opcode for qp type"
 UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
                   WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
-_UD = int(ibv_qp_type.IBV_QPT_UD)
+_UD, _UC = int(ibv_qp_type.IBV_QPT_UD), int(ibv_qp_type.IBV_QPT_UC)
+_BIND_MW = WqeOpcode.BIND_MW  # a module constant: no enum attribute read per post
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
 # The most basic blocks a send queue may hold, as mlx5 refuses a queue past its max WQEBBs (EINVAL):
 # the WQE counters are 16 bits, so 65536 posted would read as none to the NIC, and the QP would hang.
@@ -95,7 +97,7 @@ MAX_SQ_WQEBBS = COUNTER_MASK
 
 def imm_to_wire(imm_data: int) -> int:
     """The big-endian u32 on the wire for ``imm_data`` as C code holds the ``__be32`` field."""
-    return int.from_bytes((imm_data & 0xFFFFFFFF).to_bytes(4, sys.byteorder), "big")
+    return int.from_bytes(imm_data.to_bytes(4, sys.byteorder), "big")  # OverflowError past a u32
 
 
 class QPCap:
@@ -429,12 +431,15 @@ class QP(PyverbsObject):
         """Encode ``wrs`` into the ring and ring the doorbell once for what was posted.
         ``all_or_none`` (``ibv_wr_complete``): a bad WR takes back those before it."""
         first_producer, first_outstanding = self.sq_producer, len(self.sq_outstanding)
-        error: PyverbsRDMAError | None = None
+        error: Exception | None = None
         for wr in wrs:
             try:
                 data = encode_send_wqe(self._send_wqe(wr))
             except PyverbsRDMAError as exc:
                 error = exc
+                break
+            except (struct.error, OverflowError) as exc:  # a value wider than its WQE field
+                error = overflow_in(wr) or exc
                 break
             wqebbs = len(data) // WQEBB
             if len(self.sq_outstanding) >= self.cap.max_send_wr or (
@@ -463,7 +468,7 @@ class QP(PyverbsObject):
         if opcode is None:
             raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
                           ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
-        if self.qp_type == ibv_qp_type.IBV_QPT_UC and opcode not in UC_WQE_OPCODES:
+        if self.qp_type == _UC and opcode not in UC_WQE_OPCODES:
             raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UC QP")
         av = self._address_vector(wr, opcode, invalid) if wr.ah is not None or self.qp_type == _UD else None
         num_sge = wr.num_sge
@@ -492,16 +497,15 @@ class QP(PyverbsObject):
             sges = ()
         imm = imm_to_wire(wr.imm_data) if opcode in IMM_OPS else wr.imm_data if opcode in INV_OPS else 0
         bind = None
-        if opcode is WqeOpcode.BIND_MW:
+        if opcode is _BIND_MW:
             imm, bind = bind_segment(wr)
             sges = ()
         raddr = rkey = swap_add = compare = None
-        if opcode in RDMA_OPS or opcode in ATOMIC_OPS:
+        if opcode in RDMA_OPS:
             raddr, rkey = wr.remote_addr, wr.rkey
-        if opcode is WqeOpcode.ATOMIC_CS:
-            swap_add, compare = wr.swap, wr.compare_add
-        elif opcode is WqeOpcode.ATOMIC_FA:
-            swap_add, compare = wr.compare_add, 0
+        elif opcode in ATOMIC_OPS:
+            raddr, rkey = wr.remote_addr, wr.rkey
+            swap_add, compare = (wr.swap, wr.compare_add) if opcode is WqeOpcode.ATOMIC_CS else (wr.compare_add, 0)
         return new_send_wqe((opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
                              sges, inline, 0, bind, av))  # fmt: skip
 
@@ -509,7 +513,7 @@ class QP(PyverbsObject):
                         ) -> AddressVector | None:  # fmt: skip
         """A UD send's destination (its WQE's datagram segment); a connected QP's WR has none."""
         ah = wr.ah
-        if self.qp_type != ibv_qp_type.IBV_QPT_UD:
+        if self.qp_type != _UD:
             if ah is not None:
                 raise invalid(f"an address handle is for UD QPs, not {ibv_qp_type(self.qp_type).name}")
             return None

@@ -11,12 +11,13 @@ Errnos are rxe's ``post_one_recv``: ENOMEM when full, EINVAL for too many SGEs.
 from __future__ import annotations
 
 import errno
+import struct
 from collections.abc import Callable
 
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing
 from pyroce.nic.wqe import SEG
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from pyroce.verbs.wr import RecvWR
+from pyroce.verbs.wr import RecvWR, overflow_in
 
 
 def pow2_at_least(n: int) -> int:
@@ -52,7 +53,7 @@ class RecvQueue:
         """Post the chain ``wr``: how many were posted. The WRs before a failing one stay
         posted (and published), as in libibverbs."""
         posted = 0
-        error: PyverbsRDMAError | None = None
+        error: Exception | None = None
         while wr is not None:
             if wr.num_sge > len(wr.sg):
                 raise PyverbsUserError(f"num_sge is {wr.num_sge} but the WR has {len(wr.sg)} SGEs")
@@ -63,7 +64,11 @@ class RecvQueue:
                 error = PyverbsRDMAError(f"Failed to post receive: {wr.num_sge} SGEs exceed max_sge {self.max_sge}",
                                          errno.EINVAL)  # fmt: skip
                 break
-            self.ring.post(self.producer, wr.sg[: wr.num_sge])  # the WR's SGEs into the WQE's data segments
+            try:
+                self.ring.post(self.producer, wr.sg[: wr.num_sge])  # the WR's SGEs into the WQE's data segments
+            except (struct.error, OverflowError) as exc:  # a value wider than its WQE field
+                error = overflow_in(wr) or exc
+                break
             self.wr_ids[self.producer & COUNTER_MASK] = wr.wr_id
             self.producer += 1
             posted += 1

@@ -11,6 +11,26 @@ if TYPE_CHECKING:
     from pyroce.verbs.mw import MW, MWBindInfo
 
 
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_SGE_FIELDS = (("addr", _U64), ("length", _U32), ("lkey", _U32))
+_SEND_FIELDS = (("remote_addr", _U64), ("rkey", _U32), ("compare_add", _U64), ("swap", _U64), ("imm_data", _U32))
+
+
+def overflow_in(wr: SendWR | RecvWR) -> OverflowError | None:
+    """The first of ``wr``'s values its C field cannot hold, as the OverflowError pyverbs'
+    Cython classes raise when such a value is set. pyroce's WRs are plain Python, so the post
+    looks for it when writing the WQE failed: no check on the fast path."""
+    named = [(f"sg[{index}].{name}", getattr(sge, name), top)
+             for index, sge in enumerate(wr.sg) for name, top in _SGE_FIELDS]  # fmt: skip
+    if isinstance(wr, SendWR):
+        named += [(name, getattr(wr, name), top) for name, top in _SEND_FIELDS]
+    for name, value, top in named:
+        if not 0 <= value <= top:
+            return OverflowError(f"{name} {value} does not fit a {'uint32_t' if top == _U32 else 'uint64_t'}")
+    return None
+
+
 def inc_rkey(rkey: int) -> int:
     """``ibv_inc_rkey``: the next key byte, so a stale key of the previous bind fails."""
     return (rkey & ~0xFF) | ((rkey + 1) & 0xFF)

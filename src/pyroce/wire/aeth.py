@@ -7,6 +7,7 @@ Syndrome bits 6:5 give the kind; bits 4:0 the credit count (ACK), the RNR timer 
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 
 class AethKind(enum.IntEnum):
@@ -16,7 +17,7 @@ class AethKind(enum.IntEnum):
     NAK = 3
 
 
-_KINDS = tuple(AethKind)  # by value 0..3: a tuple index, not an enum call per response
+_KINDS: Final = tuple(AethKind)  # by value 0..3: a tuple index, not an enum call per response
 
 
 class NakCode(enum.IntEnum):
@@ -29,11 +30,11 @@ class NakCode(enum.IntEnum):
     INVALID_RD_REQUEST = 4
 
 
-CREDITS_UNLIMITED = 0x1F
-_KIND_SHIFT = 5
-_VALUE_MASK = 0x1F
+CREDITS_UNLIMITED: Final = 0x1F
+_KIND_SHIFT: Final = 5
+_VALUE_MASK: Final = 0x1F
 
-RNR_TIMER_US: tuple[int, ...] = (
+RNR_TIMER_US: Final[tuple[int, ...]] = (
     655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
     2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
     163840, 245760, 327680, 491520,
@@ -56,7 +57,7 @@ def nak_syndrome(code: NakCode | int) -> int:
     return (AethKind.NAK << _KIND_SHIFT) | _in_range(int(code), "NAK code")
 
 
-SYNDROME_KINDS = tuple(_KINDS[(syndrome >> _KIND_SHIFT) & 3] for syndrome in range(256))
+SYNDROME_KINDS: Final = tuple(_KINDS[(syndrome >> _KIND_SHIFT) & 3] for syndrome in range(256))
 """The kind of each syndrome byte, for per-packet code: an index, not a call per response."""
 
 

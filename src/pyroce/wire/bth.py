@@ -9,26 +9,26 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.wire.errors import BadTransportVersion, BuildError
 
-DEFAULT_PKEY = 0xFFFF
-MAX_QPN = 0xFFFFFF
-QP1 = 1  # the GSI QP that carries CM MADs
-MULTICAST_QPN = 0xFFFFFF  # the destination QP of a datagram to a multicast group (IBA 10.5.2.1)
+DEFAULT_PKEY: Final = 0xFFFF
+MAX_QPN: Final = 0xFFFFFF
+QP1: Final = 1  # the GSI QP that carries CM MADs
+MULTICAST_QPN: Final = 0xFFFFFF  # the destination QP of a datagram to a multicast group (IBA 10.5.2.1)
 
-BTH_STRUCT = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FECN|BECN|DestQP, AckReq|PSN
+BTH_STRUCT: Final = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FECN|BECN|DestQP, AckReq|PSN
 
-_SE = 0x80
-_MIG = 0x40
-SE_MASK = 0x80  # Solicited Event, in the flags byte
-PAD_MASK = 0x30  # PadCnt, in the flags byte
-TVER_MASK = 0x0F
-_FECN = 0x80000000
-_BECN = 0x40000000
-ACKREQ = 0x80000000
-_LOW24 = 0xFFFFFF  # DestQP and PSN: the low 24 bits of their words
+_SE: Final = 0x80
+_MIG: Final = 0x40
+SE_MASK: Final = 0x80  # Solicited Event, in the flags byte
+PAD_MASK: Final = 0x30  # PadCnt, in the flags byte
+TVER_MASK: Final = 0x0F
+_FECN: Final = 0x80000000
+_BECN: Final = 0x40000000
+ACKREQ: Final = 0x80000000
+_LOW24: Final = 0xFFFFFF  # DestQP and PSN: the low 24 bits of their words
 
 
 class BTH(NamedTuple):
@@ -45,7 +45,7 @@ class BTH(NamedTuple):
     becn: bool = False
 
 
-new_bth = functools.partial(tuple.__new__, BTH)  # BTH from all nine fields, without NamedTuple.__new__'s Python frame
+new_bth: Final = functools.partial(tuple.__new__, BTH)  # BTH from all nine fields, without NamedTuple.__new__'s Python frame
 
 
 def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BTH, int]:

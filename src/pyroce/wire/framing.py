@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from pyroce.wire.bth import ACKREQ, BTH_STRUCT
 from pyroce.wire.errors import BuildError, LengthMismatch, NotRoce, TruncatedPacket
@@ -32,33 +32,33 @@ from pyroce.wire.opcodes import BTH_LEN
 from pyroce.wire.packet import Buffer, Packet, PacketRun, build_packet_into, packet_length, parse_packet
 from pyroce.wire.psn import psn_add
 
-ROCE_UDP_PORT = 4791
-IPPROTO_UDP = 17
-IPV4_DF = 0x4000
-DEFAULT_TTL = 64
+ROCE_UDP_PORT: Final = 4791
+IPPROTO_UDP: Final = 17
+IPV4_DF: Final = 0x4000
+DEFAULT_TTL: Final = 64
 
 # pcap link types (tcpdump.org/linktypes.html)
-LINKTYPE_ETHERNET = 1
-LINKTYPE_RAW = 101
-LINKTYPE_LINUX_SLL = 113
-LINKTYPE_IPV4 = 228
-LINKTYPE_IPV6 = 229
-LINKTYPES = frozenset({LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_IPV6})
-SUPPORTED_LINKTYPES = "Ethernet, Linux cooked or raw IP"
+LINKTYPE_ETHERNET: Final = 1
+LINKTYPE_RAW: Final = 101
+LINKTYPE_LINUX_SLL: Final = 113
+LINKTYPE_IPV4: Final = 228
+LINKTYPE_IPV6: Final = 229
+LINKTYPES: Final = frozenset({LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_IPV6})
+SUPPORTED_LINKTYPES: Final = "Ethernet, Linux cooked or raw IP"
 
-ETHERTYPE_IPV4 = 0x0800
-ETHERTYPE_IPV6 = 0x86DD
-_ETHERTYPE_VLAN = (0x8100, 0x88A8)
-_ETH_LEN = 14
-_VLAN_LEN = 4
-_SLL_LEN = 16
+ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_IPV6: Final = 0x86DD
+_ETHERTYPE_VLAN: Final = (0x8100, 0x88A8)
+_ETH_LEN: Final = 14
+_VLAN_LEN: Final = 4
+_SLL_LEN: Final = 16
 
-_IPV4 = struct.Struct(">BBHHHBBH4s4s")
-_IPV6 = struct.Struct(">IHBB16s16s")
-_UDP = struct.Struct(">HHHH")
-_IPV4_LEN = 20
-_IPV6_LEN = 40
-_UDP_LEN = 8
+_IPV4: Final = struct.Struct(">BBHHHBBH4s4s")
+_IPV6: Final = struct.Struct(">IHBB16s16s")
+_UDP: Final = struct.Struct(">HHHH")
+_IPV4_LEN: Final = 20
+_IPV6_LEN: Final = 40
+_UDP_LEN: Final = 8
 
 
 class IPv4Header(NamedTuple):
@@ -160,9 +160,9 @@ def pack_ip_udp(buf: bytearray | memoryview, offset: int, ip: IpHeader, udp: Udp
     return ip_len + _UDP_LEN
 
 
-MAX_GSO_SEGMENTS = 64  # segments of one UDP GSO send that carry their own IPv4 ID (UDP_MAX_SEGMENTS)
-MAX_GSO_BYTES = 65507 - 8  # UDP payload of one send (IPv4 datagram limit), whatever the segments
-_MAX_SEEDS = 4096  # cached (length, segment) seeds per path; a flood of odd lengths clears it
+MAX_GSO_SEGMENTS: Final = 64  # segments of one UDP GSO send that carry their own IPv4 ID (UDP_MAX_SEGMENTS)
+MAX_GSO_BYTES: Final = 65507 - 8  # UDP payload of one send (IPv4 datagram limit), whatever the segments
+_MAX_SEEDS: Final = 4096  # cached (length, segment) seeds per path; a flood of odd lengths clears it
 
 
 class RocePath:
@@ -256,11 +256,11 @@ class RocePath:
         return id_solver(size, _ipv4_headers_with_id).solve(residue ^ RESIDUE) is not None
 
 
-_REFERENCE_IP = IPv4Header(bytes(4), bytes(4))
-_REFERENCE_UDP = UdpHeader(ROCE_UDP_PORT)
+_REFERENCE_IP: Final = IPv4Header(bytes(4), bytes(4))
+_REFERENCE_UDP: Final = UdpHeader(ROCE_UDP_PORT)
 
 
-GRH_LEN = 40  # what a UD receive buffer starts with: the GRH, or on RoCEv2/IPv4 20 zero bytes and the IPv4 header
+GRH_LEN: Final = 40  # what a UD receive buffer starts with: the GRH, or on RoCEv2/IPv4 20 zero bytes and the IPv4 header
 
 
 def network_header(ip: IpHeader, udp_payload_len: int) -> bytes:
@@ -287,7 +287,7 @@ def _ipv4_headers_with_id(udp_payload_len: int, ident: int) -> bytearray:
     return buf
 
 
-_ICRC = struct.Struct("<I")
+_ICRC: Final = struct.Struct("<I")
 
 
 def build_datagram(pkt: Packet, ip: IpHeader, udp: UdpHeader) -> bytearray:

@@ -12,6 +12,8 @@ payload), is a super-datagram. Segments are equal-sized but the last, which may 
 
 from __future__ import annotations
 
+from typing import Final
+
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.framing import (
     LINKTYPE_ETHERNET,
@@ -26,8 +28,8 @@ from pyroce.wire.opcodes import BTH_LEN, OPCODES, PayloadRule
 from pyroce.wire.packet import parse_packet
 from pyroce.wire.psn import psn_add
 
-_FIXED_PAYLOAD = {PayloadRule.NONE: 0, PayloadRule.FIXED8: 8}
-_PMTUS = tuple(mtu_to_bytes(mtu) for mtu in Mtu)
+_FIXED_PAYLOAD: Final = {PayloadRule.NONE: 0, PayloadRule.FIXED8: 8}
+_PMTUS: Final = tuple(mtu_to_bytes(mtu) for mtu in Mtu)
 
 
 def gso_segment_size(udp_payload: Buffer) -> int | None:

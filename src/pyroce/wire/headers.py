@@ -12,13 +12,13 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from pyroce.wire.opcodes import HEADER_LEN, OpFlag
 
 Buffer = bytes | bytearray | memoryview
 
-_LOW24 = 0xFFFFFF
+_LOW24: Final = 0xFFFFFF
 
 
 class Reth(NamedTuple):
@@ -90,8 +90,8 @@ def _tuple_codec(flag: OpFlag, field: str, fmt: str, cls: type) -> HeaderCodec:
     return HeaderCodec(flag, field, layout.size, unpack, pack)
 
 
-_U32 = struct.Struct(">I")
-_DETH = struct.Struct(">II")
+_U32: Final = struct.Struct(">I")
+_DETH: Final = struct.Struct(">II")
 
 
 def _unpack_u32(buf: Buffer, offset: int) -> int:
@@ -124,9 +124,9 @@ def _pack_deth(buf: bytearray | memoryview, offset: int, deth: Deth) -> None:
     _DETH.pack_into(buf, offset, deth.qkey, deth.src_qp)
 
 
-_FETH_PLT = 0x0F
-_FETH_SEL_SHIFT = 4
-_FETH_SEL = 0x03
+_FETH_PLT: Final = 0x0F
+_FETH_SEL_SHIFT: Final = 4
+_FETH_SEL: Final = 0x03
 
 
 def _unpack_feth(buf: Buffer, offset: int) -> Feth:
@@ -140,7 +140,7 @@ def _pack_feth(buf: bytearray | memoryview, offset: int, feth: Feth) -> None:
     _U32.pack_into(buf, offset, feth.placement_type | (feth.selectivity_level << _FETH_SEL_SHIFT))
 
 
-CNP_RESERVED = bytes(HEADER_LEN[OpFlag.CNP])
+CNP_RESERVED: Final = bytes(HEADER_LEN[OpFlag.CNP])
 
 
 def _unpack_cnp(buf: Buffer, offset: int) -> bytes:
@@ -153,7 +153,7 @@ def _pack_cnp(buf: bytearray | memoryview, offset: int, reserved: bytes) -> None
     buf[offset : offset + len(CNP_RESERVED)] = reserved
 
 
-CODECS: dict[OpFlag, HeaderCodec] = {
+CODECS: Final[dict[OpFlag, HeaderCodec]] = {
     OpFlag.DETH: HeaderCodec(OpFlag.DETH, "deth", 8, _unpack_deth, _pack_deth),
     OpFlag.FETH: HeaderCodec(OpFlag.FETH, "feth", 4, _unpack_feth, _pack_feth),
     OpFlag.RETH: _tuple_codec(OpFlag.RETH, "reth", ">QII", Reth),

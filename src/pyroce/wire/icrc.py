@@ -9,6 +9,8 @@ on the wire least-significant byte first. The CRC of the 8-byte prefix is comput
 
 from __future__ import annotations
 
+from typing import Final
+
 try:
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - isal is a declared dependency; zlib is the fallback
@@ -18,10 +20,10 @@ from pyroce.wire.errors import LengthMismatch
 
 Buffer = bytes | bytearray | memoryview
 
-ICRC_LEN = 4
-IPV4_UDP_LEN = 28
-IPV6_UDP_LEN = 48
-_PREFIX_CRC = crc32(b"\xff" * 8)
+ICRC_LEN: Final = 4
+IPV4_UDP_LEN: Final = 28
+IPV6_UDP_LEN: Final = 48
+_PREFIX_CRC: Final = crc32(b"\xff" * 8)
 
 
 def _masked_headers(ip_udp: Buffer) -> bytearray:
@@ -49,10 +51,10 @@ def icrc_seed(ip_udp: Buffer) -> int:
     return crc32(_masked_headers(ip_udp), _PREFIX_CRC)
 
 
-RESIDUE = 0x2144DF1C  # CRC-32 of any message followed by its own CRC, little-endian
-_BTH_BYTE4 = 4
-_MAX_CORRECTIONS = 4096
-_corrections: dict[int, int] = {}
+RESIDUE: Final = 0x2144DF1C  # CRC-32 of any message followed by its own CRC, little-endian
+_BTH_BYTE4: Final = 4
+_MAX_CORRECTIONS: Final = 4096
+_corrections: Final[dict[int, int]] = {}
 
 
 def byte4_correction(length: int, byte4: int) -> int:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from typing import Final
 
 from pyroce.wire.icrc import Buffer, icrc_seed, seed_difference
 
-ID_BITS = 16
-_MAX_SOLVERS = 512  # distinct packet lengths kept; a flood of odd lengths clears the cache
+ID_BITS: Final = 16
+_MAX_SOLVERS: Final = 512  # distinct packet lengths kept; a flood of odd lengths clears the cache
 
 
 class IdSolver:
@@ -66,7 +67,7 @@ def _table(units: list[int], typecode: str) -> array:
     return table
 
 
-_solvers: dict[int, IdSolver] = {}
+_solvers: Final[dict[int, IdSolver]] = {}
 
 
 def id_solver(size: int, headers: Callable[[int, int], Buffer]) -> IdSolver:

@@ -6,9 +6,11 @@ The PMTU counts payload bytes only; RoCE leaves 96 bytes of a netdev MTU for hea
 
 from __future__ import annotations
 
+from typing import Final
+
 from pyroce.ib.enums import ibv_mtu as Mtu
 
-ROCE_HEADER_ALLOWANCE = 96
+ROCE_HEADER_ALLOWANCE: Final = 96
 
 
 def mtu_to_bytes(mtu: int) -> int:

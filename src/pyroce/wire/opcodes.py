@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import types
-from typing import Any, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
 
 class Transport(enum.IntEnum):
@@ -54,7 +54,7 @@ class OpFlag(enum.IntFlag):
     COMP = 1 << 22  # completes a receive WQE at the responder
 
 
-HEADER_FLAGS = (
+HEADER_FLAGS: Final = (
     OpFlag.DETH,
     OpFlag.FETH,
     OpFlag.RETH,
@@ -105,9 +105,9 @@ class OpInfo(NamedTuple):
         return Transport(self.opcode & 0xE0)
 
 
-BTH_LEN = 12
+BTH_LEN: Final = 12
 
-HEADER_LEN = {
+HEADER_LEN: Final = {
     OpFlag.DETH: 8,
     OpFlag.FETH: 4,
     OpFlag.RETH: 16,
@@ -120,12 +120,12 @@ HEADER_LEN = {
 }
 
 F = OpFlag
-_SEND_REQ = F.REQ | F.SEND
-_WRITE_REQ = F.REQ | F.WRITE
-_READ_RESP = F.ACK | F.READ
+_SEND_REQ: Final = F.REQ | F.SEND
+_WRITE_REQ: Final = F.REQ | F.WRITE
+_READ_RESP: Final = F.ACK | F.READ
 
 # (low 5 bits, operation, flags, payload rule) for RC; UC takes the SEND and WRITE rows.
-_RC_OPS = (
+_RC_OPS: Final = (
     (0x00, "SEND_FIRST", _SEND_REQ | F.START | F.RWR, PayloadRule.FULL),
     (0x01, "SEND_MIDDLE", _SEND_REQ | F.MIDDLE, PayloadRule.FULL),
     (0x02, "SEND_LAST", _SEND_REQ | F.END | F.COMP, PayloadRule.TAIL),
@@ -162,8 +162,8 @@ _RC_OPS = (
     (0x1C, "FLUSH", F.REQ | F.FLUSH | F.FETH | F.RETH | F.START | F.END, PayloadRule.NONE),
     (0x1D, "ATOMIC_WRITE", F.REQ | F.ATOMIC_WRITE | F.RETH | F.START | F.END, PayloadRule.FIXED8),
 )
-_UC_LAST_OP = 0x0B
-_UD_OPS = (
+_UC_LAST_OP: Final = 0x0B
+_UD_OPS: Final = (
     (0x04, "SEND_ONLY", _SEND_REQ | F.DETH | F.START | F.END | F.RWR | F.COMP, PayloadRule.ANY),
     (
         0x05,
@@ -172,7 +172,7 @@ _UD_OPS = (
         PayloadRule.ANY,
     ),
 )
-_CNP_OPS = ((0x01, "CNP", F.CNP, PayloadRule.NONE),)
+_CNP_OPS: Final = ((0x01, "CNP", F.CNP, PayloadRule.NONE),)
 
 
 def _row(transport: Transport, low: int, op: str, flags: OpFlag, rule: PayloadRule) -> OpInfo:
@@ -198,22 +198,22 @@ def _table() -> tuple[OpInfo | None, ...]:
     return tuple(table)
 
 
-OPCODES: tuple[OpInfo | None, ...] = _table()
+OPCODES: Final[tuple[OpInfo | None, ...]] = _table()
 """256 entries indexed by BTH opcode; ``None`` for opcodes pyroce does not accept."""
 
-OPCODE_FLAGS: tuple[int, ...] = tuple(int(info.flags) if info is not None else 0 for info in OPCODES)
+OPCODE_FLAGS: Final[tuple[int, ...]] = tuple(int(info.flags) if info is not None else 0 for info in OPCODES)
 """Each opcode's ``OpFlag`` bits as a plain int, for per-packet code: arithmetic on an
 ``IntFlag`` builds a new enum member each time (about 1 µs here), an int does not."""
 
-OPCODE_PAYLOAD: tuple[PayloadRule, ...] = tuple(
+OPCODE_PAYLOAD: Final[tuple[PayloadRule, ...]] = tuple(
     info.payload if info is not None else PayloadRule.NONE for info in OPCODES
 )
 """Each opcode's payload rule, indexed by opcode (a tuple index, not a property chain)."""
 
-Flag: Any = types.SimpleNamespace(**{name: int(member) for name, member in OpFlag.__members__.items()})
+Flag: Final[Any] = types.SimpleNamespace(**{name: int(member) for name, member in OpFlag.__members__.items()})
 """``OpFlag``'s bits as plain ints (``Flag.END``), to test against ``OPCODE_FLAGS``."""
 
-Opcode: Any = cast(Any, enum.IntEnum)("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])
+Opcode: Final[Any] = cast(Any, enum.IntEnum)("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])
 """Every supported opcode by name: ``Opcode.RC_SEND_FIRST == 0x00``, ``Opcode.CNP == 0x81``."""
 
 

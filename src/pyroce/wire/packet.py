@@ -14,7 +14,7 @@ import functools
 import struct
 from builtins import memoryview  # mypyc finds a NamedTuple field's type among the module's globals
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
@@ -83,13 +83,13 @@ class PacketRun(NamedTuple):
         return packets
 
 
-new_run = functools.partial(tuple.__new__, PacketRun)  # NamedTuple.__new__ without its Python frame
+new_run: Final = functools.partial(tuple.__new__, PacketRun)  # NamedTuple.__new__ without its Python frame
 
-_SLOT = {field: index for index, field in enumerate(Packet._fields)}
-_EMPTY_FIELDS = (None,) * len(Packet._fields)
-new_packet = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
-ACK_BYTES = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len  # type: ignore[union-attr]  # BTH and AETH: an ACK built, ICRC not yet
-_LOW24 = 0xFFFFFF
+_SLOT: Final = {field: index for index, field in enumerate(Packet._fields)}
+_EMPTY_FIELDS: Final = (None,) * len(Packet._fields)
+new_packet: Final = functools.partial(tuple.__new__, Packet)  # NamedTuple.__new__ without its Python frame
+ACK_BYTES: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len  # type: ignore[union-attr]  # BTH and AETH: an ACK built, ICRC not yet
+_LOW24: Final = 0xFFFFFF
 
 
 class _Layout(NamedTuple):
@@ -110,7 +110,7 @@ def _layout(info: OpInfo) -> _Layout:
     return _Layout(info, tuple(present), len(CODECS) - len(present), exact)
 
 
-_LAYOUTS: tuple[_Layout | None, ...] = tuple(_layout(info) if info else None for info in OPCODES)
+_LAYOUTS: Final[tuple[_Layout | None, ...]] = tuple(_layout(info) if info else None for info in OPCODES)
 
 
 def _info(opcode: int) -> OpInfo:
@@ -203,10 +203,10 @@ def build_packet_into(buf: bytearray | memoryview, offset: int, pkt: Packet) -> 
     return written
 
 
-_PADDING = (b"", b"\0", b"\0\0", b"\0\0\0")
+_PADDING: Final = (b"", b"\0", b"\0\0", b"\0\0\0")
 
-_ACK_TAIL = struct.Struct(">II")  # an ACK's last BTH word (AckReq 0 | PSN) and its AETH word (syndrome | MSN)
-_PSN_WORD_AT = 8  # BTH bytes 8-11 (AckReq | PSN): a template's heads end there (an ACK's AETH follows)
+_ACK_TAIL: Final = struct.Struct(">II")  # an ACK's last BTH word (AckReq 0 | PSN) and its AETH word (syndrome | MSN)
+_PSN_WORD_AT: Final = 8  # BTH bytes 8-11 (AckReq | PSN): a template's heads end there (an ACK's AETH follows)
 
 
 class AckTemplate:
@@ -229,7 +229,7 @@ class AckTemplate:
         return self._head + _ACK_TAIL.pack(psn & _LOW24, self._syndrome | (msn & _LOW24))
 
 
-_PSN_WORD = struct.Struct(">I")  # AckReq | PSN
+_PSN_WORD: Final = struct.Struct(">I")  # AckReq | PSN
 
 
 class BthTemplate:

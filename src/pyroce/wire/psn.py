@@ -6,9 +6,11 @@ PSN and half behind it, as rxe's ``psn_compare`` treats it.
 
 from __future__ import annotations
 
-PSN_BITS = 24
-PSN_MASK = (1 << PSN_BITS) - 1
-PSN_HALF = 1 << (PSN_BITS - 1)
+from typing import Final
+
+PSN_BITS: Final = 24
+PSN_MASK: Final = (1 << PSN_BITS) - 1
+PSN_HALF: Final = 1 << (PSN_BITS - 1)
 
 
 def psn_add(psn: int, n: int) -> int:
