@@ -160,7 +160,37 @@ def test_the_middle_and_last_of_a_message_take_the_predicted_path(transport: Tra
     sender.qp.post_send(SendWork(0, WorkOp.RDMA_WRITE, (Sge(sender.mr.addr, 10 * 256, sender.mr.key),),
                                  raddr=pair[0].mr.addr, rkey=pair[0].mr.key))  # fmt: skip
     demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
-    assert demux.counters["predicted_pkts"] == 9  # all but the FIRST (its RETH)
+    assert demux.counters["predicted_pkts"] == 10  # the FIRST too, its RETH checked
+    assert_same(pair)
+
+
+WRITE_TARGETS = {  # (offset into the twin's MR, rkey change, length): a WRITE ONLY's RETH
+    "fits": (100, 0, 200),
+    "bad_rkey": (100, 1, 200),
+    "past_the_mr": (SIZE - 100, 0, 200),
+    "empty": (100, 0, 0),
+}
+
+
+@pytest.mark.parametrize("transport", [Transport.RC, Transport.UC], ids=["rc", "uc"])
+@pytest.mark.parametrize(("target", "predicted"), [("fits", 3), ("bad_rkey", 1), ("past_the_mr", 1), ("empty", 0)])
+def test_a_write_only_takes_the_predicted_path_when_its_reth_reaches_the_mr(transport: Transport, target: str,
+                                                                            predicted: int) -> None:  # fmt: skip
+    """Small WRITEs (one ONLY packet each, a RETH and the payload) are placed by prediction when
+    the RETH names a range of the MR with remote write. A wrong key or a range past the MR is
+    answered where it was checked, as the general path answers it (RC: a NAK and the QP in
+    error; UC: the message dropped), and what follows goes the general way; a zero-length
+    WRITE goes the general way. The outcome is the twin's, which only has the general path."""
+    sender = make_node(0x11, 0x22, SIZE, 0x10000, pmtu=256, transport=transport)
+    sender.buf[:] = random.Random(3).randbytes(SIZE)
+    pair = twins(transport=transport)
+    offset, key_change, length = WRITE_TARGETS[target]
+    for counter in range(3):
+        sender.qp.post_send(SendWork(counter, WorkOp.RDMA_WRITE, (Sge(sender.mr.addr + 10 * counter, length, sender.mr.key),),
+                                     raddr=pair[0].mr.addr + offset + 256 * counter * (target != "past_the_mr"),
+                                     rkey=pair[0].mr.key ^ key_change))  # fmt: skip
+    demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
+    assert demux.counters["predicted_pkts"] == predicted
     assert_same(pair)
 
 

@@ -27,8 +27,9 @@ from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import SYNDROME_KINDS, AethKind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
+from pyroce.wire.headers import CODECS
 from pyroce.wire.icrc import ICRC_LEN
-from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, Transport
+from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, OpFlag, Transport
 from pyroce.wire.packet import Packet, PacketRun, parse_packet
 from pyroce.wire.psn import PSN_MASK
 
@@ -41,6 +42,7 @@ ACK_LEN: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: igno
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
 _RTR: Final = QpState.RTR
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
+_unpack_reth: Final = CODECS[OpFlag.RETH].unpack
 
 
 @dataclass
@@ -162,8 +164,9 @@ class RcQp:
     def receive_predicted(self, data: memoryview | bytes, now: float) -> bool:
         """Header prediction (Linux TCP's fast path, for RoCE) on a packet as it arrived (BTH
         through ICRC, ICRC checked): the next MIDDLE or LAST packet (no immediate) of the
-        message in progress or a SEND ONLY (no immediate, no SE) with a receive WQE waiting
-        that holds it (RC or UC: ``Service.predicted``), or the next response of the READ
+        message in progress, a SEND ONLY (no immediate, no SE) with a receive WQE waiting
+        that holds it, a WRITE's FIRST or ONLY (no immediate) whose RETH the MR takes (RC or
+        UC: ``Service.predicted``), or the next response of the READ
         at the head of the send queue, at the expected PSN, is placed without building a
         ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
@@ -203,6 +206,9 @@ class RcQp:
                 placed = self.completer.receive_read_predicted(
                     psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
                 )
+            elif op_flags & Flag.RETH:  # a WRITE's FIRST or ONLY: its RETH after the BTH
+                placed = self.responder.receive_write_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK,
+                                                                _unpack_reth(data, BTH_LEN), data, data[start:end])  # fmt: skip
             else:
                 placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
         if placed:

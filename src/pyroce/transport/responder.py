@@ -28,10 +28,10 @@ from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork
 from pyroce.wire.aeth import CREDITS_UNLIMITED, NakCode, ack_syndrome, nak_syndrome, rnr_nak_syndrome
 from pyroce.wire.bth import BTH, run_length
-from pyroce.wire.headers import Aeth, AtomicAckEth
+from pyroce.wire.headers import Aeth, AtomicAckEth, Reth
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
-from pyroce.wire.packet import AckTemplate, Packet, PacketRun, new_run
+from pyroce.wire.packet import AckTemplate, Packet, PacketRun, new_run, parse_packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ _REMOTE_WRITE: Final = Access.REMOTE_WRITE
 _SUCCESS: Final = WcStatus.SUCCESS
 _NO_WC_FLAGS: Final = WcFlag.NONE
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
+_EXECUTE: Final = RespState.EXECUTE
 
 
 class ReadJob:
@@ -223,6 +224,27 @@ class Responder:
         self._placed(flags, psn, len(payload), ackreq, None)
         return True
 
+    def receive_write_predicted(self, flags: int, psn: int, ackreq: bool, reth: Reth, packet: memoryview | bytes,
+                                payload: memoryview | bytes) -> bool:  # fmt: skip
+        """Place a WRITE's FIRST or ONLY (no immediate) at the expected PSN with no message
+        open, its RETH checked as the general path checks it (``_check_rkey``); False leaves
+        the packet (``packet``, whole) to ``receive`` (``RcQp.receive_predicted``). A RETH the
+        check refuses is answered here, as ``receive`` would answer it after the same checks
+        (``_error``): the check pulls a mirrored region's bytes, and a failed pull counts once."""
+        if psn != self.epsn or self.nak_sent or self.in_message or self.dropping:
+            return False
+        if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
+            return False
+        state = self._check_rkey(reth, len(payload), flags)
+        if state is not _EXECUTE:
+            self._error(parse_packet(packet), state)
+            return True
+        view = self.write_view = self.checked
+        self.checked = None
+        view[: len(payload)] = payload  # type: ignore[index]
+        self._placed(flags, psn, len(payload), ackreq, None)
+        return True
+
     def receive_middles(self, segments: memoryview, step: int, opcode: int, pkey: int, qpn: int) -> int:
         """Place the MIDDLE packets of the open message that follow one just placed by
         ``receive_predicted`` in a GRO run of ``step``-byte segments (ICRCs checked): the
@@ -318,7 +340,7 @@ class Responder:
         if not OPCODE_PAYLOAD[pkt.bth.opcode].allows(len(pkt.payload), self.qp.config.pmtu):
             return RespState.ERR_LENGTH
         if flags & Flag.RETH:
-            return self._check_rkey(pkt, flags)
+            return self._check_rkey(pkt.reth, len(pkt.payload), flags)  # type: ignore[arg-type]
         if flags & Flag.ATMETH:
             atomic = pkt.atomiceth  # the key and its 8 bytes first: a range leaving the MR is an R_Key
             view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
@@ -348,21 +370,23 @@ class Responder:
         """READ responses queued and not fully sent: the responder resources in use."""
         return sum(isinstance(item, ReadJob) for item in self.out)
 
-    def _check_rkey(self, pkt: Packet, flags: int) -> RespState:
-        reth = pkt.reth
-        if reth.dma_len > self.qp.config.max_msg_sz:  # type: ignore[union-attr]
+    def _check_rkey(self, reth: Reth, length: int, flags: int) -> RespState:
+        """CHK_RKEY of a READ or of a WRITE's first packet (``length`` bytes of payload): the
+        RETH's range in an MR this QP may reach, and a WRITE's payload within it."""
+        dma_len = reth.dma_len
+        if dma_len > self.qp.config.max_msg_sz:
             return RespState.ERR_LENGTH
         access = _REMOTE_READ if flags & Flag.READ else _REMOTE_WRITE
-        view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, access, self.qp.config.pdn)  # type: ignore[union-attr]
+        view = self.qp.memory.lookup(reth.rkey, reth.va, dma_len, access, self.qp.config.pdn)
         if isinstance(view, MemFault):
             return RespState.ERR_RKEY_VIOLATION
         if flags & Flag.WRITE:
-            if len(pkt.payload) > reth.dma_len or (flags & Flag.END and len(pkt.payload) != reth.dma_len):  # type: ignore[union-attr]
+            if length > dma_len or (flags & Flag.END and length != dma_len):
                 return RespState.ERR_LENGTH
-            self.write_length = reth.dma_len  # type: ignore[union-attr]
+            self.write_length = dma_len
             self.offset = 0
         self.checked = view
-        return RespState.EXECUTE
+        return _EXECUTE
 
     # --- execution ----------------------------------------------------------------------
 

@@ -38,8 +38,8 @@ class Service(NamedTuple):
     predicted: frozenset[int]
     """The opcodes header prediction takes (``RcQp.receive_predicted``): the packets after the
     first of a SEND or WRITE that carry no immediate (a BTH alone), a SEND ONLY without one
-    (the 2-byte message's packet), and on RC every READ response (a BTH, and an AETH that must
-    say ACK)."""
+    (the 2-byte message's packet), a WRITE's FIRST and ONLY without one (a BTH and a RETH), and
+    on RC every READ response (a BTH, and an AETH that must say ACK)."""
     runs: frozenset[int]
     """Of those, the MIDDLEs whose followers in a GRO run are placed in one loop (``RcQp.receive_run``)."""
 
@@ -48,8 +48,9 @@ UC_OPS: Final = frozenset({WorkOp.SEND, WorkOp.SEND_WITH_IMM, WorkOp.RDMA_WRITE,
 
 READ_RESPONSES: Final = frozenset({Opcode.RC_RDMA_READ_RESPONSE_FIRST, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE,
                             Opcode.RC_RDMA_READ_RESPONSE_LAST, Opcode.RC_RDMA_READ_RESPONSE_ONLY})  # fmt: skip
-RC_PREDICTED: Final = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY, Opcode.RC_RDMA_WRITE_MIDDLE,
-                          Opcode.RC_RDMA_WRITE_LAST}) | READ_RESPONSES  # fmt: skip
+RC_PREDICTED: Final = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_SEND_LAST, Opcode.RC_SEND_ONLY, Opcode.RC_RDMA_WRITE_FIRST,
+                                 Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_WRITE_ONLY}
+                                ) | READ_RESPONSES  # fmt: skip
 RC_RUNS: Final = frozenset({Opcode.RC_SEND_MIDDLE, Opcode.RC_RDMA_WRITE_MIDDLE, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE})
 
 
