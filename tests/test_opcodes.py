@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pyroce.wire import OPCODES, Opcode, OpFlag, PayloadRule, Transport, opcode_name
+from pyroce.wire.opcodes import Flag
 
 F = OpFlag
 
@@ -71,3 +72,11 @@ def test_payload_rules():
     assert PayloadRule.ANY.allows(0, 256) and not PayloadRule.ANY.allows(257, 256)
     assert PayloadRule.NONE.allows(0, 4096) and not PayloadRule.NONE.allows(1, 4096)
     assert PayloadRule.FIXED8.allows(8, 256) and not PayloadRule.FIXED8.allows(4, 256)
+
+
+def test_flag_and_opflag_are_the_same_bits() -> None:
+    """``Flag`` (plain ints for per-packet code) and ``OpFlag`` (the IntFlag of the table)
+    name the same bits, every one of them distinct."""
+    plain = {name: value for name, value in vars(Flag).items() if name.isupper()}
+    assert plain == {name: int(member) for name, member in OpFlag.__members__.items()}
+    assert len(set(plain.values())) == len(plain)

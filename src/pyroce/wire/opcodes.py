@@ -9,7 +9,6 @@ Names are generated as scapy does: transport prefix plus operation, e.g. ``RC_SE
 from __future__ import annotations
 
 import enum
-import types
 from typing import Any, Final, NamedTuple, cast
 
 
@@ -24,34 +23,64 @@ class Transport(enum.IntEnum):
     XRC = 0xA0
 
 
-class OpFlag(enum.IntFlag):
-    """Headers an opcode carries and what kind of packet it is (rxe's ``RXE_*_MASK``)."""
+class Flag:
+    """Headers an opcode carries and what kind of packet it is (rxe's ``RXE_*_MASK``), as plain
+    ints to test against ``OPCODE_FLAGS`` (``flags & Flag.END``): class constants, which the
+    compiled build reads as C constants, where arithmetic on an ``IntFlag`` builds a member."""
 
-    NONE = 0
+    NONE: Final = 0
     # extension headers, in wire order (see HEADER_ORDER)
-    DETH = 1 << 0
-    FETH = 1 << 1
-    RETH = 1 << 2
-    ATMETH = 1 << 3
-    AETH = 1 << 4
-    ATMACK = 1 << 5
-    IMMDT = 1 << 6
-    IETH = 1 << 7
-    CNP = 1 << 8
+    DETH: Final = 1 << 0
+    FETH: Final = 1 << 1
+    RETH: Final = 1 << 2
+    ATMETH: Final = 1 << 3
+    AETH: Final = 1 << 4
+    ATMACK: Final = 1 << 5
+    IMMDT: Final = 1 << 6
+    IETH: Final = 1 << 7
+    CNP: Final = 1 << 8
     # what the packet is
-    REQ = 1 << 10  # a request (requester -> responder)
-    ACK = 1 << 11  # a response (ACK, read response, atomic ACK)
-    SEND = 1 << 12
-    WRITE = 1 << 13
-    READ = 1 << 14  # read request or read response
-    ATOMIC = 1 << 15  # compare-and-swap or fetch-and-add request
-    FLUSH = 1 << 16
-    ATOMIC_WRITE = 1 << 17
-    START = 1 << 18  # first packet of a message (FIRST or ONLY)
-    MIDDLE = 1 << 19
-    END = 1 << 20  # last packet of a message (LAST or ONLY)
-    RWR = 1 << 21  # consumes a receive WQE at the responder
-    COMP = 1 << 22  # completes a receive WQE at the responder
+    REQ: Final = 1 << 10  # a request (requester -> responder)
+    ACK: Final = 1 << 11  # a response (ACK, read response, atomic ACK)
+    SEND: Final = 1 << 12
+    WRITE: Final = 1 << 13
+    READ: Final = 1 << 14  # read request or read response
+    ATOMIC: Final = 1 << 15  # compare-and-swap or fetch-and-add request
+    FLUSH: Final = 1 << 16
+    ATOMIC_WRITE: Final = 1 << 17
+    START: Final = 1 << 18  # first packet of a message (FIRST or ONLY)
+    MIDDLE: Final = 1 << 19
+    END: Final = 1 << 20  # last packet of a message (LAST or ONLY)
+    RWR: Final = 1 << 21  # consumes a receive WQE at the responder
+    COMP: Final = 1 << 22  # completes a receive WQE at the responder
+
+
+class OpFlag(enum.IntFlag):
+    """``Flag``'s bits as an ``IntFlag``, for the opcode table and the names its values print."""
+
+    NONE = Flag.NONE
+    DETH = Flag.DETH
+    FETH = Flag.FETH
+    RETH = Flag.RETH
+    ATMETH = Flag.ATMETH
+    AETH = Flag.AETH
+    ATMACK = Flag.ATMACK
+    IMMDT = Flag.IMMDT
+    IETH = Flag.IETH
+    CNP = Flag.CNP
+    REQ = Flag.REQ
+    ACK = Flag.ACK
+    SEND = Flag.SEND
+    WRITE = Flag.WRITE
+    READ = Flag.READ
+    ATOMIC = Flag.ATOMIC
+    FLUSH = Flag.FLUSH
+    ATOMIC_WRITE = Flag.ATOMIC_WRITE
+    START = Flag.START
+    MIDDLE = Flag.MIDDLE
+    END = Flag.END
+    RWR = Flag.RWR
+    COMP = Flag.COMP
 
 
 HEADER_FLAGS: Final = (
@@ -209,9 +238,6 @@ OPCODE_PAYLOAD: Final[tuple[PayloadRule, ...]] = tuple(
     info.payload if info is not None else PayloadRule.NONE for info in OPCODES
 )
 """Each opcode's payload rule, indexed by opcode (a tuple index, not a property chain)."""
-
-Flag: Final[Any] = types.SimpleNamespace(**{name: int(member) for name, member in OpFlag.__members__.items()})
-"""``OpFlag``'s bits as plain ints (``Flag.END``), to test against ``OPCODE_FLAGS``."""
 
 Opcode: Final[Any] = cast(Any, enum.IntEnum)("Opcode", [(info.name, info.opcode) for info in OPCODES if info is not None])
 """Every supported opcode by name: ``Opcode.RC_SEND_FIRST == 0x00``, ``Opcode.CNP == 0x81``."""
