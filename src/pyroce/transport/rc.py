@@ -42,7 +42,7 @@ ACK_LEN: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: igno
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
 _RTR: Final = QpState.RTR
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
-_unpack_reth: Final = CODECS[OpFlag.RETH].unpack
+_unpack_reth: Final = CODECS[OpFlag.RETH].unpack  # a predicted WRITE's RETH, by the header's one codec
 
 
 @dataclass
