@@ -1,6 +1,6 @@
-"""What reaching another process's memory costs the shared NIC: ``process_vm_readv``/``writev``
-(``pyroce.nicd.process_memory``, through its ctypes wrappers, as the NIC calls them) against an
-in-process copy (a memoryview slice assignment, what the transport does with local memory), at
+"""What reaching another process's memory costs the shared NIC: a pull and a push of a
+``ForeignMemory`` (``pyroce.nicd.process_memory``: ``preadv``/``pwrite`` of the program's
+``/proc/<pid>/mem``, as the NIC calls them) against an in-process copy (a memoryview slice assignment, what the transport does with local memory), at
 64 B, 4 KiB, 64 KiB and 1 MiB; and 64 KiB RDMA WRITEs on one pyroce0 (two Contexts, RC, MTU
 4096, 16 outstanding) into a foreign MR (a child process's memory) against a local MR.
 
@@ -16,7 +16,6 @@ local and foreign alternating (which goes first alternates too), and both the fa
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import mmap
 import statistics
@@ -26,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from pyroce.apps.rc_endpoint import ALL_ACCESS, RcEndpoint
-from pyroce.nicd.process_memory import ForeignMemory, read_memory, write_memory
+from pyroce.nicd.process_memory import ForeignMemory
 from pyroce.verbs.enums import ibv_mtu, ibv_wr_opcode
 from pyroce.verbs.mr import MR
 from pyroce.verbs.wr import SGE, SendWR
@@ -67,8 +66,7 @@ def copies(pid: int, remote: int, seconds: float, rounds: int) -> list[dict[str,
     local = mmap.mmap(-1, REGION)
     source = mmap.mmap(-1, REGION)
     local_view, source_view = memoryview(local), memoryview(source)
-    holder = ctypes.c_char.from_buffer(local)
-    base = ctypes.addressof(holder)
+    foreign = ForeignMemory(pid, remote, REGION)
     rows = []
     for size in SIZES:
 
@@ -78,13 +76,13 @@ def copies(pid: int, remote: int, seconds: float, rounds: int) -> list[dict[str,
         row = {
             "bytes": size,
             "copy_us": per_op(in_process, seconds, rounds) * 1e6,
-            "readv_us": per_op(lambda size=size: read_memory(pid, remote, base, size), seconds, rounds) * 1e6,
-            "writev_us": per_op(lambda size=size: write_memory(pid, remote, base, size), seconds, rounds) * 1e6,
+            "pull_us": per_op(lambda size=size: foreign.pull(0, size), seconds, rounds) * 1e6,
+            "push_us": per_op(lambda size=size: foreign.push(0, size), seconds, rounds) * 1e6,
         }
-        for kind in ("copy", "readv", "writev"):
+        for kind in ("copy", "pull", "push"):
             row[f"{kind}_GBps"] = size / row[f"{kind}_us"] / 1e3
         rows.append(row)
-    del holder
+    foreign.close()
     local_view.release()
     source_view.release()
     return rows
@@ -154,11 +152,11 @@ def main() -> None:
     finally:
         child.stdin.close()  # type: ignore[union-attr]
         child.wait()
-    print(f"{'bytes':>8}{'copy us':>10}{'readv us':>10}{'writev us':>11}{'copy GB/s':>11}{'readv GB/s':>12}"
-          f"{'writev GB/s':>13}")  # fmt: skip
+    print(f"{'bytes':>8}{'copy us':>10}{'pull us':>10}{'push us':>10}{'copy GB/s':>11}{'pull GB/s':>11}"
+          f"{'push GB/s':>11}")  # fmt: skip
     for row in rows:
-        print(f"{row['bytes']:>8}{row['copy_us']:>10.2f}{row['readv_us']:>10.2f}{row['writev_us']:>11.2f}"
-              f"{row['copy_GBps']:>11.2f}{row['readv_GBps']:>12.2f}{row['writev_GBps']:>13.2f}")  # fmt: skip
+        print(f"{row['bytes']:>8}{row['copy_us']:>10.2f}{row['pull_us']:>10.2f}{row['push_us']:>10.2f}"
+              f"{row['copy_GBps']:>11.2f}{row['pull_GBps']:>11.2f}{row['push_GBps']:>11.2f}")  # fmt: skip
     print()
     print(f"{'64 KiB RDMA WRITE into':<24}{'CPU us min':>12}{'CPU us median':>15}{'wall us median':>16}"
           f"{'writes/s':>10}{'MB/s':>8}")  # fmt: skip

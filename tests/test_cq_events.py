@@ -199,6 +199,30 @@ def test_a_solicited_arm_does_not_narrow_an_arm_for_any_completion(host_pair: Pa
     assert readable(channel(b).fd, 0)
 
 
+def test_a_sleeping_poller_is_woken_by_the_next_completion(host_pair: Pair) -> None:
+    """What the C driver's ``ibv_poll_cq`` naps on: with its flag set, the next CQE clears the
+    flag and writes the eventfd, once however many CQEs follow; with the flag clear, nothing."""
+    a, b = host_pair
+    napping, fd = b.cq.poller_wakeup()
+    assert b.cq.poller_wakeup()[1] == fd  # one per CQ
+    post_recv(b, 3)
+    send(a)
+    step_until(b, 1)
+    assert not readable(fd, 0)  # nobody napping: no wake-up
+    napping[0] = 1
+    send(a)
+    send(a)
+    step_until(b, 2)
+    assert napping[0] == 0
+    assert os.eventfd_read(fd) == 1  # one wake-up for the two CQEs
+    assert b.ctx.device.counters["poller_wakeups"] == 1
+    b.qp.close()
+    b.cq.close()
+    with pytest.raises(OSError) as closed:
+        os.fstat(fd)
+    assert closed.value.errno == errno.EBADF  # closed with its CQ
+
+
 def test_destroying_a_cq_drops_its_unread_events(host_pair: Pair) -> None:
     a, b = host_pair
     raise_event(a, b)

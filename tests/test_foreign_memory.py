@@ -23,13 +23,13 @@ from pyroce.ib.enums import Access
 from pyroce.nic.memory import MrTable
 from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nicd.process_memory import (
+    BULK_BYTES,
     ForeignMemory,
+    ProcessFile,
     allow_tracer,
     page_starts,
     probe,
     process_vm_readv,
-    read_memory,
-    write_memory,
 )
 from pyroce.testing.plugin import use_embedded_nic
 from pyroce.transport.memory import MemFault
@@ -135,45 +135,57 @@ def atomic(ep: Endpoint, opcode: int, sg: SGE, rkey: int, raddr: int, compare_ad
 # --- the system calls ---------------------------------------------------------------------------
 
 
-def test_process_vm_read_and_write_move_bytes_and_keep_the_errno() -> None:
+def test_the_process_file_moves_bytes_and_answers_efault() -> None:
     source = ctypes.create_string_buffer(b"0123456789abcdef", 16)
-    target = ctypes.create_string_buffer(16)
-    read_memory(os.getpid(), ctypes.addressof(source), ctypes.addressof(target), 16)
-    assert target.raw == b"0123456789abcdef"
-    write_memory(os.getpid(), ctypes.addressof(source) + 4, ctypes.addressof(target), 4)
+    target = bytearray(16)
+    process = ProcessFile(os.getpid())
+    process.read_into(memoryview(target), ctypes.addressof(source))
+    assert target == b"0123456789abcdef"
+    process.write_from(memoryview(target)[:4], ctypes.addressof(source) + 4)
     assert source.raw[:8] == b"01230123"
     with pytest.raises(OSError) as failed:
-        read_memory(os.getpid(), 8, ctypes.addressof(target), 4)  # page 0 is never mapped
+        process.read_into(memoryview(target)[:4], 8)  # page 0 is never mapped
+    assert failed.value.errno == errno.EFAULT
+    with pytest.raises(OSError) as failed:
+        process.write_from(memoryview(target)[:4], 8)
     assert failed.value.errno == errno.EFAULT
 
 
-def test_a_partial_transfer_is_resumed_and_its_fault_raised() -> None:
-    """A range whose second page is not mapped: the first page arrives, then EFAULT."""
-    area = mmap.mmap(-1, 2 * mmap.PAGESIZE)
-    area[:] = b"\x11" * mmap.PAGESIZE + b"\x22" * mmap.PAGESIZE
-    holder = (ctypes.c_char * (2 * mmap.PAGESIZE)).from_buffer(area)
+@pytest.mark.parametrize("pages", [2, 8])  # through /proc/<pid>/mem; past BULK_BYTES, process_vm_readv
+def test_a_partial_transfer_is_resumed_and_its_fault_raised(pages: int) -> None:
+    """A range whose last page is not mapped: the pages before it arrive, then EFAULT."""
+    size = pages * mmap.PAGESIZE
+    area = mmap.mmap(-1, size)
+    area[:] = b"\x11" * (size - mmap.PAGESIZE) + b"\x22" * mmap.PAGESIZE
+    holder = (ctypes.c_char * size).from_buffer(area)
     base = ctypes.addressof(holder)
+    hole = base + size - mmap.PAGESIZE
     libc = ctypes.CDLL(None)
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     target = ctypes.create_string_buffer(mmap.PAGESIZE + 8)
     try:
-        assert libc.munmap(base + mmap.PAGESIZE, mmap.PAGESIZE) == 0
+        assert libc.munmap(hole, mmap.PAGESIZE) == 0
         moved = process_vm_readv(os.getpid(), [(ctypes.addressof(target), mmap.PAGESIZE + 8)],
-                                 [(base + mmap.PAGESIZE - 8, mmap.PAGESIZE + 8)])  # fmt: skip
+                                 [(hole - 8, mmap.PAGESIZE + 8)])  # fmt: skip
         assert moved == 8  # the kernel's partial transfer: up to the fault
+        landed = bytearray(size)
+        assert (len(landed) >= BULK_BYTES) == (pages == 8)
         with pytest.raises(OSError) as failed:
-            read_memory(os.getpid(), base + mmap.PAGESIZE - 8, ctypes.addressof(target), mmap.PAGESIZE + 8)
+            ProcessFile(os.getpid()).read_into(memoryview(landed), base)
         assert failed.value.errno == errno.EFAULT
-        assert target.raw[:8] == b"\x11" * 8
+        assert landed[: size - mmap.PAGESIZE] == b"\x11" * (size - mmap.PAGESIZE)
+        with pytest.raises(OSError) as failed:
+            ProcessFile(os.getpid()).write_from(memoryview(landed), base)
+        assert failed.value.errno == errno.EFAULT
         with pytest.raises(OSError):
-            probe(os.getpid(), base, 2 * mmap.PAGESIZE)
+            probe(os.getpid(), base, size)
         probe(os.getpid(), base + 5, mmap.PAGESIZE - 5)
     finally:
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                               ctypes.c_long]  # fmt: skip
         # the hole back (MAP_FIXED), so the mmap object unmaps what it mapped
-        libc.mmap(base + mmap.PAGESIZE, mmap.PAGESIZE, 3, 0x32, -1, 0)
+        libc.mmap(hole, mmap.PAGESIZE, 3, 0x32, -1, 0)
         del holder
         area.close()
 

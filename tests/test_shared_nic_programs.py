@@ -57,9 +57,17 @@ def start_server(argv: list[str], env: dict[str, str], port: int) -> subprocess.
     return server
 
 
+def nic_counters(env: dict[str, str], process: subprocess.Popen[str]) -> dict[str, int]:
+    """The shared NIC's counters as its engine thread last published them (once a second)."""
+    path = Path(env["PYROCE_STATS_DIR"]) / f"{process.pid}-pyroce0.json"
+    return json.loads(path.read_text())["counters"] if path.exists() else {}
+
+
 @needs_tools
 def test_two_pingpong_programs_share_one_address(nic) -> None:
-    place, env, _ = nic
+    """Two programs on one address; each one's polls sleep between completions and are woken
+    by the CQE they wait for (``poller_wakeups``), not at the end of a timed nap."""
+    place, env, process = nic
     port = free_port(40)
     argv = [*C_TOOL, "-g", "3", "-p", str(port), "-n", "300", "-s", "4096", "-c"]
     server = start_server(argv, env, port)
@@ -76,6 +84,8 @@ def test_two_pingpong_programs_share_one_address(nic) -> None:
         assert ITERS.search(out).group(1) == "300", out  # type: ignore[union-attr]
         assert "invalid data" not in out
     assert client.returncode == 0 and server.returncode == 0
+    spin_until(lambda: nic_counters(env, process).get("poller_wakeups", 0) > 0, "a poll woken by its CQE",
+               lambda: time.sleep(0.05))
 
 
 @needs_tools

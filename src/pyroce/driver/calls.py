@@ -219,6 +219,13 @@ def check_cq_ex(wc_flags: int, parent_domain: int) -> None:
     check_extended(wc_flags, bool(parent_domain))
 
 
+def cq_poller_wakeup(cq: CQ) -> tuple[int, int]:
+    """What C's ``ibv_poll_cq`` sleeps on past its spins (datapath.c): (its eventfd, the flag
+    byte's address)."""
+    napping, fd = cq.poller_wakeup()
+    return cq.ctx.driver_memory.export_fd(fd), cq.ctx.driver_memory.address(napping)
+
+
 def req_notify_cq(cq: CQ, solicited_only: int) -> None:
     cq.req_notify(bool(solicited_only))
 

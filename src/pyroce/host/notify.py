@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import select
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -111,6 +111,28 @@ class EventFdQueue(Generic[T]):
                 return
             self._closed = True
             self._items.clear()
+        os.close(self._fd)
+
+
+class PollerWakeup:
+    """A ``nic.events.Poller`` for a driver without the GIL (the C library's ``ibv_poll_cq``):
+    ``napping`` is a byte of memory the driver shares, ``fileno`` an eventfd it sleeps on
+    (non-blocking; the driver reads it to reset it). ``wake`` adds 1, so a wake-up that comes
+    before the driver sleeps is not lost: its next sleep returns at once."""
+
+    def __init__(self, napping: memoryview, counters: Counter[str]) -> None:
+        self.napping = napping
+        self._counters = counters  # the device's: ``poller_wakeups``
+        self._fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def wake(self) -> None:
+        self._counters["poller_wakeups"] += 1
+        os.eventfd_write(self._fd, 1)
+
+    def close(self) -> None:
         os.close(self._fd)
 
 

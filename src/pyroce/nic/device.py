@@ -27,7 +27,7 @@ from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
 from pyroce.nic.engine import PORT_ACTIVE, PORT_ERR, Engine
-from pyroce.nic.events import AsyncEvent, EventQueue
+from pyroce.nic.events import AsyncEvent, EventQueue, Poller
 from pyroce.nic.memory import MemoryRegion, MemoryWindow, MrTable
 from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nic.queues import HwCq, HwQp
@@ -286,12 +286,24 @@ class NicDevice:
         with self._lock:
             cq.arm(solicited_only)
 
+    def wake_poller(self, cq: HwCq, poller: Poller) -> None:
+        """Wake ``poller`` with the CQ's next CQE whenever it sleeps (the C driver's
+        ``ibv_poll_cq`` after a while of empty polls): it sets ``poller.napping[0]``, looks at
+        the CQ once more and sleeps; the engine, writing a CQE, finds the flag set, clears it
+        and wakes it. So a program that polls leaves the engine its CPU and still wakes when its
+        completion is written, not at the end of a timed nap. A wake-up can be missed (nothing
+        fences the engine's store of the CQE and its read of the flag against the poller's), so
+        the poller sleeps no longer than the nap this replaces."""
+        with self._lock:
+            cq.poller = poller
+
     def destroy_cq(self, cq: HwCq) -> None:
         """Remove the CQ, and its events not yet read from its channel and its async event
         queue (as ib_uverbs does)."""
         with self._lock:
             self.engine.cqs.pop(cq.cqn, None)
             cq.armed = False
+            cq.poller = None
         if cq.channel is not None:
             cq.channel.discard(lambda cqn: cqn == cq.cqn)
         _discard_events(cq.events, CQ_EVENTS, cq.cqn)

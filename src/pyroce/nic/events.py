@@ -75,3 +75,13 @@ class EventQueues(Protocol[T]):
     def broadcast(self, item: T) -> None: ...
 
     def close_all(self) -> None: ...
+
+
+class Poller(Protocol):
+    """A driver polling a CQ that sleeps while the CQ stays empty (``NicDevice.wake_poller``):
+    it sets ``napping[0]`` before it sleeps, and the NIC, finding it set when it writes a CQE,
+    clears it and calls ``wake`` (``pyroce.host.notify.PollerWakeup``: an eventfd)."""
+
+    napping: memoryview
+
+    def wake(self) -> None: ...

@@ -22,6 +22,7 @@ CQE batch (``dirty``).
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import secrets
 import weakref
@@ -103,6 +104,7 @@ class DirtyRange:
     start: int
     length: int
     known: bytes
+    watch: weakref.ref[ctypes.Array[ctypes.c_char]] | None = None  # the view's holder, whose end pushes the range
 
     def changed(self) -> tuple[int, bytes] | None:
         """Where the changed bytes begin in the range and the mirror's range now, up to its
@@ -295,8 +297,11 @@ class MrTable:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
         number = next(self._view_numbers)
-        self.dirty[number] = DirtyRange(memory, start, length, bytes(memoryview(memory.mirror)[start : start + length]))
-        weakref.finalize(holder, self._dropped, number).atexit = False
+        entry = DirtyRange(memory, start, length, bytes(memoryview(memory.mirror)[start : start + length]))
+        # A weak reference, not weakref.finalize (a Python class: a quarter of a pull's cost);
+        # kept by the entry, so a range dropped unpushed (deregistered) calls nothing
+        entry.watch = weakref.ref(holder, functools.partial(self._view_gone, number))
+        self.dirty[number] = entry
         return memoryview(holder).cast("B")[at : at + length]
 
     def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> list[DirtyRange]:
@@ -308,7 +313,7 @@ class MrTable:
             self._push(entry)
         return found
 
-    def _dropped(self, number: int) -> None:
+    def _view_gone(self, number: int, _watch: object) -> None:
         """The last view of a dirty range went: its bytes go back to the memory."""
         entry = self.dirty.pop(number, None)
         if entry is not None:

@@ -7,7 +7,7 @@ from builtins import memoryview  # mypyc finds a dataclass field's type among th
 from dataclasses import dataclass
 
 from pyroce.nic.cqe import Cqe
-from pyroce.nic.events import AsyncEvent, EventQueue
+from pyroce.nic.events import AsyncEvent, EventQueue, Poller
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
 from pyroce.transport.rc import RcQp
@@ -31,6 +31,7 @@ class HwCq:
     armed: bool = False  # the next CQE (that qualifies) raises one completion event, then disarms
     solicited_only: bool = False  # armed for a solicited or failed completion only
     uar: memoryview | None = None  # the register page mlx5dv_init_obj gave its program (unread)
+    poller: Poller | None = None  # a driver that sleeps while the CQ is empty (``NicDevice.wake_poller``)
 
     def push(self, cqe: Cqe) -> bool:
         """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
@@ -40,6 +41,10 @@ class HwCq:
             self.overruns_injected -= bool(self.overruns_injected)
             return False
         self.producer = self.ring.produce(self.producer, cqe)
+        poller = self.poller
+        if poller is not None and poller.napping[0]:
+            poller.napping[0] = 0  # one wake-up however many CQEs the pass adds
+            poller.wake()
         if self.armed and (not self.solicited_only or cqe.solicited or cqe.is_error):
             self.armed = False
             if self.channel is not None:

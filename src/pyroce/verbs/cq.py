@@ -17,6 +17,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING
 
+from pyroce.host.notify import PollerWakeup
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
 from pyroce.nic.cqe import (
     CQE_SIZE,
@@ -164,6 +165,7 @@ class CQ(PyverbsObject):
         self.cqe = count - 1
         self.consumer = 0
         self.qps: dict[int, QP] = {}
+        self._poller: PollerWakeup | None = None  # what a driver without the GIL sleeps on
         creator.add_ref(self)
         if channel is not None:
             channel.cqs[self.hw.cqn] = self
@@ -289,10 +291,21 @@ class CQ(PyverbsObject):
         consumer record."""
         return memoryview(self._buf), memoryview(self._consumer_record)
 
+    def poller_wakeup(self) -> tuple[memoryview, int]:
+        """What another driver of this CQ (the C library) sleeps on when it has polled the CQ
+        empty for a while: a flag byte it sets first, and an eventfd the NIC writes with the
+        next CQE (``NicDevice.wake_poller``). Made on the first call, closed with the CQ."""
+        if self._poller is None:
+            self._poller = PollerWakeup(memoryview(self.ctx.driver_memory.alloc(1)), self.ctx.device.counters)
+            self.ctx.device.wake_poller(self.hw, self._poller)
+        return self._poller.napping, self._poller.fileno()
+
     def _release(self) -> None:
         if self.num_events:
             self.ack_events(self.num_events)
         self.ctx.device.destroy_cq(self.hw)
+        if self._poller is not None:
+            self._poller.close()
 
 
 def _ring_size(cqe: int) -> int:

@@ -416,6 +416,8 @@ PR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 		pthread_mutex_unlock(&cq->context->mutex);
 	}
 	pthread_spin_destroy(&self->lock);
+	if (self->wake == PR_WAKE_READY)
+		close(self->wake_fd);
 	free(self->current);
 	free(self);
 	return 0;

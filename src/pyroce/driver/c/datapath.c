@@ -469,6 +469,56 @@ void pr_cq_clean(struct pr_cq *cq, struct pr_qp *gone)
 	}
 }
 
+/* The nap's wake-up, asked of the NIC by the first poll that naps (one thread; the others nap
+ * without it meanwhile). */
+static int wake_ready(struct pr_cq *cq)
+{
+	int state = PR_WAKE_UNASKED;
+	void *napping;
+	int fd;
+
+	if (__atomic_load_n(&cq->wake, __ATOMIC_ACQUIRE) == PR_WAKE_READY)
+		return 1;
+	if (!__atomic_compare_exchange_n(&cq->wake, &state, PR_WAKE_ASKING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return 0;
+	struct pr_answer answer;
+	state = PR_WAKE_REFUSED;
+	if (!pr_command(&answer, pr_ctx(cq->cq.context), "ibv_poll_cq", "cq_poller_wakeup", "h", cq->handle)) {
+		if (!pr_unpack(&answer, "fA", &fd, &napping)) {
+			cq->wake_fd = fd;
+			cq->napping = napping;
+			state = PR_WAKE_READY;
+		}
+		pr_answer_free(&answer);
+	}
+	__atomic_store_n(&cq->wake, state, __ATOMIC_RELEASE);
+	return state == PR_WAKE_READY;
+}
+
+/* Past SPIN_POLLS empty polls in a row, each one naps, so that a program polling in a loop leaves
+ * the NIC's engine the CPU (two pollers and the engine share this 2-core host's cores). The nap
+ * ends with the CQ's next CQE: the flag set, the CQ looked at once more, a sleep on the NIC's
+ * eventfd, which the engine writes when it writes a CQE and finds the flag (NicDevice.wake_poller).
+ * A nap is never longer than a 1 ns sleep takes with the kernel's timer slack (~50 us), as the
+ * plain nap it replaces: a program polling several CQs is not held on one, and a wake-up lost to
+ * the race the engine does not fence costs no more than that. */
+static void nap(struct pr_cq *cq)
+{
+	struct timespec nap = {0, 1};
+	struct pollfd wake = {.events = POLLIN};
+	uint64_t count;
+
+	if (!wake_ready(cq)) {
+		nanosleep(&nap, NULL);
+		return;
+	}
+	wake.fd = cq->wake_fd;
+	__atomic_store_n(cq->napping, 1, __ATOMIC_SEQ_CST); /* before the look: the engine's look is after its CQE */
+	if (!valid_cqe(cq, __atomic_load_n(&cq->consumer, __ATOMIC_RELAXED)) && ppoll(&wake, 1, &nap, NULL) > 0)
+		(void)!read(cq->wake_fd, &count, sizeof(count)); /* non-blocking: resets the counter */
+	__atomic_store_n(cq->napping, 0, __ATOMIC_RELAXED);
+}
+
 int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct pr_cq *cq = (struct pr_cq *)ibcq;
@@ -493,11 +543,9 @@ int pr_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (cq->consumer != first) /* the NIC may reuse the entries read */
 		__atomic_store_n(cq->consumer_record, htobe32(cq->consumer & PYROCE_CQ_COUNTER_MASK), __ATOMIC_RELEASE);
 	pthread_spin_unlock(&cq->lock);
-	if (cq->consumer != first) {
+	if (cq->consumer != first)
 		cq->empty_polls = 0;
-	} else if (++cq->empty_polls > SPIN_POLLS) {
-		struct timespec nap = {0, 1};
-		nanosleep(&nap, NULL);
-	}
+	else if (++cq->empty_polls > SPIN_POLLS)
+		nap(cq);
 	return found;
 }

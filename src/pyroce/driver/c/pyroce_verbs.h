@@ -53,6 +53,9 @@ struct pr_channel {
 	uint32_t handle;
 };
 
+/* Whether a CQ's napping poll has its wake-up from the NIC (pr_cq.wake; datapath.c) */
+enum { PR_WAKE_UNASKED, PR_WAKE_ASKING, PR_WAKE_READY, PR_WAKE_REFUSED };
+
 struct pr_cq {
 	union {
 		struct ibv_cq cq;
@@ -69,6 +72,9 @@ struct pr_cq {
 	uint32_t consumer;
 	struct pr_qp *last;        /* the QP of the previous CQE: most polls find the same one */
 	uint32_t empty_polls;      /* in a row: past SPIN_POLLS each one naps (datapath.c) */
+	int wake;                  /* the nap's wake-up: PR_WAKE_* (datapath.c) */
+	int wake_fd;               /* the NIC's eventfd written with the next CQE while napping is set */
+	volatile uint8_t *napping; /* set while a poll sleeps on wake_fd, in the NIC's shared memory */
 	struct ibv_wc *current;    /* an extended CQ's completion being read (cq_ex.c), else NULL */
 	void *uar;                 /* mlx5dv_init_obj's cq_uar: a register page of the NIC's, else NULL */
 	int dv_owned;              /* taken by mlx5dv_init_obj: its consumer is the program's (no clean) */
