@@ -176,3 +176,43 @@ def test_advise_mr_checks_a_python_programs_mrs_on_the_shared_nic(nic) -> None:
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "0", "EINVAL", "EFAULT"], done.stdout + done.stderr
+
+
+NAP_SCRIPT = """
+import types
+import pyroce.nicd.remote_device as remote
+import pyroce.verbs.enums as e
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.device import Context
+from pyroce.verbs.mr import MR
+from pyroce.verbs.pd import PD
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.wr import SGE, RecvWR
+naps = []
+remote.time = types.SimpleNamespace(sleep=naps.append)  # count the naps instead of taking them
+with Context(name="pyroce0") as ctx:
+    pd, cq = PD(ctx), CQ(ctx, 16)
+    mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=1, max_recv_wr=1)))
+    qp.to_init(QPAttr(port_num=1))
+    for _ in range(remote.SPIN_POLLS):
+        cq.poll()
+    spun = len(naps)
+    cq.poll()
+    cq.poll()
+    napped = len(naps)
+    qp.post_recv(RecvWR(sg=[SGE(mr.buf, 64, mr.lkey)]))  # work posted: its polls spin again first
+    for _ in range(remote.SPIN_POLLS):
+        cq.poll()
+    print(spun, napped, len(naps), naps[0] == remote.NAP_S)
+"""
+
+
+def test_a_poll_that_keeps_finding_nothing_naps(nic) -> None:
+    """The NIC's engine thread delivers a shared NIC's completions: a Python program's CQ poll
+    spins SPIN_POLLS empty polls, then naps on each further one, and spins again once it posts."""
+    _, env, _ = nic
+    done = subprocess.run([sys.executable, "-c", NAP_SCRIPT], env=env, text=True, capture_output=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "2", "2", "True"], done.stdout + done.stderr
