@@ -25,7 +25,7 @@ from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nicd.process_memory import (
     BULK_BYTES,
     ForeignMemory,
-    ProcessFile,
+    ProcessAccess,
     allow_tracer,
     page_starts,
     probe,
@@ -138,7 +138,7 @@ def atomic(ep: Endpoint, opcode: int, sg: SGE, rkey: int, raddr: int, compare_ad
 def test_the_process_file_moves_bytes_and_answers_efault() -> None:
     source = ctypes.create_string_buffer(b"0123456789abcdef", 16)
     target = bytearray(16)
-    process = ProcessFile(os.getpid())
+    process = ProcessAccess(os.getpid())
     process.read_into(memoryview(target), ctypes.addressof(source))
     assert target == b"0123456789abcdef"
     process.write_from(memoryview(target)[:4], ctypes.addressof(source) + 4)
@@ -171,11 +171,11 @@ def test_a_partial_transfer_is_resumed_and_its_fault_raised(pages: int) -> None:
         landed = bytearray(size)
         assert (len(landed) >= BULK_BYTES) == (pages == 8)
         with pytest.raises(OSError) as failed:
-            ProcessFile(os.getpid()).read_into(memoryview(landed), base)
+            ProcessAccess(os.getpid()).read_into(memoryview(landed), base)
         assert failed.value.errno == errno.EFAULT
         assert landed[: size - mmap.PAGESIZE] == b"\x11" * (size - mmap.PAGESIZE)
         with pytest.raises(OSError) as failed:
-            ProcessFile(os.getpid()).write_from(memoryview(landed), base)
+            ProcessAccess(os.getpid()).write_from(memoryview(landed), base)
         assert failed.value.errno == errno.EFAULT
         with pytest.raises(OSError):
             probe(os.getpid(), base, size)

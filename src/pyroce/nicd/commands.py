@@ -26,7 +26,7 @@ from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import RecvRing
 from pyroce.nic.srq import HwSrq
 from pyroce.nicd.cm_commands import ConnectionManagerCommands
-from pyroce.nicd.process_memory import ForeignMemory, ProcessFile
+from pyroce.nicd.process_memory import ForeignMemory, ProcessAccess
 from pyroce.nicd.protocol import Handle, PassFd
 from pyroce.nicd.refused import CommandRefused
 from pyroce.verbs.mr import memory_at
@@ -59,7 +59,7 @@ class DeviceCommands(ConnectionManagerCommands):
 
     def __init__(self, pid: int, arena: Pieces) -> None:
         self.pid = pid
-        self.process = ProcessFile(pid)  # what its MRs' memory outside the arena is reached through
+        self.process = ProcessAccess(pid)  # what its MRs' memory outside the arena is reached through
         self.arena = arena
         self.device: Any = None
         self.objects: dict[int, object] = {}

@@ -156,7 +156,7 @@ def allow_tracer(pid: int) -> bool:
     raise OSError(code, f"prctl(PR_SET_PTRACER, {pid}): {os.strerror(code)}")
 
 
-BULK_BYTES = 16 << 10  # a transfer at least this long takes process_vm_readv/writev (ProcessFile)
+BULK_BYTES = 16 << 10  # a transfer at least this long takes process_vm_readv/writev (ProcessAccess)
 
 
 def _address_of(view: memoryview) -> int:
@@ -164,9 +164,9 @@ def _address_of(view: memoryview) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
-class ProcessFile:
+class ProcessAccess:
     """How the NIC reaches one program's memory: a transfer under ``BULK_BYTES`` is one
-    ``preadv``/``pwrite`` of the file ``/proc/<pid>/mem`` at the program's address (about 3 µs
+    ``preadv``/``pwritev`` of the file ``/proc/<pid>/mem`` at the program's address (about 3 µs
     here, where ``process_vm_readv`` through ctypes costs 4: most of a small transfer is the call,
     and a 2-byte SEND between two C programs spent a quarter of the NIC's time in it); a larger one
     is ``process_vm_readv``/``writev``, which copies once where the file copies twice through a
@@ -240,7 +240,7 @@ class ForeignMemory(MirroredMemory):
     only touched as operations use them), which ``MrTable`` pulls into and pushes from. The MR
     owns it from then on: deregistration drops the mirror."""
 
-    def __init__(self, pid: int, address: int, length: int, process: ProcessFile | None = None) -> None:
+    def __init__(self, pid: int, address: int, length: int, process: ProcessAccess | None = None) -> None:
         if length < 0 or address < 0:
             raise ValueError(f"no memory of {length} bytes at {address:#x}")
         self.pid = pid
@@ -248,7 +248,7 @@ class ForeignMemory(MirroredMemory):
         self.length = length
         self.mirror = mmap.mmap(-1, max(length, 1))
         self._view = memoryview(self.mirror)  # released on close: its slices alone then hold the mirror
-        self._process = process if process is not None else ProcessFile(pid)  # shared by the program's regions
+        self._process = process if process is not None else ProcessAccess(pid)  # shared by the program's regions
 
     def __repr__(self) -> str:
         return f"ForeignMemory(pid={self.pid}, address={self.address:#x}, length={self.length})"

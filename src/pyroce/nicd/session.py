@@ -26,7 +26,7 @@ from pyroce.driver import calls, cm_calls
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
 from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
-from pyroce.nicd.process_memory import ForeignMemory, ProcessFile
+from pyroce.nicd.process_memory import ForeignMemory, ProcessAccess
 from pyroce.nicd.protocol import PROTOCOL, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
@@ -72,7 +72,7 @@ class ProgramMemory:
         self.address = arena.address
         self.export_fd = arena.export_fd
         self.mr_memory = LOCAL.mr_memory  # the NIC's own memory: a C driver's MRs are its program's
-        self.process = ProcessFile(pid)  # what its MRs' memory is read and written through
+        self.process = ProcessAccess(pid)  # what its MRs' memory is read and written through
 
     def program_memory(self, addr: int, length: int) -> Any:
         return ForeignMemory(self.pid, addr, length, self.process)
