@@ -51,23 +51,6 @@ def test_partial_write_retry_resumes_inside_the_message() -> None:
         ("RC_RDMA_WRITE_LAST", psn_add(START, 7))]  # fmt: skip
 
 
-def test_after_a_loss_the_requester_resends_a_small_window_and_doubles_it_with_each_ack() -> None:
-    """A lost FIRST of a 200-packet WRITE: the responder NAKs it once, and the requester resends
-    16 PSNs, the 16th asking for the ACK, then 32, then 64, then rxe's 128 again (AckReq every
-    64): QPs that lost packets to a full queue do not all resend their whole windows into it."""
-    fabric, a, b = fabric_pair(script("drop:1:RC_RDMA_WRITE_FIRST"))
-    a.buf[: 200 << 10] = random.Random(3).randbytes(200 << 10)
-    a.qp.post_send(write(a, b, 1, 200 << 10))
-    fabric.run_until(lambda: bool(a.drain()))
-    assert [(c.wqe_counter, c.status) for c in a.done] == [(1, WcStatus.SUCCESS)]
-    assert b.buf[: 200 << 10] == a.buf[: 200 << 10]
-    sent = [p for p in fabric.sent if p.bth.dqpn == 0x22]
-    first_try = 128  # rxe's window, all sent before the NAK came back
-    assert [p.bth.psn for p in sent[first_try:]] == [psn_add(START, i) for i in range(200)]
-    assert [i for i, p in enumerate(sent[first_try:]) if p.bth.ackreq] == [15, 47, 111, 175, 199]
-    assert a.qp.counters["retransmitted_pkts"] == first_try
-
-
 def test_partial_read_retry_asks_for_the_rest_only() -> None:
     fabric, a, b = fabric_pair(script("drop:2:RC_RDMA_READ_RESPONSE_MIDDLE"))
     b.buf[:8192] = random.Random(2).randbytes(8192)

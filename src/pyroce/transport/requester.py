@@ -6,12 +6,6 @@ It owns the send queue: every posted WQE stays in ``queue`` until the completer 
 (go-back-N, IBA 9.7.5.1) is ``rewind(psn)``: the packets are regenerated from the WQE and
 memory, resuming in the middle of a message with MIDDLE/LAST packets, or with a new READ
 request for the rest of a read, as rxe does.
-
-After a loss (a timeout or a NAK: ``retry``) the requester resends at most ``RESEND_WINDOW``
-PSNs, the last asking for an ACK, and doubles its window with each acknowledgment until it is
-rxe's 128 again: a loss is most often a queue that overflowed (a VM's tap, a switch), and QPs
-whose timers ran out together would otherwise resend their whole windows at once into the
-same queue, and overflow it again until their retries run out.
 """
 
 from __future__ import annotations
@@ -36,7 +30,6 @@ if TYPE_CHECKING:
 
 MAX_UNACKED_PSNS: Final = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
 MAX_PKTS_PER_ACK: Final = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
-RESEND_WINDOW: Final = 16  # PSNs in flight after a loss, doubled with each acknowledgment
 INFINITE_RNR_RETRY: Final = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
 
 # (FIRST, MIDDLE, LAST, ONLY) per segmented operation on RC; UC's are in ``service.SERVICES``.
@@ -121,8 +114,6 @@ class Requester:
         self.high_psn = 0  # the first PSN never sent: anything before it that goes out is a resend
         self.rd_atomic_outstanding = 0
         self.noack_pkts = 0
-        self.window = MAX_UNACKED_PSNS  # PSNs it may have unacknowledged (less after a loss)
-        self.ack_every = MAX_PKTS_PER_ACK  # packets between AckReqs: no more than the window
         self.ack_deadline: float | None = None
         self.rnr_until: float | None = None
         self.retrying = False  # resent from comp_psn; responses past it are stale until progress
@@ -167,14 +158,14 @@ class Requester:
         config = self.qp.config
         added = 0
         while added < budget and self.send_index < len(self.queue):
-            window = self.window - psn_diff(self.psn, self.comp_psn)
+            window = MAX_UNACKED_PSNS - psn_diff(self.psn, self.comp_psn)
             if window <= 0:
                 break
             entry = self.queue[self.send_index]
             if not entry.started and (self.qp.state is not _RTS or not self._start(entry)):
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
-            count = min(runnable, budget - added, window, self.ack_every - self.noack_pkts) if runnable > 0 else 1
+            count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1
             # never negative: ``psn`` is at most ``high_psn``, and below it only after a rewind
             resent = psn_diff(self.high_psn, self.psn) if self.high_psn != self.psn else 0
             if resent > 0:
@@ -212,7 +203,7 @@ class Requester:
         else:
             payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
         last = index + count == entry.npsn  # the run ends the message: its LAST asks for the ACK
-        ackreq = last or self.noack_pkts + count >= self.ack_every
+        ackreq = last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
         opcodes = self.qp.service.segments[work.op]
         run = new_run((opcodes[1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq and self.qp.service.acked,
                        segment_opcode(opcodes, index, entry.npsn), segment_opcode(opcodes, index + count - 1, entry.npsn)))  # fmt: skip
@@ -282,7 +273,7 @@ class Requester:
             payload = entry.data.read(offset, length)  # type: ignore[union-attr]
         end = bool(flags & Flag.END)
         self.noack_pkts += 1
-        ackreq = end or self.noack_pkts >= self.ack_every
+        ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
         config = self.qp.config
         wire_ackreq = ackreq and self.qp.service.acked
         self._advance(1, ackreq, entry.npsn - index == 1)
@@ -346,13 +337,7 @@ class Requester:
             self.fail_head(WcStatus.RETRY_EXC_ERR, reason, detail)
             return
         self.retry_left -= 1
-        self._set_window(RESEND_WINDOW)
         self.rewind(psn)
-
-    def _set_window(self, window: int) -> None:
-        self.window = window
-        self.ack_every = min(window, MAX_PKTS_PER_ACK)
-        self.noack_pkts = min(self.noack_pkts, self.ack_every - 1)  # the next packet at the latest asks
 
     def receiver_not_ready(self, psn: int, wait_s: float, now: float, detail: str) -> None:
         """An RNR NAK for ``psn``: resend it after ``wait_s`` while ``rnr_retry`` allows (7:
@@ -372,8 +357,6 @@ class Requester:
         self.retry_left = config.retry_cnt
         self.rnr_left = config.rnr_retry
         self.retrying = False
-        if self.window < MAX_UNACKED_PSNS:
-            self._set_window(min(2 * self.window, MAX_UNACKED_PSNS))
         timeout = self.qp.ack_timeout_s
         self.ack_deadline = now + timeout if timeout is not None and self.comp_psn != self.psn else None  # outstanding
 
