@@ -57,9 +57,9 @@ class Pieces(Protocol):
 class DeviceCommands(ConnectionManagerCommands):
     """One connection's commands on the device: its handles, its QPNs, its arena."""
 
-    def __init__(self, pid: int, arena: Pieces, process: ProcessAccess) -> None:
+    def __init__(self, pid: int, arena: Pieces) -> None:
         self.pid = pid
-        self.process = process  # the connection's: what its MRs' memory outside the arena is reached through
+        self.process = ProcessAccess(pid)  # what its MRs' memory outside the arena is reached through
         self.arena = arena
         self.device: Any = None
         self.objects: dict[int, object] = {}

@@ -86,8 +86,7 @@ class Session:
         self.pid, self.uid, _ = peer_credentials(sock)
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
-        # a Python driver's commands (nicd.remote_device), reaching the program as the C driver's do
-        self.device_commands = DeviceCommands(self.pid, self.arena, self.memory.process)
+        self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
         self.objects: dict[int, PyverbsObject | CmId | McGroup] = {}
         self.numbers: dict[int, int] = {}  # id(object) -> handle
         self.next_handle = 1
