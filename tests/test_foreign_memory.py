@@ -214,6 +214,7 @@ class FakeMemory(MirroredMemory):
         self.remote = bytearray(b"r" * length)
         self.mirror = mmap.mmap(-1, length)
         self.gone = False
+        self.pulls: list[tuple[int, int]] = []
         self.pushes: list[tuple[int, int]] = []
 
     def _check(self) -> None:
@@ -225,6 +226,7 @@ class FakeMemory(MirroredMemory):
 
     def pull(self, offset: int, length: int) -> None:
         self._check()
+        self.pulls.append((offset, length))
         self.mirror[offset : offset + length] = self.remote[offset : offset + length]
 
     def push(self, offset: int, length: int) -> None:
@@ -260,7 +262,7 @@ def test_a_read_pulls_and_leaves_nothing_dirty() -> None:
 def test_a_write_pushes_the_bytes_it_changed_when_its_last_view_goes() -> None:
     memory = FakeMemory(8192)
     table, key = table_with(memory)
-    view = table.lookup(key, memory.address + 4000, 300, Access.REMOTE_WRITE, 1)
+    view = table.lookup(key, memory.address + 4000, 300, Access.LOCAL_WRITE, 1)
     assert isinstance(view, memoryview) and len(view) == 300 and len(table.dirty) == 1
     part = view[10:20]
     part[:] = b"x" * 10
@@ -269,6 +271,44 @@ def test_a_write_pushes_the_bytes_it_changed_when_its_last_view_goes() -> None:
     del part
     assert memory.pushes == [(4010, 10)] and not table.dirty
     assert memory.remote[4000:4300] == b"r" * 10 + b"x" * 10 + b"r" * 280
+
+
+def test_an_rdma_write_target_goes_back_as_far_as_placed_and_only_then() -> None:
+    """A WRITE's target is filled from its start: only its first byte is pulled (a memory gone
+    is a fault at once), nothing goes back before ``placed`` (a flush mid-message, its view
+    dropped) and then exactly what it names, once; the program's bytes past it stay."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address + 1000, 4096, Access.REMOTE_WRITE, 1)
+    assert isinstance(view, memoryview) and memory.pulls == [(1000, 1)]
+    view[:2048] = b"w" * 2048
+    table.flush()  # the end of an engine pass with the message still open
+    assert memory.pushes == [] and memory.remote[1000:1002] == b"rr"
+    memory.remote[4000:4004] = b"mine"  # the program's, past what the WRITE placed
+    table.placed(view, 2048)
+    assert memory.pushes == [(1000, 2048)] and not table.dirty
+    del view
+    assert memory.pushes == [(1000, 2048)]
+    assert memory.remote[1000:3048] == b"w" * 2048 and memory.remote[4000:4004] == b"mine"
+
+
+def test_an_rdma_write_never_placed_writes_nothing_back() -> None:
+    """An abandoned WRITE (an error, a QP reset): its view goes without ``placed``."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    view = table.lookup(key, memory.address, 64, Access.REMOTE_WRITE, 1)
+    view[:8] = b"halfway!"  # type: ignore[index]
+    del view
+    assert memory.pushes == [] and not table.dirty and memory.remote[:8] == b"r" * 8
+
+
+def test_placed_leaves_ordinary_memory_alone() -> None:
+    table = MrTable()
+    region = table.register(1, memoryview(bytearray(64)), 0x1000, Access(15))
+    view = table.lookup(region.key, 0x1000, 64, Access.REMOTE_WRITE, 1)
+    assert isinstance(view, memoryview)
+    table.placed(view, 64)
+    assert not table.dirty
 
 
 def test_a_push_leaves_the_bytes_the_nic_did_not_write_to_the_program() -> None:
@@ -683,11 +723,14 @@ def test_a_push_into_memory_unmapped_meanwhile_is_counted(child: Child) -> None:
     table = MrTable()
     memory = ForeignMemory(child.pid, child.address, 8192)
     region = table.register(1, memoryview(memory.mirror)[:8192], child.address, Access(15), memory)
-    view = table.lookup(region.key, child.address, 100, Access.REMOTE_WRITE, 1)
-    assert isinstance(view, memoryview)
-    view[:5] = b"lost!"
+    view = table.lookup(region.key, child.address, 100, Access.LOCAL_WRITE, 1)
+    target = table.lookup(region.key, child.address + 200, 100, Access.REMOTE_WRITE, 1)
+    assert isinstance(view, memoryview) and isinstance(target, memoryview)
+    view[:5] = target[:5] = b"lost!"
     child.unmap()
     table.flush()
     assert table.counters["dma_errors"] == 1
     del view
-    assert table.counters["dma_errors"] == 2 and not table.dirty
+    assert table.counters["dma_errors"] == 2
+    table.placed(target, 5)
+    assert table.counters["dma_errors"] == 3 and not table.dirty

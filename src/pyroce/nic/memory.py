@@ -9,12 +9,15 @@ A region may be another process's memory (``MirroredMemory``: the shared NIC's c
 the NIC cannot address: the transport still gets real memoryviews, of a local mirror. A lookup
 first pulls the range from the memory into the mirror (a fault is ``MemFault.UNMAPPED``); a
 range looked up for an access that may write it is dirty while its view lives, and is pushed
-back when the view goes (``weakref.finalize`` on the ctypes array the view is made from) and by
+back when the view goes (a weak reference to the ctypes array the view is made from) and by
 ``flush``, which the engine calls before it writes a CQE and at the end of each pass. A push
 writes back only the bytes that changed since they were pulled (or last pushed), as a DMA
 writes only what it places: a receive WQE's buffer is larger than most messages, and a program
 may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
-last bytes of a posted one). A push that fails is counted (``dma_errors``), never raised.
+last bytes of a posted one). An RDMA WRITE's target (``REMOTE_WRITE``) is neither pulled nor
+compared: the transport says how far it placed it (``placed``), and that goes back, once; its
+first byte alone is pulled, so that a memory gone is a remote access error at once. A push
+that fails is counted (``dma_errors``), never raised.
 Ordinary regions pay one attribute test per lookup; the engine, one dict test per pass and per
 CQE batch (``dirty``).
 """
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
 import secrets
 import weakref
 from builtins import memoryview  # mypyc finds a dataclass field's type among the module's globals
@@ -38,6 +40,7 @@ from pyroce.transport.memory import MemFault
 MAX_MR_INDEX: Final = 1 << 24
 _REMOTE: Final = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 _WRITES: Final = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
+_PLACING: Final = int(Access.REMOTE_WRITE)  # an RDMA WRITE's target: filled from its start, then ``placed``
 _EMPTY: Final = memoryview(bytearray(0))
 _WINDOW_GRANTS: Final = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
@@ -98,19 +101,20 @@ class MemoryWindow:
 @dataclass(eq=False, slots=True)
 class DirtyRange:
     """A range of a mirrored region the transport may write, while a view of it lives, with its
-    bytes as last pulled or pushed: what changed since is what a push writes back."""
+    bytes as last pulled or pushed: what changed since is what a push writes back. ``known``
+    None: a WRITE's target, never pulled, of which only what ``MrTable.placed`` names goes back."""
 
     memory: MirroredMemory
     start: int
     length: int
-    known: bytes
+    known: bytes | None
     watch: weakref.ref[ctypes.Array[ctypes.c_char]] | None = None  # the view's holder, whose end pushes the range
 
     def changed(self) -> tuple[int, bytes] | None:
         """Where the changed bytes begin in the range and the mirror's range now, up to its
         last changed byte; None if none changed. Bisected with slice comparisons (memcmp)."""
         now, known = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length]), self.known
-        if now == known:
+        if known is None or now == known:
             return None
         lo, hi = 0, len(now)  # now[:lo] == known[:lo], now[:hi] != known[:hi]
         while hi - lo > 1:
@@ -125,12 +129,12 @@ class DirtyRange:
     def push(self) -> None:
         """The changed bytes back to the memory (from the first change to the last), known
         from then on; ``OSError`` if the memory cannot be reached."""
-        changed = self.changed()
-        if changed is None:
+        known, changed = self.known, self.changed()
+        if known is None or changed is None:
             return
         first, now = changed
         self.memory.push(self.start + first, len(now) - first)
-        self.known = now + self.known[len(now) :]
+        self.known = now + known[len(now) :]
 
 
 class BindError(ValueError):
@@ -147,9 +151,9 @@ class MrTable:
         self._next_index = secrets.randbelow(MAX_MR_INDEX >> 1) + 1
         self.counters: Counter[str] = Counter() if counters is None else counters
         # Ranges of mirrored regions looked up for an access that may write, while their view
-        # lives: (memory, offset, length) by a number of their own. Empty when nothing is mirrored.
+        # lives, by the id of the ctypes array their views are made from (``view.obj``, alive
+        # as long as they are). Empty when nothing is mirrored.
         self.dirty: dict[int, DirtyRange] = {}
-        self._view_numbers = itertools.count()
 
     def __len__(self) -> int:
         return len(self._by_index)
@@ -189,8 +193,8 @@ class MrTable:
         region.view, region.addr, region.length, region.mirrored = view, addr, len(view), mirrored
 
     def _forget(self, memory: MirroredMemory) -> None:
-        for number in [number for number, entry in self.dirty.items() if entry.memory is memory]:
-            del self.dirty[number]
+        for holder in [holder for holder, entry in self.dirty.items() if entry.memory is memory]:
+            del self.dirty[holder]
         memory.close()
 
     def alloc_window(self, pdn: int, mw_type: int) -> MemoryWindow:
@@ -286,8 +290,9 @@ class MrTable:
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
         while the view lives if the access may write (what it changes is pushed back)."""
         overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
+        placing = int(access) == _PLACING
         try:
-            memory.pull(start, length)
+            memory.pull(start, 1 if placing else length)
         except OSError:
             self.counters["dma_errors"] += 1
             return MemFault.UNMAPPED
@@ -296,28 +301,48 @@ class MrTable:
         if not int(access) & _WRITES:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
-        number = next(self._view_numbers)
-        entry = DirtyRange(memory, start, length, bytes(memoryview(memory.mirror)[start : start + length]))
+        known = None if placing else bytes(memoryview(memory.mirror)[start : start + length])
+        entry = DirtyRange(memory, start, length, known)
         # A weak reference, not weakref.finalize (a Python class: a quarter of a pull's cost);
         # kept by the entry, so a range dropped unpushed (deregistered) calls nothing
-        entry.watch = weakref.ref(holder, functools.partial(self._view_gone, number))
-        self.dirty[number] = entry
+        entry.watch = weakref.ref(holder, functools.partial(self._view_gone, id(holder)))
+        self.dirty[id(holder)] = entry
         return memoryview(holder).cast("B")[at : at + length]
 
     def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> list[DirtyRange]:
-        """Push the dirty ranges of ``memory`` that overlap the range; those ranges."""
+        """Push the dirty ranges of ``memory`` that overlap the range; those ranges. A WRITE's
+        target in progress is left as it is: its bytes are undefined until the WRITE ends, and
+        a pull over them meanwhile (a race of the program's) overwrites what it placed."""
         end = start + length
         found = [entry for entry in self.dirty.values()
-                 if entry.memory is memory and entry.start < end and start < entry.start + entry.length]  # fmt: skip
+                 if entry.memory is memory and entry.known is not None and entry.start < end
+                 and start < entry.start + entry.length]  # fmt: skip
         for entry in found:
             self._push(entry)
         return found
 
-    def _view_gone(self, number: int, _watch: object) -> None:
-        """The last view of a dirty range went: its bytes go back to the memory."""
-        entry = self.dirty.pop(number, None)
+    def _view_gone(self, holder: int, _watch: object) -> None:
+        """The last view of a dirty range went: its bytes go back to the memory (a WRITE's
+        target not ``placed``, an abandoned WRITE, has none to)."""
+        entry = self.dirty.pop(holder, None)
         if entry is not None:
             self._push(entry)
+
+    def placed(self, view: memoryview, length: int) -> None:
+        """The transport placed the first ``length`` bytes of an RDMA WRITE's target (a
+        ``REMOTE_WRITE`` view): a mirrored one's go back to the memory now, the rest untouched."""
+        if not self.dirty:
+            return
+        entry = self.dirty.pop(id(view.obj), None)
+        if entry is None:
+            return
+        if entry.known is not None:
+            self._push(entry)
+            return
+        try:
+            entry.memory.push(entry.start, min(length, entry.length))
+        except OSError:
+            self.counters["dma_errors"] += 1
 
     def _push(self, entry: DirtyRange) -> None:
         """The range's changed bytes back to the memory; a push that fails is counted."""
@@ -328,7 +353,7 @@ class MrTable:
 
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it
-        writes a CQE (a completion is never seen before its data) and at the end of each pass
-        (an RDMA WRITE completes nothing on this side)."""
+        writes a CQE (a completion is never seen before its data) and at the end of each pass.
+        A WRITE's target goes back when ``placed``, before the ACK that completes it."""
         for entry in list(self.dirty.values()):
             self._push(entry)

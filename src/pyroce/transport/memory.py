@@ -27,7 +27,16 @@ class MemFault(enum.Enum):
 class MemoryTable(Protocol):
     def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int) -> memoryview | MemFault:
         """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
-        the reason the access is refused. ``length`` 0 is always allowed and touches nothing."""
+        the reason the access is refused. ``length`` 0 is always allowed and touches nothing.
+        A view for ``REMOTE_WRITE`` is an RDMA WRITE's target, which the transport fills in
+        order from its start and hands back with ``placed``: until then none of it need reach
+        the memory (memory the NIC mirrors is written back only as far as ``placed`` says)."""
+        ...
+
+    def placed(self, view: memoryview, length: int) -> None:
+        """The transport is done with a ``REMOTE_WRITE`` view: its first ``length`` bytes were
+        placed (all of them, unless its message was cut short). Before the ACK or the
+        completion that says so, as a NIC's DMA lands before them."""
         ...
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:

@@ -314,6 +314,8 @@ class Responder:
         counters[f"drop_uc_{state.name.lower().removeprefix('err_')}"] += 1
         if self.recv is not None:
             self.recv_queue.appendleft(self.recv)
+        if self.write_view is not None:  # what it placed stays placed, as a DMA's would
+            self.qp.memory.placed(self.write_view, self.offset)
         self.recv = self.recv_data = self.write_view = None
         self.in_message = Flag.NONE
         self.offset = 0
@@ -430,6 +432,8 @@ class Responder:
         self.offset += length
         self.epsn = psn_add(psn, 1)
         if flags & Flag.END:
+            if self.write_view is not None:  # in memory before the ACK or the completion
+                self.qp.memory.placed(self.write_view, self.offset)
             self.in_message = Flag.NONE
             self.msn = (self.msn + 1) & 0xFFFFFF
             if flags & Flag.COMP:
