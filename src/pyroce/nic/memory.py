@@ -113,8 +113,11 @@ class DirtyRange:
     def changed(self) -> tuple[int, bytes] | None:
         """Where the changed bytes begin in the range and the mirror's range now, up to its
         last changed byte; None if none changed. Bisected with slice comparisons (memcmp)."""
-        now, known = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length]), self.known
-        if known is None or now == known:
+        known = self.known
+        if known is None:
+            return None
+        now = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length])
+        if now == known:
             return None
         lo, hi = 0, len(now)  # now[:lo] == known[:lo], now[:hi] != known[:hi]
         while hi - lo > 1:
