@@ -273,13 +273,13 @@ def test_a_write_pushes_the_bytes_it_changed_when_its_last_view_goes() -> None:
     assert memory.remote[4000:4300] == b"r" * 10 + b"x" * 10 + b"r" * 280
 
 
-def test_an_rdma_write_target_goes_back_as_far_as_placed_and_only_then() -> None:
-    """A WRITE's target is filled from its start: only its first byte is pulled (a memory gone
+def test_a_destination_goes_back_as_far_as_placed_and_only_then() -> None:
+    """A message's destination (a WRITE's target here) is filled from its start: only its first byte is pulled (a memory gone
     is a fault at once), nothing goes back before ``placed`` (a flush mid-message, its view
     dropped) and then exactly what it names, once; the program's bytes past it stay."""
     memory = FakeMemory(8192)
     table, key = table_with(memory)
-    view = table.lookup(key, memory.address + 1000, 4096, Access.REMOTE_WRITE, 1)
+    view = table.lookup(key, memory.address + 1000, 4096, Access.REMOTE_WRITE, 1, placing=True)
     assert isinstance(view, memoryview) and memory.pulls == [(1000, 1)]
     view[:2048] = b"w" * 2048
     table.flush()  # the end of an engine pass with the message still open
@@ -292,11 +292,11 @@ def test_an_rdma_write_target_goes_back_as_far_as_placed_and_only_then() -> None
     assert memory.remote[1000:3048] == b"w" * 2048 and memory.remote[4000:4004] == b"mine"
 
 
-def test_an_rdma_write_never_placed_writes_nothing_back() -> None:
-    """An abandoned WRITE (an error, a QP reset): its view goes without ``placed``."""
+def test_a_destination_never_placed_writes_nothing_back() -> None:
+    """An abandoned message (an error, a QP reset): its view goes without ``placed``."""
     memory = FakeMemory(8192)
     table, key = table_with(memory)
-    view = table.lookup(key, memory.address, 64, Access.REMOTE_WRITE, 1)
+    view = table.lookup(key, memory.address, 64, Access.LOCAL_WRITE, 1, placing=True)
     view[:8] = b"halfway!"  # type: ignore[index]
     del view
     assert memory.pushes == [] and not table.dirty and memory.remote[:8] == b"r" * 8
@@ -305,7 +305,7 @@ def test_an_rdma_write_never_placed_writes_nothing_back() -> None:
 def test_placed_leaves_ordinary_memory_alone() -> None:
     table = MrTable()
     region = table.register(1, memoryview(bytearray(64)), 0x1000, Access(15))
-    view = table.lookup(region.key, 0x1000, 64, Access.REMOTE_WRITE, 1)
+    view = table.lookup(region.key, 0x1000, 64, Access.REMOTE_WRITE, 1, placing=True)
     assert isinstance(view, memoryview)
     table.placed(view, 64)
     assert not table.dirty
@@ -724,7 +724,7 @@ def test_a_push_into_memory_unmapped_meanwhile_is_counted(child: Child) -> None:
     memory = ForeignMemory(child.pid, child.address, 8192)
     region = table.register(1, memoryview(memory.mirror)[:8192], child.address, Access(15), memory)
     view = table.lookup(region.key, child.address, 100, Access.LOCAL_WRITE, 1)
-    target = table.lookup(region.key, child.address + 200, 100, Access.REMOTE_WRITE, 1)
+    target = table.lookup(region.key, child.address + 200, 100, Access.REMOTE_WRITE, 1, placing=True)
     assert isinstance(view, memoryview) and isinstance(target, memoryview)
     view[:5] = target[:5] = b"lost!"
     child.unmap()

@@ -14,10 +14,11 @@ back when the view goes (a weak reference to the ctypes array the view is made f
 writes back only the bytes that changed since they were pulled (or last pushed), as a DMA
 writes only what it places: a receive WQE's buffer is larger than most messages, and a program
 may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
-last bytes of a posted one). An RDMA WRITE's target (``REMOTE_WRITE``) is neither pulled nor
-compared: the transport says how far it placed it (``placed``), and that goes back, once; its
-first byte alone is pulled, so that a memory gone is a remote access error at once. A push
-that fails is counted (``dma_errors``), never raised.
+last bytes of a posted one). A message's destination (a ``placing`` lookup: an RDMA WRITE's
+target, a receive buffer, a READ's local buffer) is neither pulled nor compared: the transport
+says how far it placed it (``placed``), and that goes back, once; its first byte alone is
+pulled, so that a memory gone is an access error at once. A push that fails is counted
+(``dma_errors``), never raised.
 Ordinary regions pay one attribute test per lookup; the engine, one dict test per pass and per
 CQE batch (``dirty``).
 """
@@ -40,7 +41,6 @@ from pyroce.transport.memory import MemFault
 MAX_MR_INDEX: Final = 1 << 24
 _REMOTE: Final = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 _WRITES: Final = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
-_PLACING: Final = int(Access.REMOTE_WRITE)  # an RDMA WRITE's target: filled from its start, then ``placed``
 _EMPTY: Final = memoryview(bytearray(0))
 _WINDOW_GRANTS: Final = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
 
@@ -102,7 +102,7 @@ class MemoryWindow:
 class DirtyRange:
     """A range of a mirrored region the transport may write, while a view of it lives, with its
     bytes as last pulled or pushed: what changed since is what a push writes back. ``known``
-    None: a WRITE's target, never pulled, of which only what ``MrTable.placed`` names goes back."""
+    None: a message's destination, never pulled, of which only what ``MrTable.placed`` names goes back."""
 
     memory: MirroredMemory
     start: int
@@ -249,14 +249,15 @@ class MrTable:
         window.length = 0
         return None
 
-    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int) -> memoryview | MemFault:
+    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int,
+               placing: bool = False) -> memoryview | MemFault:  # fmt: skip
         if length == 0:
             return _EMPTY  # IBA 9.4.3/9.4.4: a zero-length access checks no key and touches nothing
         region = self._by_index.get(key >> 8)
         if region is None or region.key != key:
             return MemFault.BAD_KEY
         if isinstance(region, MemoryWindow):
-            return self._through_window(region, addr, length, access, pdn)
+            return self._through_window(region, addr, length, access, pdn, placing)
         if region.pdn != pdn:
             return MemFault.BAD_PD
         if int(access) & ~int(region.access):  # ints: IntFlag operators build enum members
@@ -265,11 +266,11 @@ class MrTable:
         if start < 0 or length < 0 or start + length > region.length:
             return MemFault.BOUNDS
         if region.mirrored is not None:
-            return self._mirrored(region.mirrored, start, length, access)
+            return self._mirrored(region.mirrored, start, length, access, placing)
         return region.view[start : start + length]
 
-    def _through_window(self, window: MemoryWindow, addr: int, length: int, access: Access,
-                        pdn: int) -> memoryview | MemFault:  # fmt: skip
+    def _through_window(self, window: MemoryWindow, addr: int, length: int, access: Access, pdn: int,
+                        placing: bool) -> memoryview | MemFault:  # fmt: skip
         region = window.region
         if region is None or self._by_index.get(region.key >> 8) is not region:
             return MemFault.BAD_KEY  # unbound, invalidated, or its MR is gone
@@ -284,16 +285,17 @@ class MrTable:
             return MemFault.BOUNDS
         offset = addr - region.addr
         if region.mirrored is not None:
-            return self._mirrored(region.mirrored, offset, length, access)
+            return self._mirrored(region.mirrored, offset, length, access, placing)
         return region.view[offset : offset + length]
 
     # --- mirrored regions (another process's memory) ---------------------------------------
 
-    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access) -> memoryview | MemFault:
+    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access,
+                  placing: bool) -> memoryview | MemFault:  # fmt: skip
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
-        while the view lives if the access may write (what it changes is pushed back)."""
+        while the view lives if the access may write (what it changes is pushed back; a
+        ``placing`` range's first byte alone is pulled, and what ``placed`` names pushed)."""
         overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
-        placing = int(access) == _PLACING
         try:
             memory.pull(start, 1 if placing else length)
         except OSError:
@@ -313,9 +315,9 @@ class MrTable:
         return memoryview(holder).cast("B")[at : at + length]
 
     def _push_overlapping(self, memory: MirroredMemory, start: int, length: int) -> list[DirtyRange]:
-        """Push the dirty ranges of ``memory`` that overlap the range; those ranges. A WRITE's
-        target in progress is left as it is: its bytes are undefined until the WRITE ends, and
-        a pull over them meanwhile (a race of the program's) overwrites what it placed."""
+        """Push the dirty ranges of ``memory`` that overlap the range; those ranges. A message's
+        destination in progress is left as it is: its bytes are undefined until the message
+        ends, and a pull over them meanwhile (a race of the program's) overwrites what it placed."""
         end = start + length
         found = [entry for entry in self.dirty.values()
                  if entry.memory is memory and entry.known is not None and entry.start < end
@@ -325,15 +327,15 @@ class MrTable:
         return found
 
     def _view_gone(self, holder: int, _watch: object) -> None:
-        """The last view of a dirty range went: its bytes go back to the memory (a WRITE's
-        target not ``placed``, an abandoned WRITE, has none to)."""
+        """The last view of a dirty range went: its bytes go back to the memory (a message's
+        destination not ``placed``, a message abandoned, has none to)."""
         entry = self.dirty.pop(holder, None)
         if entry is not None:
             self._push(entry)
 
     def placed(self, view: memoryview, length: int) -> None:
-        """The transport placed the first ``length`` bytes of an RDMA WRITE's target (a
-        ``REMOTE_WRITE`` view): a mirrored one's go back to the memory now, the rest untouched."""
+        """The transport placed the first ``length`` bytes of a message's destination (a
+        ``placing`` view): a mirrored one's go back to the memory now, the rest untouched."""
         if not self.dirty:
             return
         entry = self.dirty.pop(id(view.obj), None)
@@ -357,6 +359,6 @@ class MrTable:
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it
         writes a CQE (a completion is never seen before its data) and at the end of each pass.
-        A WRITE's target goes back when ``placed``, before the ACK that completes it."""
+        A message's destination goes back when ``placed``, before its ACK or completion."""
         for entry in list(self.dirty.values()):
             self._push(entry)

@@ -238,6 +238,8 @@ class Completer:
             return
         result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
         entry.data.write(0, result)  # type: ignore[union-attr]
+        if self.qp.memory.dirty:  # mirrored memory: in place before the completion
+            entry.data.placed(self.qp.memory, len(result))  # type: ignore[union-attr]
         req.comp_psn = psn_add(psn, 1)
         req.complete_head()
         req.progress(now)
@@ -275,5 +277,7 @@ class Completer:
         entry.placed += 1
         req.comp_psn = psn_add(psn, 1)
         if last:
+            if self.qp.memory.dirty:  # mirrored memory: in place before the completion
+                entry.data.placed(self.qp.memory, entry.length)  # type: ignore[union-attr]
             req.complete_head()
         req.progress(now)

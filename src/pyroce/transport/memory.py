@@ -9,6 +9,7 @@ outside a registered region can be touched whatever a peer sends.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Protocol
 
 from pyroce.ib.enums import Access
@@ -25,18 +26,25 @@ class MemFault(enum.Enum):
 
 
 class MemoryTable(Protocol):
-    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int) -> memoryview | MemFault:
+    # Ranges the owner writes back to memory it mirrors, while the transport holds their views:
+    # empty when none is (memory the NIC addresses itself), and then ``placed`` has nothing to do.
+    dirty: Mapping[int, object]
+
+    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int,
+               placing: bool = False) -> memoryview | MemFault:  # fmt: skip
         """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
         the reason the access is refused. ``length`` 0 is always allowed and touches nothing.
-        A view for ``REMOTE_WRITE`` is an RDMA WRITE's target, which the transport fills in
-        order from its start and hands back with ``placed``: until then none of it need reach
-        the memory (memory the NIC mirrors is written back only as far as ``placed`` says)."""
+        ``placing``: the view is a message's destination (an RDMA WRITE's target, a receive
+        buffer, a READ's or an atomic's local buffer), which the transport fills in order from
+        its start and hands back with ``placed``: until then none of it need reach the memory
+        (memory the NIC mirrors is written back only as far as ``placed`` says)."""
         ...
 
     def placed(self, view: memoryview, length: int) -> None:
-        """The transport is done with a ``REMOTE_WRITE`` view: its first ``length`` bytes were
-        placed (all of them, unless its message was cut short). Before the ACK or the
-        completion that says so, as a NIC's DMA lands before them."""
+        """The transport is done with a ``placing`` view: its first ``length`` bytes were
+        placed. Before the ACK or the completion that says so, as a NIC's DMA lands before
+        them; a view dropped without it (its message failed or was cut short) leaves the
+        memory as it was."""
         ...
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:

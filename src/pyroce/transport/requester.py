@@ -229,7 +229,8 @@ class Requester:
         if entry.rd_atomic and self.rd_atomic_outstanding >= max(1, self.qp.config.max_rd_atomic):
             return False
         if work.inline is None:
-            data = ScatterGather.resolve(self.qp.memory, work.sges, LOCAL_ACCESS[work.op], self.qp.config.pdn)
+            data = ScatterGather.resolve(self.qp.memory, work.sges, LOCAL_ACCESS[work.op], self.qp.config.pdn,
+                                         entry.rd_atomic)  # a READ's or atomic's buffer: its response's destination
             if isinstance(data, MemFault):
                 sges = ", ".join(f"lkey 0x{s.lkey:x} addr 0x{s.addr:x} len {s.length}" for s in work.sges)
                 self.fail_unsent(entry, WcStatus.LOC_PROT_ERR, Reason.LOCAL_PROTECTION, f"{data.value}: {sges}")

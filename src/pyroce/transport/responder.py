@@ -314,7 +314,7 @@ class Responder:
         counters[f"drop_uc_{state.name.lower().removeprefix('err_')}"] += 1
         if self.recv is not None:
             self.recv_queue.appendleft(self.recv)
-        if self.write_view is not None:  # what it placed stays placed, as a DMA's would
+        if self.write_view is not None and self.qp.memory.dirty:  # what it placed stays placed, as a DMA's would
             self.qp.memory.placed(self.write_view, self.offset)
         self.recv = self.recv_data = self.write_view = None
         self.in_message = Flag.NONE
@@ -379,7 +379,8 @@ class Responder:
         if dma_len > self.qp.config.max_msg_sz:
             return RespState.ERR_LENGTH
         access = _REMOTE_READ if flags & Flag.READ else _REMOTE_WRITE
-        view = self.qp.memory.lookup(reth.rkey, reth.va, dma_len, access, self.qp.config.pdn)
+        placing = not flags & Flag.READ  # a WRITE's target, handed back at its end (``placed``)
+        view = self.qp.memory.lookup(reth.rkey, reth.va, dma_len, access, self.qp.config.pdn, placing)
         if isinstance(view, MemFault):
             return RespState.ERR_RKEY_VIOLATION
         if flags & Flag.WRITE:
@@ -424,7 +425,7 @@ class Responder:
 
     def _resolve_recv(self, recv: RecvWork) -> ScatterGather | MemFault:
         """The buffers of receive WQE ``recv``, which a SEND writes: local write access, this PD."""
-        return ScatterGather.resolve(self.qp.memory, recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn)
+        return ScatterGather.resolve(self.qp.memory, recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn, True)
 
     def _placed(self, flags: int, psn: int, length: int, ackreq: bool, pkt: Packet | None) -> None:
         """A SEND or WRITE packet's payload is in place: move past it, end the message (and
@@ -432,8 +433,8 @@ class Responder:
         self.offset += length
         self.epsn = psn_add(psn, 1)
         if flags & Flag.END:
-            if self.write_view is not None:  # in memory before the ACK or the completion
-                self.qp.memory.placed(self.write_view, self.offset)
+            if self.qp.memory.dirty:  # mirrored memory: in place before the ACK or the completion
+                self._hand_back()
             self.in_message = Flag.NONE
             self.msn = (self.msn + 1) & 0xFFFFFF
             if flags & Flag.COMP:
@@ -443,6 +444,13 @@ class Responder:
             self.in_message = flags & (Flag.SEND | Flag.WRITE)
         if ackreq:
             self._ack(psn)
+
+    def _hand_back(self) -> None:
+        """The message's destination is placed as far as ``offset``: say so (``MemoryTable.placed``)."""
+        if self.write_view is not None:
+            self.qp.memory.placed(self.write_view, self.offset)
+        elif self.recv_data is not None:
+            self.recv_data.placed(self.qp.memory, self.offset)
 
     def _complete_recv(self, pkt: Packet | None, flags: int) -> None:
         """The message's receive WQE completes (``pkt``: its last packet, for the immediate;

@@ -22,16 +22,25 @@ class ScatterGather:
         self.length = self.starts[-1]
 
     @classmethod
-    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: Access, pdn: int) -> ScatterGather | MemFault:
-        """Check every SGE against the memory table; the first refusal is returned."""
+    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: Access, pdn: int,
+                placing: bool = False) -> ScatterGather | MemFault:  # fmt: skip
+        """Check every SGE against the memory table; the first refusal is returned.
+        ``placing``: a message's destination, handed back with ``placed`` (``MemoryTable.lookup``)."""
         views = []
         for sge in sges:
-            view = memory.lookup(sge.lkey, sge.addr, sge.length, access, pdn)
+            view = memory.lookup(sge.lkey, sge.addr, sge.length, access, pdn, placing)
             if isinstance(view, MemFault):
                 return view
             if sge.length:
                 views.append(view)
         return cls(views)
+
+    def placed(self, memory: MemoryTable, length: int) -> None:
+        """The message's first ``length`` bytes are in place: each SGE's part handed back."""
+        for view, start in zip(self.views, self.starts):
+            if start >= length:
+                break
+            memory.placed(view, min(len(view), length - start))
 
     def _locate(self, offset: int) -> int:
         index = 0
