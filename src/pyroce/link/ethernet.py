@@ -15,6 +15,7 @@ from collections import Counter, deque
 from typing import Final
 
 from pyroce.ib.addressing import mac_of
+from pyroce.ib.counters import Counters
 from pyroce.link.memory import QueuedLink
 from pyroce.wire.errors import MalformedPacket
 from pyroce.wire.framing import ETHERTYPE_IPV4, ETHERTYPE_IPV6, format_address, locate_datagram, pack_ip_udp
@@ -30,7 +31,7 @@ class EthernetLink(QueuedLink):
         self.mac = mac_of(address)
         self._ethertype = (ETHERTYPE_IPV4 if "." in address else ETHERTYPE_IPV6).to_bytes(2, "big")
         self.frames: deque[bytes] = deque()  # sent, for the wire's model to take in order
-        self.counters: Counter[str] = Counter()  # frames_sent, frames_received, and the drops by reason
+        self.counters: Counter[str] = Counters()  # frames_sent, frames_received, and the drops by reason
         self.groups: set[str] = set()  # the multicast addresses whose frames it takes
 
     def send(self, data: memoryview | bytes, peer: str) -> bool:

@@ -12,6 +12,7 @@ import random
 from collections import Counter
 from typing import Final, NamedTuple
 
+from pyroce.ib.counters import Counters
 from pyroce.wire.opcodes import opcode_name
 
 ACTIONS: Final = ("drop", "duplicate", "corrupt", "delay")
@@ -76,7 +77,7 @@ class FaultInjector:
         self.config = config
         self.random = random.Random(config.seed)
         self.seen: Counter[str] = Counter()
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counters()
 
     def apply(self, data: bytes) -> list[tuple[float, bytes]]:
         """What to send for ``data`` (a UDP payload): (delay in seconds, bytes) pairs; none

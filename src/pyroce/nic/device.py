@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from pyroce.cm.manager import RdmaCm
+from pyroce.ib.counters import Counters
 from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
@@ -164,7 +165,7 @@ class NicDevice:
         self.step: Callable[[float], None] = runner.step  # host mode: one engine pass at the host's time
         self._new_channel = new_channel  # a completion channel's queue
         self._closed = False
-        self._retired: Counter[str] = Counter()  # counters of destroyed QPs
+        self._retired: Counter[str] = Counters()  # counters of destroyed QPs
         self._next_pdn = 1
         self._next_cqn = 1
         self._next_qpn = FIRST_QPN

@@ -31,6 +31,7 @@ from typing import Final
 
 from pyroce.cm.exchanges import NEVER
 from pyroce.cm.manager import RdmaCm
+from pyroce.ib.counters import Counters
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.faults import FaultInjector
@@ -66,7 +67,7 @@ class Engine:
 
     def __init__(self, link: Link, event_queues: EventQueues[AsyncEvent], *, verify_icrc: bool = True,
                  faults: FaultInjector | None = None, clock: Clock) -> None:  # fmt: skip
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counters()
         self.mrs = MrTable(self.counters)
         # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
         # the end of a pass; an empty dict, one test, when no MR is another process's.

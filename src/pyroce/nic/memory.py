@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+from pyroce.ib.counters import Counters
 from pyroce.ib.enums import Access
 from pyroce.nic.mirrored import Mirror, MirroredMemory
 from pyroce.transport.memory import MemFault
@@ -152,7 +153,7 @@ class MrTable:
     def __init__(self, counters: Counter[str] | None = None) -> None:
         self._by_index: dict[int, MemoryRegion | MemoryWindow] = {}
         self._next_index = secrets.randbelow(MAX_MR_INDEX >> 1) + 1
-        self.counters: Counter[str] = Counter() if counters is None else counters
+        self.counters: Counter[str] = Counters() if counters is None else counters
         # Ranges of mirrored regions looked up for an access that may write, while their view
         # lives, by the id of the ctypes array their views are made from (``view.obj``, alive
         # as long as they are). Empty when nothing is mirrored.

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pyroce.ib.addressing import gid_of_packed
+from pyroce.ib.counters import Counters
 from pyroce.transport.rc import RcQp
 from pyroce.wire.bth import BTH, MULTICAST_QPN
 from pyroce.wire.errors import BadPadCount, MalformedPacket
@@ -50,7 +51,7 @@ class Demux:
         self.datagram_qps: dict[int, DatagramQp] = {}  # UD QPs and QP1: any source, no header prediction
         self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
         self.groups: dict[bytes, list[int]] = {}  # multicast groups: MGID -> the UD QPs attached, in order
-        self.counters: Counter[str] = Counter() if counters is None else counters
+        self.counters: Counter[str] = Counters() if counters is None else counters
         self.touched: set[int] = set()
         self.on_error = on_error
 

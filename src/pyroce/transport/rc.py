@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+from pyroce.ib.counters import Counters
 from pyroce.ib.enums import Access, EventType, QpState, WcOpcode, WcStatus
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
@@ -89,7 +90,7 @@ class RcQp:
         self.events: list[tuple[EventType, str]] = []  # async events raised (COMM_EST, SQ_DRAINED), one line each
         self.established = False  # a packet arrived while in RTR: COMM_EST was raised (once until a reset)
         self.sq_draining = False  # entered SQD from RTS and started WQEs are not all done (query's sq_draining)
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counters()
         self.error_detail = ""  # one line on why the QP's last failed work request failed
         # config.timeout in seconds, kept as a value (read per message and per ACK): set by ``modify``
         self.ack_timeout_s = ack_timeout_s(config.timeout)

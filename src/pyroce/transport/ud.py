@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Final
 
 from pyroce.ib.addressing import is_multicast_gid
+from pyroce.ib.counters import Counters
 from pyroce.ib.enums import Access, EventType, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
@@ -59,7 +60,7 @@ class UdQp:
         self.memory = memory
         self.state = QpState.RESET
         self.completions: list[Completion] = []
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counters()
         self.error_detail = ""
         self.events: list[tuple[EventType, str]] = []  # async events raised (SQ_DRAINED), one line each
         self.sq_draining = False  # a UD send is done once handed to the wire: SQD is drained at once
