@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,7 +190,8 @@ from pyroce.verbs.pd import PD
 from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyroce.verbs.wr import SGE, RecvWR
 naps = []
-remote.time = types.SimpleNamespace(sleep=naps.append)  # count the naps instead of taking them
+# count the naps (each a select on the NIC's wake-up eventfd, NAP_S at most) instead of taking them
+remote.select = types.SimpleNamespace(select=lambda r, w, x, timeout: naps.append(timeout) or ([], [], []))
 with Context(name="pyroce0") as ctx:
     pd, cq = PD(ctx), CQ(ctx, 16)
     mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
@@ -216,3 +218,28 @@ def test_a_poll_that_keeps_finding_nothing_naps(nic) -> None:
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "2", "2", "True"], done.stdout + done.stderr
+
+
+def test_a_napping_poll_is_woken_by_its_completion(nic) -> None:
+    """A program polls for a receive long past its spins, so its polls nap on the NIC's wake-up
+    eventfd; the peer's SEND writes the CQE, and with it the eventfd (``poller_wakeups``). A
+    CQE that lands between two naps is seen by the next look at the ring instead, so a few
+    rounds are tried: each round's nap is ~50 µs of a poll cycle of a few µs."""
+    _, env, _ = nic
+    peers, _ = connected_peers(env)
+    receiver, sender = peers
+    try:
+        wakeups = 0
+        for _ in range(5):
+            assert ask(receiver, "recv") == "posted"
+            time.sleep(0.05)  # 256 empty polls and then naps, many of them
+            assert ask(sender, "send") == "0"
+            status, wakeups = receiver.stdout.readline().split()[1:]  # type: ignore[union-attr]
+            assert status == "0"
+            if int(wakeups):
+                break
+        assert int(wakeups) > 0
+    finally:
+        for peer in peers:
+            peer.kill()
+            peer.communicate()

@@ -47,6 +47,9 @@ class Connection:
         self.base = 0
         self.fds: dict[int, int] = {}  # handle of a channel or context -> its event fd here
         self.lost = False  # the NIC closed the connection
+        # what a Python driver's empty polls sleep on (``RemoteDevice._nap``): a flag byte in the
+        # arena and the NIC's eventfd, asked once for all of this process's CQs; None until then
+        self.poller: tuple[memoryview, int] | None = None
         greeting = self.call("hello", {"protocol": PROTOCOL, "version": __version__})
         # this end's mapping; a Python driver allocates its rings in it (nicd.remote_device)
         self.memory = Arena.attach(greeting["arena"], greeting["arena_size"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 from typing import Any, Protocol
 
-from pyroce.host.notify import EventFdQueue
+from pyroce.host.notify import EventFdQueue, PollerWakeup
 from pyroce.host.registry import open_device, release_device
 from pyroce.ib.enums import Access, QpState
 from pyroce.nic.events import AsyncEvent, EventQueue
@@ -65,6 +65,7 @@ class DeviceCommands(ConnectionManagerCommands):
         self.objects: dict[int, object] = {}
         self.next_handle = 1
         self.qpns: set[int] = set()
+        self.poller: PollerWakeup | None = None  # what its empty polls sleep on, one for all its CQs
 
     def run(self, name: str, arguments: tuple[Any, ...]) -> Any:
         """Run one command of ``DEVICE_COMMANDS``; the device model's refusals become errnos."""
@@ -211,7 +212,23 @@ class DeviceCommands(ConnectionManagerCommands):
     def create_cq(self, ring: Piece, count: int, consumer: Piece, channel: Any, events: Any) -> tuple[Handle, int]:
         cq = self._device().create_cq(self._view(ring), count, self._view(consumer), self._events(channel),
                                       self._events(events))  # fmt: skip
+        if self.poller is not None:
+            self.device.wake_poller(cq, self.poller)
         return self._handle(cq), cq.cqn
+
+    def poller_wakeup(self, flag: Piece) -> PassFd:
+        """What the Python driver's polls sleep on once they keep finding nothing
+        (``RemoteDevice.poll_empty``): an eventfd the NIC writes with a CQE on any of the
+        connection's CQs while the byte ``flag`` (in the arena) is set (``NicDevice.wake_poller``).
+        One for the connection, made at the first call: the driver's poll does not say which CQ
+        it waits on, and a wake-up for another CQ costs a look at the ring."""
+        if self.poller is None:
+            device = self._device()
+            self.poller = PollerWakeup(self._view(flag)[:1], device.counters)
+            for obj in self.objects.values():
+                if isinstance(obj, HwCq):
+                    device.wake_poller(obj, self.poller)
+        return PassFd(self.poller.fileno())
 
     def cq_producer(self, handle: Any) -> int:
         return self._object(handle, HwCq).producer
@@ -334,6 +351,9 @@ class DeviceCommands(ConnectionManagerCommands):
         for queue in self.objects.values():
             device.close_async_events(queue)  # a channel or a context's queue: closed either way
         self.objects.clear()
+        if self.poller is not None:  # its CQs went above
+            self.poller.close()
+            self.poller = None
         self.device = None
         release_device(device)
         return left

@@ -9,8 +9,9 @@ same bytes in the NIC), an MR's memory in that arena is registered in place, any
 of the program is reached by the NIC from outside (``process_memory``). The doorbell is a
 record written to the engine's hand-off pipe (``host.handoff``), whose write end came across at
 open; event queues are the NIC's eventfds, sent across, waited on here and taken by a command
-(no command waits). Polling needs no command: the NIC's engine thread runs everything, so the
-poll hints are nothing.
+(no command waits). Polling needs no command: the NIC's engine thread runs everything; a poll
+that keeps finding nothing sleeps on an eventfd the NIC writes with the next CQE (one command,
+once: ``poller_wakeup``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 
 _RECORD = struct.Struct("=I")  # a doorbell record, native byte order (host.handoff)
 SPIN_POLLS = 256  # empty CQ polls in a row before each further one naps (driver/c/datapath.c's)
-NAP_S = 1e-9  # a nap: the kernel's timer slack makes it about 50 µs
+NAP_S = 1e-6  # a nap's longest: the kernel's timer slack makes it about 50 µs (as the C driver's)
 # the device model's refusals, raised again as the verbs expect them (nicd.commands.REFUSALS)
 _REFUSALS: dict[int, type[Exception]] = {errno.EBUSY: BusyError, errno.EPERM: BindError, errno.ENOENT: KeyError,
                                          errno.EINVAL: ValueError}  # fmt: skip
@@ -223,7 +224,26 @@ class RemoteDevice:
         in Python took the cores the NIC's engine needs (a 2-byte SEND's p99 3.8 ms)."""
         self._empty_polls += 1
         if self._empty_polls > SPIN_POLLS:
-            time.sleep(NAP_S)
+            self._nap()
+
+    def _nap(self) -> None:
+        """Sleep until the NIC writes a CQE on one of this connection's CQs, ``NAP_S`` at most:
+        the flag byte set, the NIC writes the eventfd with its next CQE and clears the flag
+        (``DeviceCommands.poller_wakeup``). A CQE written between the poll's look at its ring
+        and the flag costs the whole nap, as a timed nap would."""
+        wakeup = self.conn.poller
+        if wakeup is None:
+            if os.getpid() != self.pid:  # a forked child: the connection is its parent's
+                time.sleep(NAP_S)
+                return
+            flag = self.memory.alloc(1)
+            wakeup = self.conn.poller = (flag, self.call("poller_wakeup", self._piece(flag)))
+        flag, fd = wakeup
+        flag[0] = 1
+        if select.select([fd], [], [], NAP_S)[0]:
+            os.eventfd_read(fd)  # the NIC cleared the flag
+        else:
+            flag[0] = 0
 
     def poll_found(self) -> None:
         self._empty_polls = 0
