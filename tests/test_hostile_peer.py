@@ -443,6 +443,38 @@ def test_a_late_read_response_after_a_rewind_is_a_ghost_on_the_fast_path_too() -
     assert (completion.status, completion.byte_len) == (WcStatus.SUCCESS, 3072)
 
 
+@pytest.mark.parametrize("path", ["predicted", "general"])
+def test_a_late_ack_after_a_rewind_acknowledges_past_the_resend_pointer(path: str) -> None:
+    """Four WRITEs sent (PSNs 0x10-0x13) and no ACK: the ACK timeout rewinds to 0x10 and one
+    is resent; then an ACK for 0x12 (late, from the first sending, or the responder's answer to
+    the duplicate: ``epsn - 1``) completes three, and only 0x13 goes out again. Before, an ACK
+    past the resend pointer was a ghost and everything sent was resent before one was taken."""
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0x10, access=ALL, timeout=1), MrTable())
+    for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+        qp.modify(state)
+
+    def ack(psn: int) -> None:
+        packet = Packet(BTH(Opcode.RC_ACKNOWLEDGE, 0x11, psn), aeth=Aeth(ack_syndrome(), 1))
+        if path == "predicted":
+            assert qp.receive_predicted(wire_bytes(packet), 1.0)
+        else:
+            qp.receive(packet, 1.0)
+
+    for counter in range(4):
+        qp.post_send(SendWork(counter, WorkOp.RDMA_WRITE, (), raddr=0x1000, rkey=7))
+    assert [p.bth.psn for p in qp.packets_to_send(0.0)] == [0x10, 0x11, 0x12, 0x13]
+    qp.handle_timer(1.0)
+    assert [p.bth.psn for p in qp.packets_to_send(1.0, budget=1)] == [0x10]
+    ack(0x12)
+    assert [c.wqe_counter for c in qp.completions] == [0, 1, 2] and qp.counters["ghost_responses"] == 0
+    assert [p.bth.psn for p in qp.packets_to_send(1.0)] == [0x13]
+    assert qp.counters["retransmitted_pkts"] == 2
+    ack(0x13)
+    assert [c.wqe_counter for c in qp.completions] == [0, 1, 2, 3] and qp.packets_to_send(1.0) == []
+    qp.post_send(SendWork(4, WorkOp.RDMA_WRITE, (), raddr=0x1000, rkey=7))
+    assert [p.bth.psn for p in qp.packets_to_send(1.0)] == [0x14]  # new work goes on from there
+
+
 def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:
     responses = target.send(write(0xDEAD, 0x12345678, b""))
     assert [p.bth.opcode for p in responses] == [Opcode.RC_ACKNOWLEDGE] and nak_code(responses) is None

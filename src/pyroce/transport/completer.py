@@ -4,7 +4,10 @@ Every response names a PSN. An ACK with PSN ``p`` acknowledges every request up 
 (coalescing, IBA 9.7.5.1.1); a read response or atomic ACK also implicitly acknowledges the
 sends and writes before it. A response that skips past an unanswered read or atomic means
 responses were lost (an implied NAK, IBA 9.7.5.1.3): go back to the oldest unacknowledged
-PSN. Responses for PSNs not outstanding (duplicates, "ghost" ACKs) change nothing.
+PSN. Responses for PSNs not outstanding (duplicates, "ghost" ACKs) change nothing. After a
+rewind an ACK or NAK may name any PSN ever sent, not only one resent: the responder's answer
+to the first duplicate acknowledges what it had before, and resending stops there (as rxe's
+completer takes a late ACK once the WQE it names has gone out again).
 """
 
 from __future__ import annotations
@@ -56,10 +59,10 @@ class Completer:
 
     def receive(self, pkt: Packet, now: float) -> None:
         psn = pkt.bth.psn
-        if self._ghost(psn):
+        opcode = pkt.bth.opcode
+        if self._ghost(psn, opcode == _ACKNOWLEDGE):
             self.qp.counters["ghost_responses"] += 1
             return
-        opcode = pkt.bth.opcode
         if opcode == _ACKNOWLEDGE:
             self._acknowledge(pkt, psn, now)
         elif not self._answers(opcode, psn):
@@ -86,7 +89,7 @@ class Completer:
         """An ACK (its AETH says ACK) at ``psn``: retire what it acknowledges (an implied NAK
         if it skips a read). The fast path's (``RcQp.receive_predicted``, without a ``Packet``)
         and ``receive``'s; False for a ghost, which the fast path leaves to ``receive``."""
-        if self._ghost(psn):
+        if self._ghost(psn, True):
             return False
         req = self.qp.requester
         before = req.comp_psn
@@ -96,10 +99,12 @@ class Completer:
             req.progress(now)
         return True
 
-    def _ghost(self, psn: int) -> bool:
-        """A response can only name a PSN that was sent and is not yet acknowledged."""
+    def _ghost(self, psn: int, ack: bool) -> bool:
+        """A response can only name a PSN that was sent and is not yet acknowledged; after a
+        rewind, an ACK or NAK any PSN ever sent (``high_psn``), a READ response or atomic ACK
+        only one sent again (its request must go out again first: it may be re-executed)."""
         req = self.qp.requester
-        return not psn_in_range(psn, req.comp_psn, req.psn)
+        return not psn_in_range(psn, req.comp_psn, req.high_psn if ack else req.psn)
 
     def receive_read_predicted(self, psn: int, payload: memoryview | bytes, last: bool, now: float) -> bool:
         """Place a READ response packet if it is the next one the READ at the head of the queue
@@ -148,6 +153,7 @@ class Completer:
         when an earlier read or atomic was skipped (implied NAK)."""
         req = self.qp.requester
         queue = req.queue
+        in_order = True
         while queue and queue[0].started:
             entry = queue[0]
             past = psn_diff(psn, entry.last_psn) if psn != entry.last_psn else 0  # at its last, most often
@@ -158,11 +164,13 @@ class Completer:
                 # whose own response must retire it.
                 if not entry.rd_atomic:
                     req.comp_psn = psn_add(psn, 1)
-                    return True
-                return past <= 0
+                in_order = past <= 0
+                break
             req.complete_head()  # all of it acknowledged (``psn`` at or past its last PSN)
             req.comp_psn = psn_add(entry.last_psn, 1)
-        return True
+        if req.psn != req.high_psn and psn_diff(req.comp_psn, req.psn) > 0:
+            req.resume_at_comp_psn()  # a late ACK after a rewind: what it acknowledged is not sent again
+        return in_order
 
     def _implied_nak(self) -> None:
         req = self.qp.requester

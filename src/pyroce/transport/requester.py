@@ -314,6 +314,18 @@ class Requester:
                 self.qp.counters["completer_retry_err"] += 1
                 return
 
+    def resume_at_comp_psn(self) -> None:
+        """An ACK acknowledged PSNs past the resend pointer (it answers packets sent before a
+        rewind): send on from the oldest unacknowledged PSN, not again what it acknowledged."""
+        psn = self.comp_psn
+        self.psn = psn
+        for index, entry in enumerate(self.queue):
+            if not entry.started or psn_in_window(psn, entry.first_psn, entry.npsn):
+                self.send_index = index
+                self.send_pkt = psn_diff(psn, entry.first_psn) if entry.started else 0
+                return
+        self.send_index, self.send_pkt = len(self.queue), 0
+
     def handle_timer(self, now: float) -> None:
         """Local ACK timeout (IBA 9.7.6.1.3): resend from the oldest unacknowledged PSN."""
         if self.ack_deadline is not None and now >= self.ack_deadline:
