@@ -50,6 +50,7 @@ class Connection:
         # what a Python driver's empty polls sleep on (``RemoteDevice._nap``): a flag byte in the
         # arena and the NIC's eventfd, asked once for all of this process's CQs; None until then
         self.poller: tuple[memoryview, int] | None = None
+        self.asking = threading.Lock()  # held while the first nap asks for ``poller``
         greeting = self.call("hello", {"protocol": PROTOCOL, "version": __version__})
         # this end's mapping; a Python driver allocates its rings in it (nicd.remote_device)
         self.memory = Arena.attach(greeting["arena"], greeting["arena_size"])

@@ -240,14 +240,20 @@ class RemoteDevice:
             if os.getpid() != self.pid:  # a forked child: the connection is its parent's
                 time.sleep(NAP_S)
                 return
-            flag = self.memory.alloc(1)
-            wakeup = self.conn.poller = (flag, self.call("poller_wakeup", self._piece(flag)))
+            with self.conn.asking:  # one flag byte for the connection: the one the NIC watches
+                wakeup = self.conn.poller
+                if wakeup is None:
+                    flag = self.memory.alloc(1)
+                    wakeup = self.conn.poller = (flag, self.call("poller_wakeup", self._piece(flag)))
         flag, fd = wakeup
         flag[0] = 1
-        if select.select([fd], [], [], NAP_S)[0]:
-            os.eventfd_read(fd)  # the NIC cleared the flag
-        else:
+        if not select.select([fd], [], [], NAP_S)[0]:
             flag[0] = 0
+            return
+        try:  # the NIC cleared the flag
+            os.eventfd_read(fd)
+        except BlockingIOError:
+            pass  # another thread's nap, woken by the same write, read it first
 
     def poll_found(self) -> None:
         self._empty_polls = 0
