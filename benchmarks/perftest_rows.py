@@ -2,7 +2,9 @@
 message rate) and ``ib_send_lat`` (2 bytes), unmodified, on the C driver, server and client on
 this host, both on the shared NIC (``pyroce nicd``, one of the run's own on an address of its
 own, stopped after), beside ``run.py``'s rows of pyroce's Python verbs, whose NIC is in each
-program. The figures are perftest's own:
+program; then the two ``ib_write_bw`` rows again with each program on a shared NIC of its own
+address (the ``perftest-own`` rows: two NICs, two engines, as the Python rows have), which tells
+what the C driver costs from what one engine for both programs does. The figures are perftest's own:
 BW average (perftest's MB is 2^20 bytes, converted here to run.py's 10^6), MsgRate, and for
 latency t_typical (its median) and the 99% percentile of half round trips. Without perftest, a C
 compiler or libibverbs-dev the rows are skipped with a note, never an error.
@@ -56,8 +58,12 @@ def rows_on_a_shared_nic(tools: tuple[str, ...], package: str,
         try:
             return rows(nic_env), None
         finally:
-            subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=nic_env, capture_output=True,
-                           check=False)  # fmt: skip
+            stop_nic(nic_env)
+
+
+def stop_nic(env: dict[str, str]) -> None:
+    """Stop the shared NIC at ``env``'s ``PYROCE_ADDR`` (nothing if none runs there)."""
+    subprocess.run([sys.executable, "-m", "pyroce", "nicd", "--stop"], env=env, capture_output=True, check=False)
 
 
 def shared_nic_rows(quick: bool, env: dict[str, str], port: int) -> list[dict[str, Any]]:
@@ -65,24 +71,37 @@ def shared_nic_rows(quick: bool, env: dict[str, str], port: int) -> list[dict[st
     bw = table(run_pair(["ib_write_bw", "-s", "65536", "-n", "1000" if quick else "5000"], env, port))
     rate = table(run_pair(["ib_write_bw", "-s", "2", "-n", "5000" if quick else "50000"], env, port + 1))
     lat = table(run_pair(["ib_send_lat", "-s", "2", "-n", "200" if quick else "2000"], env, port + 2))
+    client_env = {**env, "PYROCE_ADDR": env["PYROCE_ADDR"].rsplit(".", 1)[0] + ".2"}  # the client's own NIC
+    try:
+        bw_own = table(run_pair(["ib_write_bw", "-s", "65536", "-n", "1000" if quick else "5000"], env, port + 3,
+                                client_env))  # fmt: skip
+        rate_own = table(run_pair(["ib_write_bw", "-s", "2", "-n", "5000" if quick else "50000"], env, port + 4,
+                                  client_env))  # fmt: skip
+    finally:
+        stop_nic(client_env)
     return [
-        {"op": "write", "metric": "bw", "series": series, "size": 65536, "qps": 1,
-         "MBps": bw["BW average[MB/sec]"] * MIB / 1e6, "msgs_per_s": bw["MsgRate[Mpps]"] * 1e6},
-        {"op": "write", "metric": "rate", "series": series, "size": 2, "qps": 1,
-         "MBps": rate["BW average[MB/sec]"] * MIB / 1e6, "msgs_per_s": rate["MsgRate[Mpps]"] * 1e6},
+        bw_row(bw, series, 65536, "bw"), bw_row(rate, series, 2, "rate"),
         {"op": "send", "metric": "lat", "series": series, "size": 2, "qps": 1,
          "lat_us_p50": lat["t_typical[usec]"], "lat_us_p99": lat["99% percentile[usec]"]},
+        bw_row(bw_own, "perftest-own", 65536, "bw"), bw_row(rate_own, "perftest-own", 2, "rate"),
     ]  # fmt: skip
 
 
-def run_pair(argv: list[str], env: dict[str, str], port: int) -> str:
-    """A server and a client of ``argv`` on ``port``: the client's output. Tried again when the
-    client came too early or perftest's clock calibration gave up."""
+def bw_row(figures: dict[str, float], series: str, size: int, metric: str) -> dict[str, Any]:
+    """run.py's row of an ``ib_write_bw`` run's table."""
+    return {"op": "write", "metric": metric, "series": series, "size": size, "qps": 1,
+            "MBps": figures["BW average[MB/sec]"] * MIB / 1e6, "msgs_per_s": figures["MsgRate[Mpps]"] * 1e6}  # fmt: skip
+
+
+def run_pair(argv: list[str], env: dict[str, str], port: int, client_env: dict[str, str] | None = None) -> str:
+    """A server (with ``env``) and a client (with ``client_env``, else ``env``) of ``argv`` on
+    ``port``: the client's output. Tried again when the client came too early or perftest's
+    clock calibration gave up."""
     command = [*argv, "-d", "pyroce0", "-p", str(port)]
     for _ in range(ATTEMPTS):
         server = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            client = client_run([*command, "127.0.0.1"], env)
+            client = client_run([*command, "127.0.0.1"], client_env or env)
             server_out = server.communicate(timeout=300)[0]
         finally:
             if server.poll() is None:

@@ -454,7 +454,7 @@ def run(quick: bool) -> dict[str, Any]:
     errors += pure_errors
     port = 20000 + os.getpid() % 20000  # the Python server is gone
     notes = []
-    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 3), (ucx_rows, 4), (mlx5dv_rows, 7)):
+    for rows_of, offset in ((perftest_rows, 0), (qperf_rows, 5), (ucx_rows, 6), (mlx5dv_rows, 7)):
         rows, note = rows_of(quick, port=port + offset)
         results.extend(rows)
         notes += [note] if note else []
@@ -524,19 +524,19 @@ def print_table(report: dict[str, Any]) -> None:
     print("ceilings: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
     print(f"build: {report['build']}")
     print(
-        f"{'metric':<14}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
+        f"{'metric':<18}{'op':<8}{'size':>9}{'qps':>6}{'MB/s':>10}{'msgs/s':>11}{'p50 us':>9}{'p99 us':>9}"
         f"{'CPU s/GB':>10}{'ratio':>8}"
     )
     for row in report["results"]:
         label = row["metric"] + (f"/{row['series']}" if "series" in row else "")
         print(
-            f"{label:<14}{row['op']:<8}{row['size']:>9}{row['qps']:>6}{row.get('MBps', 0):>10.1f}"
+            f"{label:<18}{row['op']:<8}{row['size']:>9}{row['qps']:>6}{row.get('MBps', 0):>10.1f}"
             f"{row.get('msgs_per_s', 0):>11.0f}{row.get('lat_us_p50', 0):>9.1f}{row.get('lat_us_p99', 0):>9.1f}"
             f"{row.get('cpu_s_per_GB', 0):>10.2f}{row['ratio']:>8.3f}"
         )
     print("ratio: bandwidth / roce_pipe_MBps, latency p50 / lat_us, rate / 500 000 msgs/s")
     print("/perftest rows: perftest's own figures (latency: t_typical and 99%), through pyroce run, both programs on "
-          "one shared NIC; /qperf rows: qperf's own (rc_lat: its mean, in the p50 column; rc_bw: SEND), the same "
+          "one shared NIC (/perftest-own: ib_write_bw with each program on a shared NIC of its own address, two engines as the Python rows have); /qperf rows: qperf's own (rc_lat: its mean, in the p50 column; rc_bw: SEND), the same "
           "way, over rdma_cm; /ucx rows: ucx_perftest's own (tag_lat: its median; tag_bw, put_bw: its overall average), "
           "the same way, over rc_verbs; /mlx5dv rows: a C program's 2-byte WRITEs posted by hand through mlx5 direct verbs "
           "(latency: a lone WRITE's), /c-verbs rows the same program through ibv_post_send, on a shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "

@@ -292,6 +292,17 @@ def test_a_destination_goes_back_as_far_as_placed_and_only_then() -> None:
     assert memory.remote[1000:3048] == b"w" * 2048 and memory.remote[4000:4004] == b"mine"
 
 
+def test_placing_is_for_a_range_that_may_be_written_only() -> None:
+    """``placing`` asked with an access that only reads (no caller's case, but the rule is the
+    table's): the range is pulled whole and nothing of it is dirty."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    memory.remote[500:504] = b"data"
+    view = table.lookup(key, memory.address + 500, 4, Access.REMOTE_READ, 1, placing=True)
+    assert isinstance(view, memoryview) and bytes(view) == b"data"
+    assert memory.pulls == [(500, 4)] and not table.dirty
+
+
 def test_a_destination_never_placed_writes_nothing_back() -> None:
     """An abandoned message (an error, a QP reset): its view goes without ``placed``."""
     memory = FakeMemory(8192)

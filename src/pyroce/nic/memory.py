@@ -111,12 +111,10 @@ class DirtyRange:
     known: bytes | None
     watch: weakref.ref[ctypes.Array[ctypes.c_char]] | None = None  # the view's holder, whose end pushes the range
 
-    def changed(self) -> tuple[int, bytes] | None:
-        """Where the changed bytes begin in the range and the mirror's range now, up to its
-        last changed byte; None if none changed. Bisected with slice comparisons (memcmp)."""
-        known = self.known
-        if known is None:
-            return None
+    def changed(self, known: bytes) -> tuple[int, bytes] | None:
+        """Where the mirror's range differs from ``known`` (its bytes as last pulled or pushed)
+        and the range now, up to its last changed byte; None if none changed. Bisected with
+        slice comparisons (memcmp)."""
         now = bytes(memoryview(self.memory.mirror)[self.start : self.start + self.length])
         if now == known:
             return None
@@ -133,8 +131,11 @@ class DirtyRange:
     def push(self) -> None:
         """The changed bytes back to the memory (from the first change to the last), known
         from then on; ``OSError`` if the memory cannot be reached."""
-        known, changed = self.known, self.changed()
-        if known is None or changed is None:
+        known = self.known
+        if known is None:  # a message's destination: ``MrTable.placed`` pushes it
+            return
+        changed = self.changed(known)
+        if changed is None:
             return
         first, now = changed
         self.memory.push(self.start + first, len(now) - first)
@@ -296,6 +297,8 @@ class MrTable:
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
         while the view lives if the access may write (what it changes is pushed back; a
         ``placing`` range's first byte alone is pulled, and what ``placed`` names pushed)."""
+        writes = int(access) & _WRITES
+        placing = placing and bool(writes)  # a range the transport only reads is pulled whole
         overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
         try:
             memory.pull(start, 1 if placing else length)
@@ -304,7 +307,7 @@ class MrTable:
             return MemFault.UNMAPPED
         for entry in overlapping:  # the pull is no change of theirs: the program's bytes
             entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
-        if not int(access) & _WRITES:
+        if not writes:
             return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
         known = None if placing else bytes(memoryview(memory.mirror)[start : start + length])

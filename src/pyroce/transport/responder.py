@@ -314,7 +314,9 @@ class Responder:
         counters[f"drop_uc_{state.name.lower().removeprefix('err_')}"] += 1
         if self.recv is not None:
             self.recv_queue.appendleft(self.recv)
-        if self.write_view is not None and self.qp.memory.dirty:  # what it placed stays placed, as a DMA's would
+        # A WRITE's target keeps what was placed, as a DMA's would; not ``_hand_back``: a SEND's
+        # receive buffer goes back with its WQE, to be written from its start by the next message
+        if self.write_view is not None and self.qp.memory.dirty:
             self.qp.memory.placed(self.write_view, self.offset)
         self.recv = self.recv_data = self.write_view = None
         self.in_message = Flag.NONE
