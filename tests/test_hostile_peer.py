@@ -475,6 +475,39 @@ def test_a_late_ack_after_a_rewind_acknowledges_past_the_resend_pointer(path: st
     assert [p.bth.psn for p in qp.packets_to_send(1.0)] == [0x14]  # new work goes on from there
 
 
+def test_after_an_ack_timeout_the_resend_starts_small_and_doubles_with_each_ack() -> None:
+    """A 16-packet WRITE sent and no ACK: the timeout resends one PSN, asking for an ACK; each
+    ACK that moves on doubles what may go (2, 4, ...: a slow peer is not flooded with the whole
+    window at every retry), each window's last packet asks for the ACK that opens the next; a
+    late ACK (the peer did get the first sending) takes back what it acknowledges at once."""
+    memory = MrTable()
+    region = memory.register(PDN, memoryview(bytearray(16 * 1024)), 0x4000, ALL)
+    qp = RcQp(QpConfig(qpn=0x11, pdn=PDN, dqpn=0x22, pmtu=1024, sq_psn=0, access=ALL, timeout=1), memory)
+    for state in (QpState.INIT, QpState.RTR, QpState.RTS):
+        qp.modify(state)
+
+    def ack(psn: int) -> None:
+        qp.receive(Packet(BTH(Opcode.RC_ACKNOWLEDGE, 0x11, psn), aeth=Aeth(ack_syndrome(), 1)), 1.0)
+
+    def sent() -> list[tuple[int, bool]]:
+        return [(p.bth.psn, p.bth.ackreq) for p in qp.packets_to_send(1.0)]
+
+    qp.post_send(SendWork(1, WorkOp.RDMA_WRITE, (Sge(0x4000, 16 * 1024, region.key),), raddr=0x1000, rkey=7))
+    assert len(qp.packets_to_send(0.0)) == 16
+    qp.handle_timer(1.0)
+    assert sent() == [(0, True)]
+    assert sent() == []  # the window is full until an ACK
+    ack(0)
+    assert sent() == [(1, False), (2, True)]
+    ack(2)
+    assert sent() == [(3, False), (4, False), (5, False), (6, True)]
+    ack(14)  # late: the first sending of 7-14 arrived
+    assert sent() == [(15, True)]  # the LAST, not 7-14 again
+    ack(15)
+    assert [c.wqe_counter for c in qp.completions] == [1] and qp.requester.window == 16
+    assert qp.counters["retransmitted_pkts"] == 8
+
+
 def test_zero_length_read_and_write_need_no_valid_key(target: Target) -> None:
     responses = target.send(write(0xDEAD, 0x12345678, b""))
     assert [p.bth.opcode for p in responses] == [Opcode.RC_ACKNOWLEDGE] and nak_code(responses) is None

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 MAX_UNACKED_PSNS: Final = 128  # rxe RXE_MAX_UNACKED_PSNS: requests in flight before waiting for an ACK
 MAX_PKTS_PER_ACK: Final = 64  # rxe RXE_MAX_PKT_PER_ACK: set AckReq at least this often
+# After an ACK timeout the requester resends this many PSNs, then twice as many with each ACK
+# that moves on, up to ``MAX_UNACKED_PSNS`` (TCP's slow start after a retransmission timeout):
+# a peer too slow for a whole window (a guest whose receive ring overflowed) is not flooded
+# with it again at every retry, and its late ACKs take back what it did receive.
+TIMEOUT_WINDOW: Final = 1
 INFINITE_RNR_RETRY: Final = 7  # IBA 9.7.5.2.8: rnr_retry 7 retries for ever
 
 # (FIRST, MIDDLE, LAST, ONLY) per segmented operation on RC; UC's are in ``service.SERVICES``.
@@ -117,6 +122,7 @@ class Requester:
         self.ack_deadline: float | None = None
         self.rnr_until: float | None = None
         self.retrying = False  # resent from comp_psn; responses past it are stale until progress
+        self.window = MAX_UNACKED_PSNS  # PSNs in flight at most: smaller after an ACK timeout
         self.retry_left = self.qp.config.retry_cnt
         self.rnr_left = self.qp.config.rnr_retry
         # The packets of a BTH and payload alone (a SEND ONLY), for the current DestQP and P_Key
@@ -158,7 +164,7 @@ class Requester:
         config = self.qp.config
         added = 0
         while added < budget and self.send_index < len(self.queue):
-            window = MAX_UNACKED_PSNS - psn_diff(self.psn, self.comp_psn)
+            window = self.window - psn_diff(self.psn, self.comp_psn)
             if window <= 0:
                 break
             entry = self.queue[self.send_index]
@@ -170,10 +176,11 @@ class Requester:
             resent = psn_diff(self.high_psn, self.psn) if self.high_psn != self.psn else 0
             if resent > 0:
                 self.qp.counters["retransmitted_pkts"] += min(resent, count)
+            fills = count >= window  # the window closes: its last packet asks for the ACK that opens it
             out.append(
-                self._run(entry, count, config.dqpn)
+                self._run(entry, count, config.dqpn, fills)
                 if runnable > 0
-                else self._packet(entry, self.send_pkt, config.dqpn)
+                else self._packet(entry, self.send_pkt, config.dqpn, fills)
             )
             added += count
             if count > resent:  # past ``high_psn``: these PSNs went out for the first time
@@ -191,8 +198,9 @@ class Requester:
         while self.send_index:
             self.complete_head()
 
-    def _run(self, entry: SendEntry, count: int, dqpn: int) -> PacketRun:
-        """The next ``count`` packets of ``entry`` (below ``entry.run_end``), as one run."""
+    def _run(self, entry: SendEntry, count: int, dqpn: int, ackreq: bool) -> PacketRun:
+        """The next ``count`` packets of ``entry`` (below ``entry.run_end``), as one run; its
+        last asks for an ACK if ``ackreq`` (else at the message's end or every ``MAX_PKTS_PER_ACK``)."""
         work = entry.work
         config = self.qp.config
         pmtu = config.pmtu
@@ -203,7 +211,7 @@ class Requester:
         else:
             payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
         last = index + count == entry.npsn  # the run ends the message: its LAST asks for the ACK
-        ackreq = last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
+        ackreq = ackreq or last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
         opcodes = self.qp.service.segments[work.op]
         run = new_run((opcodes[1], dqpn, self.psn, config.pkey, payload, pmtu, ackreq and self.qp.service.acked,
                        segment_opcode(opcodes, index, entry.npsn), segment_opcode(opcodes, index + count - 1, entry.npsn)))  # fmt: skip
@@ -247,8 +255,9 @@ class Requester:
             self.rd_atomic_outstanding += 1
         return True
 
-    def _packet(self, entry: SendEntry, index: int, dqpn: int) -> Packet | bytes:
-        """Build packet ``index`` of ``entry`` and advance the send pointer past it."""
+    def _packet(self, entry: SendEntry, index: int, dqpn: int, ackreq: bool) -> Packet | bytes:
+        """Build packet ``index`` of ``entry`` and advance the send pointer past it; it asks
+        for an ACK if ``ackreq`` (as ``_run``'s last)."""
         work = entry.work
         pmtu = self.qp.config.pmtu
         psn = self.psn
@@ -274,7 +283,7 @@ class Requester:
             payload = entry.data.read(offset, length)  # type: ignore[union-attr]
         end = bool(flags & Flag.END)
         self.noack_pkts += 1
-        ackreq = end or self.noack_pkts >= MAX_PKTS_PER_ACK
+        ackreq = ackreq or end or self.noack_pkts >= MAX_PKTS_PER_ACK
         config = self.qp.config
         wire_ackreq = ackreq and self.qp.service.acked
         self._advance(1, ackreq, entry.npsn - index == 1)
@@ -350,6 +359,8 @@ class Requester:
             self.fail_head(WcStatus.RETRY_EXC_ERR, reason, detail)
             return
         self.retry_left -= 1
+        if reason is Reason.ACK_TIMEOUT:
+            self.window = TIMEOUT_WINDOW
         self.rewind(psn)
 
     def receiver_not_ready(self, psn: int, wait_s: float, now: float, detail: str) -> None:
@@ -370,6 +381,7 @@ class Requester:
         self.retry_left = config.retry_cnt
         self.rnr_left = config.rnr_retry
         self.retrying = False
+        self.window = min(self.window * 2, MAX_UNACKED_PSNS)
         timeout = self.qp.ack_timeout_s
         self.ack_deadline = now + timeout if timeout is not None and self.comp_psn != self.psn else None  # outstanding
 
