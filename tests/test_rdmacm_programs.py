@@ -26,16 +26,13 @@ from pyroce.driver.environment import driver_environment
 from tests.cli import command
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import MISSING, driver_env  # noqa: F401 - driver_env: a fixture
+from tests.test_perftest import ATTEMPTS, CALIBRATION
 
 TOOLS = ("rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "rstream", "riostream", "cmtime", "mckey",
          "ib_send_bw", "ib_atomic_lat", "stdbuf")  # fmt: skip
 ABSENT = MISSING + [f"rdmacm-utils or perftest ({tool})" for tool in TOOLS if not shutil.which(tool)]
 pytestmark = pytest.mark.skipif(bool(ABSENT), reason=f"not installed: {', '.join(ABSENT)}")
 TIMEOUT = 120
-ATTEMPTS = 3
-# perftest's clock calibration (get_cpu_mhz) gives up when the CPU was taken from it while it
-# sampled (a busy 2-core machine): the client then ends without a report and its server waits
-CALIBRATION = "Correlation coefficient r^2"
 # a client's words for "nobody listens there (yet)": rdma_cm's event names, rsockets' errnos (a
 # non-blocking connect that was refused is ENOTCONN at the next rpoll), and perftest's for
 # RDMA_CM_EVENT_REJECTED (8)
