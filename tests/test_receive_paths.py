@@ -54,7 +54,7 @@ def through_both(twins: tuple[Node, Node], data: list[bytes]) -> Demux:
     demux = Demux(_raise)
     demux.qps[predicted.qp.config.qpn] = predicted.qp
     for run, step in runs(data):
-        demux.receive(memoryview(run), step, PATH.verify, NOW)
+        demux.receive(memoryview(run), step, PATH, NOW)
     for datagram in data:
         general.qp.receive(parse_packet(datagram), NOW)
     return demux

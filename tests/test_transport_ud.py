@@ -79,7 +79,7 @@ def test_rxe_datagrams_land_after_their_own_ipv4_header(capture_records: dict) -
         qp.post_recv(RecvWork(counter, (Sge(BASE + counter * slot, slot, key),)))
     for counter, (raw, frame) in enumerate(mine):
         udp_payload = raw[len(frame.l2) + IPV4_UDP_LEN : len(raw) - len(frame.trailer)]
-        demux.receive(memoryview(bytes(udp_payload)), len(udp_payload), RocePath(frame.ip, frame.udp).verify, 0.0,
+        demux.receive(memoryview(bytes(udp_payload)), len(udp_payload), RocePath(frame.ip, frame.udp), 0.0,
                       "10.77.0.3", frame.ip)  # fmt: skip
         at = counter * slot
         ip_at = len(frame.l2)

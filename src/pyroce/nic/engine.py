@@ -255,7 +255,7 @@ class Engine:
             if got is None:
                 break
             data, step, path, source = got
-            demux.receive(data, step, path.verify if verify_icrc else None, now, source, path.ip)
+            demux.receive(data, step, path if verify_icrc else None, now, source, path.ip)
             taken += -(-len(data) // step) if data else 1  # the packets of a GRO run
         else:
             self.rx_full = True  # the batch ran out before the socket did
