@@ -137,9 +137,14 @@ class Completer:
         psn = req.comp_psn
         limit = min(psn_diff(req.psn, psn), entry.npsn - 1 - entry.placed)
         count, _ = run_length(segments, step, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, pkey, qpn, psn, limit)
+        data = entry.data
+        target = data.views[0] if len(data.views) == 1 else None  # type: ignore[union-attr]  # one SGE: straight in
         offset = entry.placed * pmtu
         for at in range(BTH_LEN, count * step, step):
-            entry.data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
+            if target is not None:
+                target[offset : offset + pmtu] = segments[at : at + pmtu]
+            else:
+                data.write(offset, segments[at : at + pmtu])  # type: ignore[union-attr]
             offset += pmtu
         if count:
             entry.placed += count
