@@ -222,6 +222,8 @@ class CqRing:
         op_own = buf[offset + CQE_OP_OWN_AT]
         if op_own >> 4 == CqeOpcode.INVALID or op_own & 1 != (consumer >> self._shift) & 1:
             return None
+        wqe_counter: int  # the CQE's fields typed: compiled, machine ints from here on
+        opcode_qpn: int
         wqe_counter, _, _ = CQE_TAIL.unpack_from(buf, offset + CQE_TAIL_AT)
         flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = CQE_BODY.unpack_from(buf, offset)
         opcode = CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)

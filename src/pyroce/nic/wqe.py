@@ -199,6 +199,11 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
     opcode's segments allow, or an inline length that overruns the WQE."""
     if len(data) < SEG:
         raise WqeError("WQE shorter than a control segment")
+    word0: int  # the segments' fields typed: compiled, machine ints from here on
+    word1: int
+    length: int
+    lkey: int
+    addr: int
     word0, word1, _, _, fm_ce_se, imm = _CTRL.unpack_from(data, 0)
     opcode = _WQE_OPCODES.get(word0 & 0xFF)
     if opcode is None:

@@ -174,6 +174,10 @@ class RcQp:
         ``receive``, so every rule and every error stays in the general path."""
         config = self.config
         size = len(data)
+        opcode: int  # the BTH's fields typed: compiled, they are tested as machine ints
+        flags: int
+        pkey: int
+        psn: int
         if size == ACK_LEN and data[0] == _ACKNOWLEDGE:
             # An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
             # what it acknowledges (``Completer.positive_ack``).

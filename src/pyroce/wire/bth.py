@@ -99,6 +99,11 @@ def run_length(
     Header prediction's test for the rest of a GRO run, once its first packet passed in full."""
     unpack = BTH_STRUCT.unpack_from
     count = ackreq = 0
+    seg_opcode: int  # typed, as each unpacked field below: compiled, the tests are on machine ints
+    flags: int
+    seg_pkey: int
+    word1: int
+    word2: int
     for at in range(0, min(limit, len(segments) // step) * step, step):
         seg_opcode, flags, seg_pkey, word1, word2 = unpack(segments, at)
         if (seg_opcode != opcode or flags & (TVER_MASK | PAD_MASK) or seg_pkey != pkey or word1 & _LOW24 != dqpn
