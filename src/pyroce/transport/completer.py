@@ -138,7 +138,7 @@ class Completer:
         limit = min(psn_diff(req.psn, psn), entry.npsn - 1 - entry.placed)
         count, _ = run_length(segments, step, Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, pkey, qpn, psn, limit)
         data = entry.data
-        target = data.views[0] if len(data.views) == 1 else None  # type: ignore[union-attr]  # one SGE: straight in
+        target = data.one_view()  # type: ignore[union-attr]
         offset = entry.placed * pmtu
         for at in range(BTH_LEN, count * step, step):
             if target is not None:

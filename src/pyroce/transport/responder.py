@@ -257,7 +257,7 @@ class Responder:
             target, limit = self.write_view, self.write_length
         else:  # a SEND: into its receive WQE's buffer, straight when that is one SGE
             recv_data = self.recv_data
-            target, limit = (recv_data.views[0] if len(recv_data.views) == 1 else None), recv_data.length  # type: ignore[union-attr]
+            target, limit = recv_data.one_view(), recv_data.length  # type: ignore[union-attr]
         count, ackreq = run_length(segments, step, opcode, pkey, qpn, self.epsn, (limit - offset) // pmtu)
         for at in range(BTH_LEN, count * step, step):
             if target is not None:

@@ -35,6 +35,11 @@ class ScatterGather:
                 views.append(view)
         return cls(views)
 
+    def one_view(self) -> memoryview | None:
+        """The message's memory as one view when it is one SGE: a run of packets is then
+        placed by slices of it, with no SGE located per packet (``write``); else None."""
+        return self.views[0] if len(self.views) == 1 else None
+
     def placed(self, memory: MemoryTable, length: int) -> None:
         """The message's first ``length`` bytes are in place: each SGE's part handed back."""
         for view, start in zip(self.views, self.starts):
