@@ -135,6 +135,12 @@ def test_a_run_builds_the_bytes_of_its_packets(ip, ends):
     for index in range(5):
         offset += path.build_run_into(memoryview(one_by_one), offset, run, index, 1, 2 + index)
     assert end == offset and whole == one_by_one
+    tail, tail_by_one = bytearray(4096), bytearray(4096)  # a run's later packets, its last among them
+    end = path.build_run_into(memoryview(tail), 0, run, 1, 4, 3)
+    offset = 0
+    for index in range(1, 5):
+        offset += path.build_run_into(memoryview(tail_by_one), offset, run, index, 1, 2 + index)
+    assert end == offset and tail == tail_by_one
 
 
 def test_a_64k_write_leaves_in_two_gso_sends():

@@ -48,9 +48,10 @@ def test_unsignaled_work_completes_silently_but_errors_always_report() -> None:
 
 def test_a_message_goes_as_one_run_but_a_first_with_reth_and_a_last_with_more_than_a_bth() -> None:
     """What the requester hands the engine: a run ([first, middle, last] opcodes) for every
-    packet that is a BTH and a full PMTU, a ``Packet`` for the WRITE's FIRST (RETH), a short
-    LAST, a LAST with an immediate and a solicited LAST (SE); a packet that is a BTH and payload
-    alone but not a full run (a short LAST, a SEND ONLY) comes as bytes from the QP's template."""
+    packet that is a BTH and a full PMTU, a ``Packet`` for a LAST with an immediate; a packet
+    that is a BTH and payload alone but not a full run (a short LAST, a SEND ONLY, a solicited
+    LAST), or a BTH, a RETH and payload (a WRITE's FIRST or ONLY), comes as bytes from the QP's
+    template."""
     _, a, _ = fabric_pair()
 
     def shapes(op: WorkOp, length: int, **extra: object) -> list[object]:
@@ -67,10 +68,13 @@ def test_a_message_goes_as_one_run_but_a_first_with_reth_and_a_last_with_more_th
         ]
 
     assert shapes(WorkOp.SEND, 4096) == [(4, "RC_SEND_FIRST", "RC_SEND_LAST")]
-    assert shapes(WorkOp.RDMA_WRITE, 4096) == ["RC_RDMA_WRITE_FIRST", (3, "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST")]
+    assert shapes(WorkOp.RDMA_WRITE, 4096) == ["RC_RDMA_WRITE_FIRST bytes",
+                                               (3, "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST")]  # fmt: skip
     assert shapes(WorkOp.SEND, 4000) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"), "RC_SEND_LAST bytes"]
     assert shapes(WorkOp.SEND, 2) == ["RC_SEND_ONLY bytes"]
     assert shapes(WorkOp.SEND_WITH_IMM, 4096, imm=7) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"),
                                                          "RC_SEND_LAST_WITH_IMMEDIATE"]  # fmt: skip
     assert shapes(WorkOp.SEND, 4096, solicited=True) == [(3, "RC_SEND_FIRST", "RC_SEND_MIDDLE"), "RC_SEND_LAST bytes"]
-    assert shapes(WorkOp.RDMA_WRITE, 2048) == ["RC_RDMA_WRITE_FIRST", (1, "RC_RDMA_WRITE_LAST", "RC_RDMA_WRITE_LAST")]
+    assert shapes(WorkOp.RDMA_WRITE, 2048) == ["RC_RDMA_WRITE_FIRST bytes", (1, "RC_RDMA_WRITE_LAST", "RC_RDMA_WRITE_LAST")]
+    assert shapes(WorkOp.RDMA_WRITE, 2) == ["RC_RDMA_WRITE_ONLY bytes"]
+    assert shapes(WorkOp.RDMA_WRITE_WITH_IMM, 2, imm=7) == ["RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"]

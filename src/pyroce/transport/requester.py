@@ -287,10 +287,14 @@ class Requester:
         config = self.qp.config
         wire_ackreq = ackreq and self.qp.service.acked
         self._advance(1, ackreq, entry.npsn - index == 1)
-        if not flags & _HEADERS_BESIDE_BTH:  # a SEND ONLY, say: bytes from the QP's template
+        beside = flags & _HEADERS_BESIDE_BTH
+        if not beside or beside == Flag.RETH:  # a SEND or WRITE ONLY, say: bytes from the QP's template
             template = self._bth_only
             if template is None or template.dqpn != dqpn or template.pkey != config.pkey:
                 template = self._bth_only = BthTemplate(dqpn, config.pkey)
+            if beside:
+                return template.write_packet(opcode, psn, wire_ackreq, end and work.solicited, work.raddr, work.rkey,
+                                             entry.length, payload)  # fmt: skip
             return template.packet(opcode, psn, wire_ackreq, end and work.solicited, payload)
         # Built as plain tuples (the values NamedTuple.__new__ would make, without its Python
         # frame and keyword handling): this runs once per data packet.

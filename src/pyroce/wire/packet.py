@@ -20,7 +20,7 @@ from pyroce.wire.bth import BTH, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
 from pyroce.wire.icrc import ICRC_LEN
-from pyroce.wire.opcodes import BTH_LEN, OPCODES, Opcode, OpInfo, PayloadRule
+from pyroce.wire.opcodes import BTH_LEN, OPCODES, Flag, Opcode, OpInfo, PayloadRule
 from pyroce.wire.psn import psn_add
 
 
@@ -230,14 +230,18 @@ class AckTemplate:
 
 
 _PSN_WORD: Final = struct.Struct(">I")  # AckReq | PSN
+_EXTENSION_HEADERS: Final = (Flag.DETH | Flag.FETH | Flag.RETH | Flag.ATMETH | Flag.AETH | Flag.ATMACK | Flag.IMMDT
+                              | Flag.IETH)  # fmt: skip
+_PSN_RETH: Final = struct.Struct(">IQII")  # AckReq | PSN, then a RETH: virtual address, R_Key, DMA length
 
 
 class BthTemplate:
     """A connected QP's packets that are a BTH and payload alone (a SEND ONLY, FIRST, MIDDLE
-    or LAST without immediate; a WRITE MIDDLE or LAST) as bytes: the first two BTH words of
-    each opcode, SE and pad count are built once by ``build_packet_into`` for the QP's
-    destination and P_Key, and each packet adds its AckReq and PSN word and its payload,
-    without ``Packet`` and ``BTH`` values or header packing. Its ICRC is the link's to add
+    or LAST without immediate; a WRITE MIDDLE or LAST), or a BTH, a RETH and payload (a WRITE
+    ONLY or FIRST without immediate), as bytes: the first two BTH words of each opcode, SE and
+    pad count are built once by ``build_packet_into`` for the QP's destination and P_Key, and
+    each packet adds its AckReq and PSN word (and RETH) and its payload, without ``Packet``,
+    ``BTH`` and ``Reth`` values or header packing. Its ICRC is the link's to add
     (``RocePath.seal``), as for any packet."""
 
     __slots__ = ("_heads", "dqpn", "pkey")
@@ -257,9 +261,25 @@ class BthTemplate:
             head = self._heads[key] = self._head(opcode, solicited, pad)
         return head + _PSN_WORD.pack(ackreq << 31 | (psn & _LOW24)) + payload + _PADDING[pad]
 
-    def _head(self, opcode: int, solicited: bool, pad: int) -> bytes:
-        if _info(opcode).hdr_len != BTH_LEN:
-            raise BuildError(f"{_info(opcode).name} carries headers besides the BTH: no template builds it")
-        buf = bytearray(BTH_LEN + 4 + ICRC_LEN)
-        build_packet_into(buf, 0, Packet(BTH(opcode, self.dqpn, 0, se=solicited, pkey=self.pkey), bytes(-pad & 3)))
+    def write_packet(self, opcode: int, psn: int, ackreq: bool, solicited: bool, raddr: int, rkey: int, length: int,
+                     payload: Buffer) -> bytes:  # fmt: skip
+        """WRITE ONLY or FIRST ``opcode`` at ``psn``: its RETH (``length`` bytes to ``raddr``
+        under ``rkey``), then ``payload``, BTH through padding (``BuildError`` for an opcode
+        with other headers than the BTH and RETH)."""
+        pad = -len(payload) & 3
+        key = opcode << 3 | solicited << 2 | pad
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self._head(opcode, solicited, pad, Flag.RETH)
+        return head + _PSN_RETH.pack(ackreq << 31 | (psn & _LOW24), raddr, rkey, length) + payload + _PADDING[pad]
+
+    def _head(self, opcode: int, solicited: bool, pad: int, headers: int = 0) -> bytes:
+        """The first two BTH words of ``opcode``, whose headers besides the BTH must be ``headers``."""
+        info = _info(opcode)
+        if info.flags & _EXTENSION_HEADERS != headers:
+            carries = "headers besides the BTH" if not headers else "other headers than a RETH beside the BTH"
+            raise BuildError(f"{info.name} carries {carries}: no template builds it")
+        buf = bytearray(info.hdr_len + 4 + ICRC_LEN)
+        bth = BTH(opcode, self.dqpn, 0, se=solicited, pkey=self.pkey)
+        build_packet_into(buf, 0, Packet(bth, bytes(-pad & 3), reth=Reth(0, 0, 0) if headers else None))
         return bytes(buf[:_PSN_WORD_AT])
