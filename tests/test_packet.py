@@ -287,6 +287,28 @@ def test_a_write_from_the_template_is_the_packet_the_codecs_build(name, length, 
     assert parse_packet(sealed[:size]) == pkt
 
 
+_RESPONSES = ["RC_RDMA_READ_RESPONSE_ONLY", "RC_RDMA_READ_RESPONSE_FIRST", "RC_RDMA_READ_RESPONSE_LAST"]
+
+
+@given(st.sampled_from(_RESPONSES), st.integers(0, 64), st.integers(0, 0xFFFFFF), st.integers(0, 0xFFFFFF),
+       st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0xFFFFFF), st.integers(0, 3))  # fmt: skip
+def test_a_read_response_from_the_template_is_the_packet_the_codecs_build(name, length, dqpn, psn, pkey, syndrome,
+                                                                          msn, segment):  # fmt: skip
+    """A READ response ONLY, FIRST or LAST from the template (its AETH packed with the PSN):
+    the bytes and ICRC the BTH and AETH codecs give the same ``Packet``."""
+    payload = bytes(range(length))
+    pkt = Packet(BTH(Opcode[name], dqpn, psn, pkey=pkey), payload, aeth=Aeth(syndrome, msn))
+    built = bytearray(128)
+    size = PATH.build_into(built, 0, pkt, segment)
+    template = BthTemplate(dqpn, pkey)
+    template.packet(Opcode.RC_SEND_ONLY, psn ^ 1, True, False, b"x")  # another head first: kept apart
+    data = template.read_response(Opcode[name], psn, syndrome, msn, memoryview(payload))
+    sealed = bytearray(128)
+    sealed[: len(data)] = data
+    assert PATH.seal(sealed, 0, len(data), segment) == size and sealed[:size] == built[:size]
+    assert parse_packet(sealed[:size]) == pkt
+
+
 def test_a_bth_template_refuses_an_opcode_with_other_headers() -> None:
     template = BthTemplate(1, 0xFFFF)
     with pytest.raises(BuildError, match="RC_RDMA_WRITE_ONLY carries headers besides the BTH"):
@@ -295,3 +317,5 @@ def test_a_bth_template_refuses_an_opcode_with_other_headers() -> None:
         template.write_packet(Opcode.RC_SEND_ONLY, 0, True, False, 0x1000, 1, 2, b"ab")
     with pytest.raises(BuildError, match="RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE carries other headers than a RETH"):
         template.write_packet(Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0, True, False, 0x1000, 1, 2, b"ab")
+    with pytest.raises(BuildError, match="RC_RDMA_READ_RESPONSE_MIDDLE carries other headers than an AETH"):
+        template.read_response(Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, 0, 0x1F, 1, b"ab")

@@ -31,7 +31,7 @@ from pyroce.wire.bth import BTH, run_length
 from pyroce.wire.headers import Aeth, AtomicAckEth, Reth
 from pyroce.wire.icrc import ICRC_LEN
 from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_PAYLOAD, Flag, Opcode
-from pyroce.wire.packet import AckTemplate, Packet, PacketRun, new_run, parse_packet
+from pyroce.wire.packet import AckTemplate, BthTemplate, Packet, PacketRun, new_run, parse_packet
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ class Responder:
         self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
+        self._responses: BthTemplate | None = None  # its READ responses' FIRST, LAST and ONLY, likewise
         self.reset()
 
     def reset(self) -> None:
@@ -596,8 +597,11 @@ class Responder:
                 added += middles
                 continue
             opcode = READ_RESPONSE[3] if count == 1 else READ_RESPONSE[0 if index == 0 else 2]
-            payload = item.view[offset : offset + pmtu]
-            out.append(Packet(BTH(opcode, config.dqpn, psn_add(item.psn, index)), payload, aeth=Aeth(_ACK, item.msn)))
+            template = self._responses
+            if template is None or template.dqpn != config.dqpn or template.pkey != config.pkey:
+                template = self._responses = BthTemplate(config.dqpn, config.pkey)
+            out.append(template.read_response(opcode, psn_add(item.psn, index), _ACK, item.msn,
+                                              item.view[offset : offset + pmtu]))  # fmt: skip
             added += 1
             item.index += 1
             if item.index == count:

@@ -237,11 +237,12 @@ _PSN_RETH: Final = struct.Struct(">IQII")  # AckReq | PSN, then a RETH: virtual 
 
 class BthTemplate:
     """A connected QP's packets that are a BTH and payload alone (a SEND ONLY, FIRST, MIDDLE
-    or LAST without immediate; a WRITE MIDDLE or LAST), or a BTH, a RETH and payload (a WRITE
-    ONLY or FIRST without immediate), as bytes: the first two BTH words of each opcode, SE and
-    pad count are built once by ``build_packet_into`` for the QP's destination and P_Key, and
-    each packet adds its AckReq and PSN word (and RETH) and its payload, without ``Packet``,
-    ``BTH`` and ``Reth`` values or header packing. Its ICRC is the link's to add
+    or LAST without immediate; a WRITE MIDDLE or LAST), a BTH, a RETH and payload (a WRITE
+    ONLY or FIRST without immediate) or a BTH, an AETH and payload (a READ response ONLY,
+    FIRST or LAST), as bytes: the first two BTH words of each opcode, SE and pad count are
+    built once by ``build_packet_into`` for the QP's destination and P_Key, and each packet
+    adds its AckReq and PSN word (and RETH or AETH) and its payload, without ``Packet``,
+    ``BTH``, ``Reth`` and ``Aeth`` values or header packing. Its ICRC is the link's to add
     (``RocePath.seal``), as for any packet."""
 
     __slots__ = ("_heads", "dqpn", "pkey")
@@ -273,13 +274,26 @@ class BthTemplate:
             head = self._heads[key] = self._head(opcode, solicited, pad, Flag.RETH)
         return head + _PSN_RETH.pack(ackreq << 31 | (psn & _LOW24), raddr, rkey, length) + payload + _PADDING[pad]
 
+    def read_response(self, opcode: int, psn: int, syndrome: int, msn: int, payload: Buffer) -> bytes:
+        """READ response ONLY, FIRST or LAST ``opcode`` at ``psn``: its AETH (``syndrome``,
+        ``msn``), then ``payload``, BTH through padding (``BuildError`` for an opcode with
+        other headers than the BTH and AETH)."""
+        pad = -len(payload) & 3
+        key = opcode << 3 | pad
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self._head(opcode, False, pad, Flag.AETH)
+        return head + _ACK_TAIL.pack(psn & _LOW24, syndrome << 24 | (msn & _LOW24)) + payload + _PADDING[pad]
+
     def _head(self, opcode: int, solicited: bool, pad: int, headers: int = 0) -> bytes:
         """The first two BTH words of ``opcode``, whose headers besides the BTH must be ``headers``."""
         info = _info(opcode)
         if info.flags & _EXTENSION_HEADERS != headers:
-            carries = "headers besides the BTH" if not headers else "other headers than a RETH beside the BTH"
+            carries = ("headers besides the BTH" if not headers else
+                       f"other headers than {'a RETH' if headers == Flag.RETH else 'an AETH'} beside the BTH")  # fmt: skip
             raise BuildError(f"{info.name} carries {carries}: no template builds it")
         buf = bytearray(info.hdr_len + 4 + ICRC_LEN)
         bth = BTH(opcode, self.dqpn, 0, se=solicited, pkey=self.pkey)
-        build_packet_into(buf, 0, Packet(bth, bytes(-pad & 3), reth=Reth(0, 0, 0) if headers else None))
+        build_packet_into(buf, 0, Packet(bth, bytes(-pad & 3), reth=Reth(0, 0, 0) if headers == Flag.RETH else None,
+                                         aeth=Aeth(0, 0) if headers == Flag.AETH else None))  # fmt: skip
         return bytes(buf[:_PSN_WORD_AT])
