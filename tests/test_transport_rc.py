@@ -78,3 +78,56 @@ def test_a_message_goes_as_one_run_but_a_first_with_reth_and_a_last_with_more_th
     assert shapes(WorkOp.RDMA_WRITE, 2048) == ["RC_RDMA_WRITE_FIRST bytes", (1, "RC_RDMA_WRITE_LAST", "RC_RDMA_WRITE_LAST")]
     assert shapes(WorkOp.RDMA_WRITE, 2) == ["RC_RDMA_WRITE_ONLY bytes"]
     assert shapes(WorkOp.RDMA_WRITE_WITH_IMM, 2, imm=7) == ["RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"]
+
+
+def test_every_packet_of_both_sides_carries_the_qps_pkey() -> None:
+    """A QP's P_Key goes in every packet it sends, requests and responses alike (SEND, WRITE,
+    READ request and responses, atomic and its ACK, ACKs, a NAK), and the peer takes them: a
+    packet with another P_Key is dropped (``drop_pkey``), so one left at the default would stall."""
+    fabric, a, b = fabric_pair(pkey=0x8001)
+    b.qp.post_recv(RecvWork(1, (Sge(b.mr.addr, 4096, b.mr.key),)))
+    requests = [
+        SendWork(1, WorkOp.SEND, (Sge(a.mr.addr, 3000, a.mr.key),)),
+        SendWork(2, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 2, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(3, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(4, WorkOp.RDMA_READ, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(5, WorkOp.RDMA_READ, (Sge(a.mr.addr, 2, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(6, WorkOp.ATOMIC_FETCH_AND_ADD, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key,
+                 swap_add=1),  # fmt: skip
+        SendWork(7, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key ^ 0x100),
+    ]
+    for work in requests:
+        a.qp.post_send(work)
+    fabric.run_until(lambda: len(a.drain()) == len(requests))
+    assert [(c.wqe_counter, c.status) for c in a.done] == [(n, WcStatus.SUCCESS) for n in range(1, 7)] + [
+        (7, WcStatus.REM_ACCESS_ERR)]  # fmt: skip
+    kinds = {opcode_name(p.bth.opcode) for p in fabric.sent}
+    assert {"RC_RDMA_READ_RESPONSE_FIRST", "RC_RDMA_READ_RESPONSE_ONLY", "RC_ATOMIC_ACKNOWLEDGE",
+            "RC_ACKNOWLEDGE", "RC_RDMA_WRITE_ONLY", "RC_SEND_FIRST"} <= kinds  # fmt: skip
+    assert {p.bth.pkey for p in fabric.sent} == {0x8001}
+    assert a.qp.counters["drop_pkey"] == b.qp.counters["drop_pkey"] == 0
+
+
+def test_a_fatal_nak_goes_out_after_the_responses_to_the_reads_before_it() -> None:
+    """READs and an atomic, then a WRITE with a bad R_Key: the responder answers the READs and
+    the atomic in PSN order and only then its NAK, so the READs complete and only the WRITE
+    fails (dropping the unsent responses left the requester retrying its first READ against a
+    responder in ERROR: RETRY_EXC_ERR, the rest flushed)."""
+    fabric, a, b = fabric_pair()
+    requests = [
+        SendWork(1, WorkOp.RDMA_READ, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(2, WorkOp.RDMA_READ, (Sge(a.mr.addr + 4096, 2, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
+        SendWork(3, WorkOp.ATOMIC_FETCH_AND_ADD, (Sge(a.mr.addr + 8192, 8, a.mr.key),), raddr=b.mr.addr + 8192,
+                 rkey=b.mr.key, swap_add=1),  # fmt: skip
+        SendWork(4, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key ^ 0x100),
+    ]
+    for work in requests:
+        a.qp.post_send(work)
+    fabric.run_until(lambda: len(a.drain()) == len(requests))
+    assert [(c.wqe_counter, c.status) for c in a.done] == [(1, WcStatus.SUCCESS), (2, WcStatus.SUCCESS),
+                                                           (3, WcStatus.SUCCESS), (4, WcStatus.REM_ACCESS_ERR)]  # fmt: skip
+    responses = [(opcode_name(p.bth.opcode), p.bth.psn - START) for p in fabric.sent if p.bth.dqpn == 0x11]
+    assert responses == [("RC_RDMA_READ_RESPONSE_FIRST", 0), ("RC_RDMA_READ_RESPONSE_MIDDLE", 1),
+                         ("RC_RDMA_READ_RESPONSE_LAST", 2), ("RC_RDMA_READ_RESPONSE_ONLY", 3),
+                         ("RC_ATOMIC_ACKNOWLEDGE", 4), ("RC_ACKNOWLEDGE", 5)]  # fmt: skip
+    assert b.qp.counters["resp_err_rkey_violation"] == 1 and a.qp.counters["retransmitted_pkts"] == 0

@@ -264,12 +264,12 @@ class Requester:
         op = work.op
         if op is WorkOp.RDMA_READ:
             offset = index * pmtu
-            bth = BTH(_READ_REQUEST, dqpn, psn, True)
+            bth = BTH(_READ_REQUEST, dqpn, psn, True, pkey=self.qp.config.pkey)
             pkt = Packet(bth, reth=Reth(work.raddr + offset, work.rkey, entry.length - offset))
             self._advance(entry.npsn - index, True)
             return pkt
         if op in ATOMICS:
-            bth = BTH(ATOMIC_OPCODES[op], dqpn, psn, True)
+            bth = BTH(ATOMIC_OPCODES[op], dqpn, psn, True, pkey=self.qp.config.pkey)
             pkt = Packet(bth, atomiceth=AtomicEth(work.raddr, work.rkey, work.swap_add, work.compare))
             self._advance(1, True)
             return pkt

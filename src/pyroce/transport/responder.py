@@ -161,6 +161,7 @@ class Responder:
         self.write_length = 0
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
         self.out: deque[Packet | bytes | ReadJob] = deque()  # bytes: an ACK (``AckTemplate``)
+        self.answered_before_nak = 0  # of ``out``, what precedes the NAK of a fatal error (still sent)
         self.own_queue.clear()
 
     def start(self, psn: int) -> None:
@@ -547,6 +548,7 @@ class Responder:
             self.qp.completions.append(completion)
         if action.nak is not None:
             self._nak(pkt.bth.psn, nak_syndrome(action.nak))
+            self.answered_before_nak = len(self.out)
         if action.fatal:
             self.qp.enter_error()
 
@@ -556,8 +558,9 @@ class Responder:
         if not self.acked:  # UC: nothing is acknowledged, whatever AckReq says
             return
         template = self._acks
-        if template is None or template.dqpn != self.qp.config.dqpn:
-            template = self._acks = AckTemplate(self.qp.config.dqpn, _ACK)
+        config = self.qp.config
+        if template is None or template.dqpn != config.dqpn or template.pkey != config.pkey:
+            template = self._acks = AckTemplate(config.dqpn, _ACK, config.pkey)
         ack = template.ack(psn, self.msn)
         out = self.out
         if out and type(out[-1]) is bytes:  # a queued ACK (NAKs are Packets): coalesce, the newer
@@ -566,10 +569,11 @@ class Responder:
             out.append(ack)
 
     def _nak(self, psn: int, syndrome: int) -> None:
-        self.out.append(Packet(BTH(_ACKNOWLEDGE, self.qp.config.dqpn, psn), aeth=Aeth(syndrome, self.msn)))
+        config = self.qp.config
+        self.out.append(Packet(BTH(_ACKNOWLEDGE, config.dqpn, psn, pkey=config.pkey), aeth=Aeth(syndrome, self.msn)))
 
     def _atomic_ack(self, psn: int, orig: int) -> None:
-        bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn)
+        bth = BTH(Opcode.RC_ATOMIC_ACKNOWLEDGE, self.qp.config.dqpn, psn, pkey=self.qp.config.pkey)
         self.out.append(Packet(bth, aeth=Aeth(_ACK, self.msn), atomicacketh=AtomicAckEth(orig)))
 
     def emit(self, out: list[Packet | PacketRun | bytes], budget: int) -> int:
@@ -611,8 +615,13 @@ class Responder:
     def flush(self) -> None:
         """ERROR state: every posted receive completes with WR_FLUSH_ERR (IBA 10.3.1.2; of a
         shared receive queue, only the WQE the QP had taken: the rest serve other QPs); read
-        responses not yet sent are dropped, a queued NAK still goes out."""
-        self.out = deque(item for item in self.out if not isinstance(item, ReadJob))
+        responses not yet sent are dropped, a queued NAK still goes out. The NAK of the error
+        that brought the QP here goes out after the responses to the requests before it (in
+        PSN order, as rxe sends a READ's responses before it takes the next request): without
+        them, the requester would take the NAK for an implied NAK of its READs and retry them
+        against a QP in ERROR until its retries ran out."""
+        kept, self.answered_before_nak = self.answered_before_nak, 0
+        self.out = deque(item for index, item in enumerate(self.out) if index < kept or not isinstance(item, ReadJob))
         pending = ([self.recv] if self.recv is not None else []) + list(self.own_queue)
         self.recv = None
         self.own_queue.clear()

@@ -16,7 +16,7 @@ from builtins import memoryview  # mypyc finds a NamedTuple field's type among t
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from pyroce.wire.bth import BTH, pack_bth, unpack_bth
+from pyroce.wire.bth import BTH, DEFAULT_PKEY, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
 from pyroce.wire.icrc import ICRC_LEN
@@ -211,16 +211,17 @@ _PSN_WORD_AT: Final = 8  # BTH bytes 8-11 (AckReq | PSN): a template's heads end
 
 class AckTemplate:
     """A connected QP's ACKs (IBA 9.7.5.1: BTH and AETH, no payload) as bytes, built once by
-    the codecs above for its destination QP and syndrome; each ACK patches what changes, the
+    the codecs above for its destination QP, syndrome and P_Key; each ACK patches what changes, the
     PSN and the MSN, instead of building ``Packet``, ``BTH`` and ``Aeth`` values. Its ICRC is
     the link's to add (``RocePath.seal``), as for any packet."""
 
-    __slots__ = ("_head", "_syndrome", "dqpn")
+    __slots__ = ("_head", "_syndrome", "dqpn", "pkey")
 
-    def __init__(self, dqpn: int, syndrome: int) -> None:
+    def __init__(self, dqpn: int, syndrome: int, pkey: int = DEFAULT_PKEY) -> None:
         buf = bytearray(ACK_BYTES + ICRC_LEN)
-        build_packet_into(buf, 0, Packet(BTH(Opcode.RC_ACKNOWLEDGE, dqpn, 0), aeth=Aeth(syndrome, 0)))
+        build_packet_into(buf, 0, Packet(BTH(Opcode.RC_ACKNOWLEDGE, dqpn, 0, pkey=pkey), aeth=Aeth(syndrome, 0)))
         self.dqpn = dqpn
+        self.pkey = pkey
         self._head = bytes(buf[:_PSN_WORD_AT])  # opcode, flags, P_Key, DestQP: the same in every ACK
         self._syndrome = syndrome << 24
 
