@@ -54,23 +54,25 @@ ROCE_V2_IPV4_GID_INDEX = 3
 class Side:
     """One NIC with a context, a PD, an MR, a CQ and an RC QP."""
 
-    def __init__(self, wire: MemoryWire, address: str) -> None:
+    def __init__(self, wire: MemoryWire, address: str, mr_size: int = 4096, access: int = e.IBV_ACCESS_LOCAL_WRITE,
+                 mtu: int = e.IBV_MTU_1024) -> None:  # fmt: skip
         self.device: NicDevice = build_device(f"sim-{address}", wire.link(address), progress="host")
         self.context = Context(device=self.device)
         self.pd = PD(self.context)
-        self.mr = MR(self.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        self.access, self.mtu = access, mtu
+        self.mr = MR(self.pd, mr_size, access)
         self.cq = CQ(self.context, 64)
         cap = QPCap(max_send_wr=16, max_recv_wr=16)
         self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
 
     def connect(self, peer: Side) -> None:
-        attr = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+        attr = QPAttr(port_num=1, path_mtu=self.mtu)
         attr.dest_qp_num, attr.rq_psn, attr.sq_psn = peer.qp.qp_num, 0, 0
         dgid = peer.context.query_gid(1, ROCE_V2_IPV4_GID_INDEX)
         attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=dgid, sgid_index=ROCE_V2_IPV4_GID_INDEX))
         attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 12
         attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
-        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE
+        attr.qp_access_flags = self.access
         self.qp.to_rts(attr)
 
     def poll_one(self, expected_opcode: int) -> None:
