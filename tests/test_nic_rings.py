@@ -102,6 +102,13 @@ def test_bad_wqes_are_refused(mutate, message):
     assert str(info.value) == message
 
 
+def test_a_wqe_of_more_segments_than_ds_counts_is_refused():
+    sges = tuple(Sge(index, 1, 1) for index in range(63))  # with the control segment: 64
+    with pytest.raises(WqeError, match="WQE of 64 segments exceeds the 63 a control segment can count"):
+        encode_send_wqe(SendWqe(WqeOpcode.SEND, 0, 0x11, sges=sges))
+    assert len(encode_send_wqe(SendWqe(WqeOpcode.SEND, 0, 0x11, sges=sges[:62]))) == 16 * WQEBB
+
+
 def test_recv_wqe_with_terminator():
     stride = 64
     data = encode_recv_wqe([Sge(0x1000, 100, 7), Sge(0x2000, 50, 8)], stride)

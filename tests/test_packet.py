@@ -319,3 +319,6 @@ def test_a_bth_template_refuses_an_opcode_with_other_headers() -> None:
         template.write_packet(Opcode.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0, True, False, 0x1000, 1, 2, b"ab")
     with pytest.raises(BuildError, match="RC_RDMA_READ_RESPONSE_MIDDLE carries other headers than an AETH"):
         template.read_response(Opcode.RC_RDMA_READ_RESPONSE_MIDDLE, 0, 0x1F, 1, b"ab")
+    template.write_packet(Opcode.RC_RDMA_WRITE_ONLY, 0, True, False, 0x1000, 1, 2, b"ab")  # its head is kept,
+    with pytest.raises(BuildError, match="RC_RDMA_WRITE_ONLY carries headers besides the BTH"):  # for its own kind
+        template.packet(Opcode.RC_RDMA_WRITE_ONLY, 0, True, False, b"ab")

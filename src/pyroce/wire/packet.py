@@ -251,13 +251,15 @@ class BthTemplate:
     def __init__(self, dqpn: int, pkey: int) -> None:
         self.dqpn = dqpn
         self.pkey = pkey
-        self._heads: dict[int, bytes] = {}  # by opcode << 3 | SE << 2 | pad count
+        # by (opcode << 3 | SE << 2 | pad count) << 5 | the headers besides the BTH (``Flag``:
+        # none, RETH or AETH), so a method never takes a head another method built
+        self._heads: dict[int, bytes] = {}
 
     def packet(self, opcode: int, psn: int, ackreq: bool, solicited: bool, payload: Buffer) -> bytes:
         """Packet ``opcode`` at ``psn`` carrying ``payload``, BTH through padding
         (``BuildError`` for an opcode with more headers than the BTH)."""
         pad = -len(payload) & 3
-        key = opcode << 3 | solicited << 2 | pad
+        key = (opcode << 3 | solicited << 2 | pad) << 5  # the headers besides the BTH below: none
         head = self._heads.get(key)
         if head is None:
             head = self._heads[key] = self._head(opcode, solicited, pad)
@@ -269,7 +271,7 @@ class BthTemplate:
         under ``rkey``), then ``payload``, BTH through padding (``BuildError`` for an opcode
         with other headers than the BTH and RETH)."""
         pad = -len(payload) & 3
-        key = opcode << 3 | solicited << 2 | pad
+        key = (opcode << 3 | solicited << 2 | pad) << 5 | Flag.RETH
         head = self._heads.get(key)
         if head is None:
             head = self._heads[key] = self._head(opcode, solicited, pad, Flag.RETH)
@@ -280,7 +282,7 @@ class BthTemplate:
         ``msn``), then ``payload``, BTH through padding (``BuildError`` for an opcode with
         other headers than the BTH and AETH)."""
         pad = -len(payload) & 3
-        key = opcode << 3 | pad
+        key = (opcode << 3 | pad) << 5 | Flag.AETH
         head = self._heads.get(key)
         if head is None:
             head = self._heads[key] = self._head(opcode, False, pad, Flag.AETH)
