@@ -72,7 +72,10 @@ def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str],
     to their ends: each one's exit status and output (stdout and stderr). ``again_when``: words
     of either program's output that say the run proves nothing (perftest's clock calibration
     gave up): the pair runs again, ``ATTEMPTS`` times at most, without waiting for a server
-    whose client gave up."""
+    whose client gave up. So does a pair whose client was refused for want of a listener while
+    the server ended: a client of several connections (ucmatose ``-c 2``) whose first request
+    came before the listen and its second after leaves, and the server's accepted connection
+    is rejected by the departed client's side (the server ends with REJECTED)."""
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
         server = subprocess.Popen(server_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -80,6 +83,8 @@ def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str],
             client = connect(client_argv, env, server)
             if again_when and again_when in client.stdout and not last:
                 continue  # its server waits for a client that has gone: stopped below
+            if client.returncode != 0 and NOT_LISTENING.search(client.stdout) and not last:
+                continue  # the start race above: the server, ended or waiting, is stopped below
             server_out = server.communicate(timeout=TIMEOUT)[0]
         except subprocess.TimeoutExpired:
             server.kill()

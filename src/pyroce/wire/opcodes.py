@@ -29,7 +29,7 @@ class Flag:
     compiled build reads as C constants, where arithmetic on an ``IntFlag`` builds a member."""
 
     NONE: Final = 0
-    # extension headers, in wire order (see HEADER_ORDER)
+    # extension headers, in wire order (their codecs: wire.headers.CODECS)
     DETH: Final = 1 << 0
     FETH: Final = 1 << 1
     RETH: Final = 1 << 2

@@ -11,6 +11,7 @@ is handled by ``pyroce.wire.icrc`` and ``pyroce.wire.framing``.
 from __future__ import annotations
 
 import functools
+import operator
 import struct
 from builtins import memoryview  # mypyc finds a NamedTuple field's type among the module's globals
 from collections.abc import Callable
@@ -231,8 +232,7 @@ class AckTemplate:
 
 
 _PSN_WORD: Final = struct.Struct(">I")  # AckReq | PSN
-_EXTENSION_HEADERS: Final = (Flag.DETH | Flag.FETH | Flag.RETH | Flag.ATMETH | Flag.AETH | Flag.ATMACK | Flag.IMMDT
-                              | Flag.IETH)  # fmt: skip
+_EXTENSION_HEADERS: Final = functools.reduce(operator.or_, map(int, CODECS))  # every header besides the BTH
 _PSN_RETH: Final = struct.Struct(">IQII")  # AckReq | PSN, then a RETH: virtual address, R_Key, DMA length
 
 
