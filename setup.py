@@ -29,11 +29,14 @@ MANIFEST = "compiled.sha256"  # "<sha256>  <path under pyroce/>" per compiled mo
 # operation passes through them.
 NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py"}
 HOST = ("progress", "handoff")
+# The verbs' per-message work (their classes are pyverbs', which programs subclass: interpreted)
+VERBS = ("send_queue", "recv_queue", "completions")
 NIC = ("engine", "rings", "wqe", "cqe", "port", "tx", "memory", "queues", "timers", "convert")
 COMPILED = sorted(
     path
     for path in [*PACKAGE.glob("wire/*.py"), *PACKAGE.glob("transport/*.py"), *(PACKAGE / f"nic/{n}.py" for n in NIC),
-                 *PACKAGE.glob("link/*.py"), *(PACKAGE / f"host/{n}.py" for n in HOST)]
+                 *PACKAGE.glob("link/*.py"), *(PACKAGE / f"host/{n}.py" for n in HOST),
+                 *(PACKAGE / f"verbs/{n}.py" for n in VERBS)]
     if path.relative_to(PACKAGE).as_posix() not in NOT_HOT
 )
 HOW_TO_COMPILE = "install gcc and Python's headers (python3-dev) and reinstall for the compiled build"

@@ -197,7 +197,7 @@ def _cq_ring(cq: CQ) -> tuple[int, int, int]:
     """The CQ ring's address, its entries and the consumer record's address."""
     address = cq.ctx.driver_memory.address
     ring, consumer = cq.driver_rings
-    return address(ring), cq.ring.cqe_count, address(consumer)
+    return address(ring), cq.reader.ring.cqe_count, address(consumer)
 
 
 def create_cq(ctx: Context, cqe: int, channel: CompChannel | None, comp_vector: int) -> tuple[Any, ...]:

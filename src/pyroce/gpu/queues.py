@@ -67,8 +67,8 @@ class DirectQueues:
         self.sq_wqe_cnt = qp.sq_wqebbs  # basic blocks; send_wqe's WQEs take one each
         self.rq_wqe_cnt = rq.count
         self.rq_stride = rq.stride // WORD  # in words
-        self.scq_cnt = qp.scq.ring.cqe_count
-        self.rcq_cnt = qp.rcq.ring.cqe_count
+        self.scq_cnt = qp.scq.reader.ring.cqe_count
+        self.rcq_cnt = qp.rcq.reader.ring.cqe_count
         # where the program's counters start: after what the verbs posted and polled
         self.sq_head, self.rq_head = qp.sq_producer, qp.rq.producer
         self.scq_head, self.rcq_head = qp.scq.consumer, qp.rcq.consumer

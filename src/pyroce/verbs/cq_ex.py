@@ -62,7 +62,7 @@ class CQEX(CQ):
         """``ibv_start_poll``: 0 with the oldest completion current, or ENOENT when there is none
         (returned, as pyverbs returns it)."""
         self._check_open()
-        self._first_cqe()  # lets the engine run if the ring is empty; _advance reads it
+        self.reader.poll(0)  # a look: lets the engine run if the ring is empty; _advance reads it
         return self._advance()
 
     def poll_next(self) -> int:
@@ -74,10 +74,10 @@ class CQEX(CQ):
         """``ibv_end_poll``: the completions read are handed back to the NIC."""
         self._check_open()
         self._current = None
-        self._publish_consumer()
+        self.reader.publish()
 
     def _advance(self) -> int:
-        self._current = self._next_wc()
+        self._current = self.reader.next_wc()
         return 0 if self._current is not None else errno.ENOENT
 
     def _wc_now(self) -> WC:

@@ -4,7 +4,7 @@ The QP's send and receive queues are rings in memory shared with the NIC, in mlx
 ``post_send`` encodes each WR as a WQE at the send producer counter (in 64-byte basic
 blocks), publishes the counter in the doorbell record and rings the doorbell; ``post_recv``
 does the same on the receive ring. The NIC reports completions by ``wqe_counter``, which this
-object turns back into ``wr_id`` (``retire_send``; ``rq.retire``, of its own receive queue or
+object turns back into ``wr_id`` (``send_queue.retire``; ``rq.retire``, of its own receive queue or
 its SRQ's), as libmlx5 does.
 State changes are checked against the kernel's transition table (``qp_transitions``) and the
 device limits before the NIC sees them, with the errno libibverbs returns.
@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import copy
 import errno
-import struct
-import sys
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyroce.ib.enums import Access, QpState
-from pyroce.ib.limits import MAX_INLINE_DATA, MAX_MSG_SZ
+from pyroce.ib.limits import MAX_INLINE_DATA
 from pyroce.ib.reasons import Reason
 from pyroce.nic.rings import COUNTER_MASK, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import (
@@ -30,27 +27,23 @@ from pyroce.nic.wqe import (
     SEG,
     WQEBB,
     AddressVector,
-    FmCeSe,
-    SendWqe,
     SgeLike,
     WqeOpcode,
-    encode_send_wqe,
     inline_room,
-    new_send_wqe,
 )
 from pyroce.verbs.addr import GID, AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
 from pyroce.verbs.cq import CQ
-from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
+from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_wr_opcode
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
-from pyroce.verbs.mw import bind_segment
 from pyroce.verbs.pd import PD
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from pyroce.verbs.qp_transitions import TransitionError, check_transition, required_mask
 from pyroce.verbs.recv_queue import RecvQueue, pow2_at_least
+from pyroce.verbs.send_queue import SendQueue, refused
 from pyroce.verbs.srq import SRQ
-from pyroce.verbs.wr import RecvWR, SendWR, overflow_in
+from pyroce.verbs.wr import RecvWR, SendWR
 from pyroce.wire.mtu import mtu_to_bytes
 from pyroce.wire.opcodes import Transport
 from pyroce.wire.psn import PSN_MASK
@@ -58,46 +51,14 @@ from pyroce.wire.psn import PSN_MASK
 if TYPE_CHECKING:
     from pyroce.verbs.mw import MW, MWBind
 
-WQE_OPCODES = {
-    ibv_wr_opcode.IBV_WR_SEND: WqeOpcode.SEND,
-    ibv_wr_opcode.IBV_WR_SEND_WITH_IMM: WqeOpcode.SEND_IMM,
-    ibv_wr_opcode.IBV_WR_SEND_WITH_INV: WqeOpcode.SEND_INVAL,
-    ibv_wr_opcode.IBV_WR_RDMA_WRITE: WqeOpcode.RDMA_WRITE,
-    ibv_wr_opcode.IBV_WR_RDMA_WRITE_WITH_IMM: WqeOpcode.RDMA_WRITE_IMM,
-    ibv_wr_opcode.IBV_WR_RDMA_READ: WqeOpcode.RDMA_READ,
-    ibv_wr_opcode.IBV_WR_ATOMIC_CMP_AND_SWP: WqeOpcode.ATOMIC_CS,
-    ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD: WqeOpcode.ATOMIC_FA,
-    ibv_wr_opcode.IBV_WR_BIND_MW: WqeOpcode.BIND_MW,
-    ibv_wr_opcode.IBV_WR_LOCAL_INV: WqeOpcode.LOCAL_INVAL,
-}
-RDMA_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcode.RDMA_READ}
-ATOMIC_OPS = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
-NO_INLINE_OPS = ATOMIC_OPS | {WqeOpcode.RDMA_READ}  # their data comes back: nothing to carry inline
-# ibv_send_flags and the control segment bits they become, as plain ints (tested per post)
-_SIGNALED, _SOLICITED = int(ibv_send_flags.IBV_SEND_SIGNALED), int(ibv_send_flags.IBV_SEND_SOLICITED)
-_FENCE, _INLINE = int(ibv_send_flags.IBV_SEND_FENCE), int(ibv_send_flags.IBV_SEND_INLINE)
-_CQ_UPDATE, _SOLICITED_BIT, _FENCE_BIT = int(FmCeSe.CQ_UPDATE), int(FmCeSe.SOLICITED), int(FmCeSe.FENCE)
-IMM_OPS = {WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE_IMM}
-INV_OPS = {WqeOpcode.SEND_INVAL, WqeOpcode.LOCAL_INVAL}  # imm_data is the key to invalidate
-SENDING_STATES = {ibv_qp_state.IBV_QPS_RTS, ibv_qp_state.IBV_QPS_SQD, ibv_qp_state.IBV_QPS_ERR}
 TRANSPORTS = {ibv_qp_type.IBV_QPT_RC: Transport.RC, ibv_qp_type.IBV_QPT_UC: Transport.UC,
               ibv_qp_type.IBV_QPT_UD: Transport.UD}  # fmt: skip
 UD_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM}  # a UD message is a SEND (IBA 9.8.3)
-# What a UC QP may post (IBA 9.8: no READ, atomics or SEND with invalidate); another is EINVAL,
-# as rxe's validate_send_wr answers "bad wr opcode for qp type"
-UC_WQE_OPCODES = {WqeOpcode.SEND, WqeOpcode.SEND_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM,
-                  WqeOpcode.BIND_MW, WqeOpcode.LOCAL_INVAL}  # fmt: skip
-_UD, _UC = int(ibv_qp_type.IBV_QPT_UD), int(ibv_qp_type.IBV_QPT_UC)
-_BIND_MW = WqeOpcode.BIND_MW  # a module constant: no enum attribute read per post
+_UD = int(ibv_qp_type.IBV_QPT_UD)
 NO_RECV_RING = RecvRing(memoryview(bytearray(SEG)), 1, SEG)  # what an SRQ's QP gives the NIC as its own
 # The most basic blocks a send queue may hold, as mlx5 refuses a queue past its max WQEBBs (EINVAL):
 # the WQE counters are 16 bits, so 65536 posted would read as none to the NIC, and the QP would hang.
 MAX_SQ_WQEBBS = COUNTER_MASK
-
-
-def imm_to_wire(imm_data: int) -> int:
-    """The big-endian u32 on the wire for ``imm_data`` as C code holds the ``__be32`` field."""
-    return int.from_bytes(imm_data.to_bytes(4, sys.byteorder), "big")  # OverflowError past a u32
 
 
 class QPCap:
@@ -251,9 +212,6 @@ class QP(PyverbsObject):
         self._doorbell_buf = ctx.driver_memory.alloc(DoorbellRecord.SIZE)
         self.sq = SendRing(memoryview(self._sq_buf), self.sq_wqebbs)
         self.doorbell = DoorbellRecord(memoryview(self._doorbell_buf))
-        self.sq_producer = 0  # basic blocks posted
-        self.sq_outstanding: deque[tuple[int, int, int]] = deque()  # (first basic block, basic blocks, wr_id)
-        self.sq_retired = 0  # basic blocks the NIC has completed
         self.srq = srq
         # with an SRQ the QP has no receive queue of its own: its receive WQEs (and their
         # wr_ids) are the SRQ's, and the NIC is given an empty ring it never reads
@@ -268,6 +226,8 @@ class QP(PyverbsObject):
                                        rq_ring.buf, rq_ring.count, rq_ring.stride, memoryview(self._doorbell_buf),
                                        TRANSPORTS[self.qp_type], srq.hw if srq is not None else None,
                                        ctx.async_queue)  # fmt: skip
+        self.send_queue = SendQueue(self.sq, self.doorbell, self.qp_num, self.qp_type, cap.max_send_wr, cap.max_send_sge,
+                                    self.cap.max_inline_data, self.sq_sig_all, device)  # fmt: skip
         self._qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
         scq.qps[self.qp_num] = self
@@ -327,8 +287,7 @@ class QP(PyverbsObject):
     def _empty_queues(self) -> None:
         """After a reset the queues start empty, and CQEs already written for this QP are
         skipped by the CQs (they report work of the QP's previous life)."""
-        self.sq_producer = self.sq_retired = 0
-        self.sq_outstanding.clear()
+        self.send_queue.reset()
         self._doorbell_buf[:] = bytes(DoorbellRecord.SIZE)
         if self.srq is None:
             self.rq.reset()
@@ -425,105 +384,32 @@ class QP(PyverbsObject):
         while wr is not None:
             wrs.append(wr)
             wr = wr.next_wr
-        self._post_wqes(wrs, all_or_none=False)
+        self.send_queue.post(wrs, False, self)
 
-    def _post_wqes(self, wrs: list[SendWR], all_or_none: bool) -> None:
-        """Encode ``wrs`` into the ring and ring the doorbell once for what was posted.
-        ``all_or_none`` (``ibv_wr_complete``): a bad WR takes back those before it."""
-        first_producer, first_outstanding = self.sq_producer, len(self.sq_outstanding)
-        error: Exception | None = None
-        for wr in wrs:
-            try:
-                data = encode_send_wqe(self._send_wqe(wr))
-            except PyverbsRDMAError as exc:
-                error = exc
-                break
-            except (struct.error, OverflowError) as exc:  # a value wider than its WQE field
-                error = overflow_in(wr) or exc
-                break
-            wqebbs = len(data) // WQEBB
-            if len(self.sq_outstanding) >= self.cap.max_send_wr or (
-                    self.sq_producer - self.sq_retired + wqebbs > self.sq_wqebbs):  # fmt: skip
-                error = PyverbsRDMAError("Failed to post send: the send queue is full", errno.ENOMEM)
-                break
-            self.sq_outstanding.append((self.sq_producer, wqebbs, wr.wr_id))
-            self.sq_producer = self.sq.post(self.sq_producer, data)
-        if error is not None and all_or_none:  # written past the published counter: the NIC never reads it
-            self.sq_producer = first_producer
-            while len(self.sq_outstanding) > first_outstanding:
-                self.sq_outstanding.pop()
-        if self.sq_producer != first_producer:
-            self.doorbell.publish(DoorbellRecord.SEND, self.sq_producer)
-            self.device.ring_doorbell(self.qp_num)
-        if error is not None:
-            raise error
+    @property
+    def sq_producer(self) -> int:
+        """Basic blocks posted (a self-posting driver, the GPU's, starts from here)."""
+        return self.send_queue.producer
 
-    def _send_wqe(self, wr: SendWR) -> SendWqe:
-        def invalid(why: str, code: int = errno.EINVAL) -> PyverbsRDMAError:
-            return PyverbsRDMAError(f"Failed to post send: {why}", code)
+    @property
+    def sq_outstanding(self) -> deque[tuple[int, int, int]]:
+        """(first basic block, basic blocks, ``wr_id``) of each WQE whose completion is not polled."""
+        return self.send_queue.outstanding
 
-        if self._qp_state not in SENDING_STATES:  # ERROR, where the NIC may have moved it, is one
-            raise invalid(f"the QP is in {ibv_qp_state(self._qp_state).name}, not RTS")
-        opcode = WQE_OPCODES.get(wr.opcode)  # type: ignore[call-overload]
-        if opcode is None:
-            raise invalid(f"opcode {wr.opcode} is not supported on RC", errno.EOPNOTSUPP if wr.opcode in
-                          ibv_wr_opcode._value2member_map_ else errno.EINVAL)  # fmt: skip
-        if self.qp_type == _UC and opcode not in UC_WQE_OPCODES:
-            raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UC QP")
-        av = self._address_vector(wr, opcode, invalid) if wr.ah is not None or self.qp_type == _UD else None
-        num_sge = wr.num_sge
-        if num_sge > len(wr.sg):
-            raise PyverbsUserError(f"num_sge is {num_sge} but the WR has {len(wr.sg)} SGEs")
-        if num_sge > self.cap.max_send_sge:
-            raise invalid(f"{num_sge} SGEs exceed max_send_sge {self.cap.max_send_sge}")
-        # The WR's own SGEs go into the WQE's data segments (their values, read once, now)
-        sges: tuple[SgeLike, ...] = tuple(wr.sg[:num_sge])
-        length = 0
-        for sge in sges:
-            length += sge.length
-        if length > MAX_MSG_SZ:
-            raise invalid(f"message of {length} bytes exceeds max_msg_sz {MAX_MSG_SZ}")
-        send_flags = int(wr.send_flags)  # plain ints: IntFlag operators build an enum member each
-        flags = _CQ_UPDATE if send_flags & _SIGNALED or self.sq_sig_all else 0
-        if send_flags & _SOLICITED:
-            flags |= _SOLICITED_BIT
-        if send_flags & _FENCE:
-            flags |= _FENCE_BIT
-        inline = None
-        if send_flags & _INLINE and opcode not in NO_INLINE_OPS:
-            if length > self.cap.max_inline_data:
-                raise invalid(f"{length} inline bytes exceed max_inline_data {self.cap.max_inline_data}")
-            inline = b"".join(self._read_local(s) for s in sges)
-            sges = ()
-        imm = imm_to_wire(wr.imm_data) if opcode in IMM_OPS else wr.imm_data if opcode in INV_OPS else 0
-        bind = None
-        if opcode is _BIND_MW:
-            imm, bind = bind_segment(wr)
-            sges = ()
-        raddr = rkey = swap_add = compare = None
-        if opcode in RDMA_OPS:
-            raddr, rkey = wr.remote_addr, wr.rkey
-        elif opcode in ATOMIC_OPS:
-            raddr, rkey = wr.remote_addr, wr.rkey
-            swap_add, compare = (wr.swap, wr.compare_add) if opcode is WqeOpcode.ATOMIC_CS else (wr.compare_add, 0)
-        return new_send_wqe((opcode, self.sq_producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
-                             sges, inline, 0, bind, av))  # fmt: skip
-
-    def _address_vector(self, wr: SendWR, opcode: WqeOpcode, invalid: Callable[[str], PyverbsRDMAError]
-                        ) -> AddressVector | None:  # fmt: skip
+    def _address_vector(self, wr: SendWR, opcode: WqeOpcode) -> AddressVector | None:
         """A UD send's destination (its WQE's datagram segment); a connected QP's WR has none."""
         ah = wr.ah
         if self.qp_type != _UD:
             if ah is not None:
-                raise invalid(f"an address handle is for UD QPs, not {ibv_qp_type(self.qp_type).name}")
+                raise refused(f"an address handle is for UD QPs, not {ibv_qp_type(self.qp_type).name}")
             return None
         if opcode not in UD_WQE_OPCODES:
-            raise invalid(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UD QP")
+            raise refused(f"opcode {ibv_wr_opcode(wr.opcode).name} is not valid on a UD QP")
         if not isinstance(ah, AH):
-            raise invalid("a UD send needs an address handle (SendWR.set_wr_ud)")
+            raise refused("a UD send needs an address handle (SendWR.set_wr_ud)")
         ah._check_open()
         if not 0 <= wr.remote_qpn <= PSN_MASK or not 0 <= wr.remote_qkey <= 0xFFFFFFFF:
-            raise invalid(f"remote QPN 0x{wr.remote_qpn:x} or Q_Key 0x{wr.remote_qkey:x} out of range")
+            raise refused(f"remote QPN 0x{wr.remote_qpn:x} or Q_Key 0x{wr.remote_qkey:x} out of range")
         gr = ah.attr.gr
         return AddressVector(wr.remote_qkey, wr.remote_qpn, gr.dgid.raw, gr.sgid_index, gr.flow_label,
                              gr.traffic_class, gr.hop_limit, ah.attr.sl)  # fmt: skip
@@ -555,16 +441,6 @@ class QP(PyverbsObject):
         detail = reason.text if reason in (Reason.FLUSHED, Reason.NONE) else self.device.qp_error_detail(self.qp_num)
         peer = f"{self.peer_address or '?'} qp 0x{self.attr.dest_qp_num:x}"
         return f"qp 0x{self.qp_num:x} -> {peer}: {detail or reason.text}"
-
-    def retire_send(self, wqe_counter: int) -> int:
-        """The WQEs up to the one at ``wqe_counter`` are done; returns that one's ``wr_id``."""
-        wr_id = 0
-        while self.sq_outstanding:
-            start, wqebbs, wr_id = self.sq_outstanding.popleft()
-            self.sq_retired = start + wqebbs
-            if start & 0xFFFF == wqe_counter:
-                break
-        return wr_id
 
     def attach_mcast(self, gid: GID, lid: int = 0) -> None:
         """``ibv_attach_mcast``: this UD QP receives the datagrams sent to multicast group

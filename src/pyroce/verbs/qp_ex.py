@@ -14,7 +14,8 @@ import errno
 from typing import TYPE_CHECKING
 
 from pyroce.verbs.ah import AH
-from pyroce.verbs.cq import CQ, imm_from_wire
+from pyroce.verbs.completions import imm_from_wire
+from pyroce.verbs.cq import CQ
 from pyroce.verbs.device import Context
 from pyroce.verbs.enums import ibv_qp_create_send_ops_flags as Ops
 from pyroce.verbs.enums import ibv_qp_init_attr_mask, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
@@ -129,7 +130,7 @@ class QPEx(QP):
         self._check_open()
         batch = self._take_batch()
         try:
-            self._post_wqes(batch, all_or_none=True)
+            self.send_queue.post(batch, True, self)
         except PyverbsRDMAError as exc:
             raise PyverbsRDMAError(f"ibv_wr_complete failed: {exc}", exc.error_code) from None
 
