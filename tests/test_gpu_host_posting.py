@@ -32,7 +32,7 @@ from pyroce.gpu import (
 )
 from pyroce.nic.cqe import Cqe, CqeOpcode, CqeSyndrome
 from pyroce.nic.rings import CqRing
-from pyroce.nic.wqe import FmCeSe, SendWqe, Sge, WqeOpcode, encode_recv_wqe, encode_send_wqe
+from pyroce.nic.wqe import FmCeSe, SendWqe, Sge, WqeOpcode, encode_send_wqe, write_recv_wqe
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
 from tests.rc_pair import Endpoint
 
@@ -67,7 +67,9 @@ def test_send_wqe_refuses_what_it_cannot_write() -> None:
 def test_recv_wqe_writes_the_codecs_layout() -> None:
     rq = np.zeros(2 * 8, dtype=np.uint32)  # two WQEs of 32 bytes
     assert recv_wqe(rq, 2, 8, 3, 0xDEADBEEF000, 0x55, 4096) == 4
-    assert rq.view(np.uint8)[32:].tobytes() == encode_recv_wqe((Sge(0xDEADBEEF000, 4096, 0x55),), 32)
+    expected = bytearray(32)
+    write_recv_wqe(expected, 0, (Sge(0xDEADBEEF000, 4096, 0x55),), 32)
+    assert rq.view(np.uint8)[32:].tobytes() == expected
 
 
 def test_cqe_poll_reads_what_the_engine_writes() -> None:

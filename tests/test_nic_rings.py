@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from strategies import u32, u64
 
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome
-from pyroce.nic.rings import COUNTER_MASK, CqRing, DoorbellRecord, SendRing
+from pyroce.nic.rings import COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import (
     MLX5_INVALID_LKEY,
     WQEBB,
@@ -32,8 +32,8 @@ from pyroce.nic.wqe import (
     WqeOpcode,
     decode_recv_wqe,
     decode_send_wqe,
-    encode_recv_wqe,
     encode_send_wqe,
+    write_recv_wqe,
 )
 from tests.waiting import DEADLINE_S
 
@@ -109,15 +109,31 @@ def test_a_wqe_of_more_segments_than_ds_counts_is_refused():
     assert len(encode_send_wqe(SendWqe(WqeOpcode.SEND, 0, 0x11, sges=sges[:62]))) == 16 * WQEBB
 
 
+def recv_wqe(sges: list[Sge], stride: int) -> bytes:
+    buf = bytearray(stride)
+    write_recv_wqe(buf, 0, sges, stride)
+    return bytes(buf)
+
+
 def test_recv_wqe_with_terminator():
     stride = 64
-    data = encode_recv_wqe([Sge(0x1000, 100, 7), Sge(0x2000, 50, 8)], stride)
+    data = recv_wqe([Sge(0x1000, 100, 7), Sge(0x2000, 50, 8)], stride)
     assert struct.unpack_from(">IIQ", data, 32) == (0, MLX5_INVALID_LKEY, 0)
     assert decode_recv_wqe(data) == (Sge(0x1000, 100, 7), Sge(0x2000, 50, 8))
-    full = encode_recv_wqe([Sge(i, i, i) for i in range(4)], stride)
+    full = recv_wqe([Sge(i, i, i) for i in range(4)], stride)
     assert len(decode_recv_wqe(full)) == 4
     with pytest.raises(WqeError):
-        encode_recv_wqe([Sge(0, 0, 0)] * 5, stride)
+        recv_wqe([Sge(0, 0, 0)] * 5, stride)
+
+
+def test_a_recv_slot_written_again_in_place_holds_only_the_new_wqe():
+    """The ring's WQEs are written in place: a slot that held four entries and now holds one
+    reads as one (the terminator ends it; the old entries behind it are not looked at)."""
+    ring = RecvRing(memoryview(bytearray(2 * 64)), 2, 64)
+    ring.post(0, [Sge(i, i, i) for i in range(4)])
+    assert len(ring.fetch(0)) == 4
+    ring.post(2, [Sge(0x9000, 9, 9)])  # the same slot, its next lap
+    assert ring.fetch(2) == (Sge(0x9000, 9, 9),)
 
 
 def test_send_ring_wraps_and_decodes_from_a_copy():
@@ -126,9 +142,10 @@ def test_send_ring_wraps_and_decodes_from_a_copy():
     producer = consumer = 0
     for index in range(10):  # wraps the 4-block ring five times, with a WQE split across the end
         wqe = big._replace(wqe_index=index)
-        producer = ring.post(producer, encode_send_wqe(wqe if index % 2 else wqe._replace(sges=())))
+        posted = wqe if index % 2 else wqe._replace(sges=())
+        producer = ring.post(producer, encode_send_wqe(posted))
         got, consumer = ring.fetch(consumer)
-        assert got == (wqe if index % 2 else wqe._replace(sges=()))
+        assert got == posted
     assert producer == consumer
 
 

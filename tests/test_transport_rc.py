@@ -93,7 +93,7 @@ def test_every_packet_of_both_sides_carries_the_qps_pkey() -> None:
         SendWork(4, WorkOp.RDMA_READ, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
         SendWork(5, WorkOp.RDMA_READ, (Sge(a.mr.addr, 2, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
         SendWork(6, WorkOp.ATOMIC_FETCH_AND_ADD, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key,
-                 swap_add=1),  # fmt: skip
+                 swap_add=1),
         SendWork(7, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key ^ 0x100),
     ]
     for work in requests:
@@ -118,7 +118,7 @@ def test_a_fatal_nak_goes_out_after_the_responses_to_the_reads_before_it() -> No
         SendWork(1, WorkOp.RDMA_READ, (Sge(a.mr.addr, 3000, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
         SendWork(2, WorkOp.RDMA_READ, (Sge(a.mr.addr + 4096, 2, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key),
         SendWork(3, WorkOp.ATOMIC_FETCH_AND_ADD, (Sge(a.mr.addr + 8192, 8, a.mr.key),), raddr=b.mr.addr + 8192,
-                 rkey=b.mr.key, swap_add=1),  # fmt: skip
+                 rkey=b.mr.key, swap_add=1),
         SendWork(4, WorkOp.RDMA_WRITE, (Sge(a.mr.addr, 8, a.mr.key),), raddr=b.mr.addr, rkey=b.mr.key ^ 0x100),
     ]
     for work in requests:

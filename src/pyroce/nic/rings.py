@@ -40,7 +40,7 @@ from pyroce.nic.wqe import (
     WqeError,
     decode_recv_wqe,
     decode_send_wqe,
-    encode_recv_wqe,
+    write_recv_wqe,
 )
 
 COUNTER_MASK: Final = 0xFFFF  # doorbell record counters are 16 bits wide
@@ -120,13 +120,17 @@ class SendRing:
         self.wqebb_count = wqebb_count
         self.size = wqebb_count * WQEBB
 
-    def post(self, producer: int, data: bytes) -> int:
+    def post(self, producer: int, data: bytes | bytearray) -> int:
         """Write a WQE's whole basic blocks (``encode_send_wqe``) at basic-block counter
-        ``producer``; returns the next counter."""
+        ``producer``, in two parts if it runs past the ring's end; returns the next counter."""
         start = (producer % self.wqebb_count) * WQEBB
-        first = min(len(data), self.size - start)
-        self.buf[start : start + first] = data[:first]
-        self.buf[: len(data) - first] = data[first:]
+        end = start + len(data)
+        if end <= self.size:
+            self.buf[start:end] = data
+        else:
+            first = self.size - start
+            self.buf[start:] = data[:first]
+            self.buf[: end - self.size] = data[first:]
         return producer + len(data) // WQEBB
 
     def wqe_index(self, consumer: int) -> int:
@@ -168,9 +172,9 @@ class RecvRing:
         return self.buf[start : start + self.stride]
 
     def post(self, producer: int, sges: Sequence[SgeLike]) -> None:
-        """Write a WQE scattering to ``sges`` at counter ``producer``."""
-        start = (producer % self.count) * self.stride
-        self.buf[start : start + self.stride] = encode_recv_wqe(sges, self.stride)
+        """Write a WQE scattering to ``sges`` at counter ``producer``, in place (the NIC reads
+        it once the doorbell record is past it)."""
+        write_recv_wqe(self.buf, (producer % self.count) * self.stride, sges, self.stride)
 
     def fetch(self, consumer: int) -> tuple[Sge, ...]:
         """The scatter list of the WQE at ``consumer``, decoded from a copy of its bytes."""

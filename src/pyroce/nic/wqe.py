@@ -148,9 +148,9 @@ def inline_room(fixed_segs: int, ds: int) -> int:
     return -(-ds * SEG // WQEBB) * WQEBB - fixed_segs * SEG - _INLINE_HDR.size
 
 
-def encode_send_wqe(wqe: SendWqe) -> bytes:
+def encode_send_wqe(wqe: SendWqe) -> bytearray:
     """The segments of ``wqe``, padded to whole basic blocks (``len // WQEBB`` of them: what
-    the WQE takes in the ring)."""
+    the WQE takes in the ring). A fresh buffer, handed over as it is (no copy into ``bytes``)."""
     ds = 1
     if wqe.av is not None:
         ds += AV_SEGS
@@ -188,7 +188,7 @@ def encode_send_wqe(wqe: SendWqe) -> bytes:
         for sge in wqe.sges:
             _DATA.pack_into(buf, offset, sge.length, sge.lkey, sge.addr)
             offset += SEG
-    return bytes(buf)
+    return buf
 
 
 def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False) -> SendWqe:
@@ -254,17 +254,17 @@ def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False
                          compare, tuple(sges), inline, word0 >> 24, bind, av))  # fmt: skip
 
 
-def encode_recv_wqe(sges: Sequence[SgeLike], stride: int) -> bytes:
-    """A receive WQE of ``stride`` bytes: the data segments, then a terminator if room is left
-    (``sges``: the verbs' own SGEs as posted, or ``Sge``s)."""
+def write_recv_wqe(buf: bytearray | memoryview, offset: int, sges: Sequence[SgeLike], stride: int) -> None:
+    """A receive WQE of ``stride`` bytes into ``buf`` at ``offset`` (a ring's slot, in place):
+    the data segments, then a terminator if room is left (``sges``: the verbs' own SGEs as
+    posted, or ``Sge``s). What follows the terminator is left as it was: a reader stops there."""
     if len(sges) * SEG > stride:
         raise WqeError(f"{len(sges)} scatter entries do not fit a {stride}-byte receive WQE")
-    buf = bytearray(stride)
-    for i, sge in enumerate(sges):
-        _DATA.pack_into(buf, i * SEG, sge.length, sge.lkey, sge.addr)
+    for sge in sges:
+        _DATA.pack_into(buf, offset, sge.length, sge.lkey, sge.addr)
+        offset += SEG
     if len(sges) * SEG < stride:
-        _DATA.pack_into(buf, len(sges) * SEG, 0, MLX5_INVALID_LKEY, 0)
-    return bytes(buf)
+        _DATA.pack_into(buf, offset, 0, MLX5_INVALID_LKEY, 0)
 
 
 def decode_recv_wqe(data: bytes | bytearray | memoryview) -> tuple[Sge, ...]:
