@@ -13,21 +13,14 @@ import sys
 from typing import Final, Protocol
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
+from pyroce.nic.convert import REQ_WQE_OPCODE
 from pyroce.nic.cqe import ERROR_OPCODES, GRH_MASK, RECV_OPCODES, ROCE_PKT_SHIFT, STATUS_OF_SYNDROME, Cqe, CqeOpcode
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing
-from pyroce.nic.wqe import WqeOpcode
 from pyroce.verbs.recv_queue import RecvQueue
 from pyroce.verbs.send_queue import SendQueue
 
-WC_OPCODE_OF_WQE: Final = {
-    int(WqeOpcode.SEND): WcOpcode.SEND,
-    int(WqeOpcode.RDMA_WRITE): WcOpcode.RDMA_WRITE,
-    int(WqeOpcode.RDMA_READ): WcOpcode.RDMA_READ,
-    int(WqeOpcode.ATOMIC_CS): WcOpcode.COMP_SWAP,
-    int(WqeOpcode.ATOMIC_FA): WcOpcode.FETCH_ADD,
-    int(WqeOpcode.BIND_MW): WcOpcode.BIND_MW,
-    int(WqeOpcode.LOCAL_INVAL): WcOpcode.LOCAL_INV,
-}
+# A send CQE's WC opcode: the NIC's table (WC opcode -> the WQE opcode a CQE reports), turned round
+WC_OPCODE_OF_WQE: Final = {int(wqe_opcode): int(wc_opcode) for wc_opcode, wqe_opcode in REQ_WQE_OPCODE.items()}
 _WITH_IMM: Final = int(WcFlag.WITH_IMM)
 _WITH_INV: Final = int(WcFlag.WITH_INV)
 _GRH: Final = int(WcFlag.GRH)
