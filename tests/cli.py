@@ -42,9 +42,25 @@ def background(*args: str, netns: str | None = None, env: dict[str, str] | None 
                             stderr=subprocess.PIPE)  # fmt: skip
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to unbound sockets (a client's connect)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+PORTS_FROM = 10000
+PORTS_PER_RUN = 64
+PORT_BLOCKS = (_ephemeral_low() - PORTS_FROM) // PORTS_PER_RUN
+"""Test ports lie below the ephemeral range: a port in it may be taken at any moment by some
+connection's local end (the kernel's choice), and a server's bind then fails."""
+
+
 def free_port(offset: int) -> int:
-    """TCP port ``offset`` (0..31) of this test process (several test runs may share the host)."""
-    return 20000 + (os.getpid() * 32 + offset) % 40000
+    """TCP port ``offset`` (0..63) of this test process's block (several test runs may share the host)."""
+    assert 0 <= offset < PORTS_PER_RUN, offset
+    return PORTS_FROM + os.getpid() % PORT_BLOCKS * PORTS_PER_RUN + offset
 
 
 def listening(port: int) -> bool:

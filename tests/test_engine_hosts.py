@@ -17,11 +17,12 @@ from pyroce.nic.cqe import CQE_SIZE, ERROR_OPCODES, STATUS_OF_SYNDROME
 from pyroce.nic.device import NicDevice
 from pyroce.nic.memory import MemoryRegion
 from pyroce.nic.queues import HwCq
-from pyroce.nic.rings import CqRing, DoorbellRecord, SendRing
-from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_send_wqe
+from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
+from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_send_wqe, write_recv_wqe
+from pyroce.wire.opcodes import Transport
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-SQ_WQEBBS, CQES = 64, 64
+SQ_WQEBBS, CQES, RQ_STRIDE = 64, 64, 64
 
 
 @dataclass
@@ -35,16 +36,26 @@ class Host:
     cq_ring: CqRing
     qpn: int
     sq: SendRing
+    rq: RecvRing
     doorbell: DoorbellRecord
     produced: int = 0
     consumed: int = 0
 
     def post_write(self, index: int, length: int, raddr: int, rkey: int) -> None:
-        wqe = SendWqe(WqeOpcode.RDMA_WRITE, index, self.qpn, FmCeSe.CQ_UPDATE, raddr=raddr, rkey=rkey,
+        self.post(WqeOpcode.RDMA_WRITE, index, length, raddr, rkey)
+
+    def post(self, opcode: WqeOpcode, index: int, length: int, raddr: int = 0, rkey: int = 0) -> None:
+        wqe = SendWqe(opcode, index, self.qpn, FmCeSe.CQ_UPDATE, raddr=raddr, rkey=rkey,
                       sges=(Sge(self.mr.addr, length, self.mr.key),))  # fmt: skip
         self.produced = self.sq.post(self.produced, encode_send_wqe(wqe))
         self.doorbell.publish(DoorbellRecord.SEND, self.produced & 0xFFFF)
         self.device.ring_doorbell(self.qpn)
+
+    def write_receive(self, offset: int, length: int) -> None:
+        """One receive WQE in the ring and the doorbell record moved past it, as a driver posts,
+        but without the doorbell's wake-up (``note_receives``): it has not reached the NIC."""
+        write_recv_wqe(self.rq.buf, 0, (Sge(self.mr.addr + offset, length, self.mr.key),), RQ_STRIDE)
+        self.doorbell.publish(DoorbellRecord.RECV, 1)
 
     def completions(self) -> list[tuple[int, int]]:
         """(wqe_counter, WC status) of the CQEs written since the last call."""
@@ -56,15 +67,17 @@ class Host:
         return found
 
 
-def make_host(device: NicDevice, base: int) -> Host:
+def make_host(device: NicDevice, base: int, transport: Transport = Transport.RC) -> Host:
     pdn = device.alloc_pd()
     buf = bytearray(1 << 16)
     mr = device.reg_mr(pdn, memoryview(buf), base, ALL)
     cq_buf, consumer = memoryview(bytearray(CQES * CQE_SIZE)), memoryview(bytearray(4))
     cq = device.create_cq(cq_buf, CQES, consumer)
     sq_buf, doorbell = memoryview(bytearray(SQ_WQEBBS * WQEBB)), memoryview(bytearray(8))
-    qpn = device.create_qp(pdn, cq, cq, sq_buf, SQ_WQEBBS, memoryview(bytearray(64)), 1, 64, doorbell)
-    return Host(device, buf, mr, cq, CqRing(cq_buf, CQES), qpn, SendRing(sq_buf, SQ_WQEBBS), DoorbellRecord(doorbell))
+    rq_buf = memoryview(bytearray(RQ_STRIDE))
+    qpn = device.create_qp(pdn, cq, cq, sq_buf, SQ_WQEBBS, rq_buf, 1, RQ_STRIDE, doorbell, transport)
+    return Host(device, buf, mr, cq, CqRing(cq_buf, CQES), qpn, SendRing(sq_buf, SQ_WQEBBS), RecvRing(rq_buf, 1, RQ_STRIDE),
+                DoorbellRecord(doorbell))  # fmt: skip
 
 
 def connect(host: Host, peer: Host, timeout: int) -> None:
@@ -74,11 +87,12 @@ def connect(host: Host, peer: Host, timeout: int) -> None:
     device.modify_qp(host.qpn, QpState.RTS, {"sq_psn": 0x100, "timeout": timeout, "retry_cnt": 3})
 
 
-@pytest.fixture
-def hosts() -> Iterator[tuple[Host, Host, MemoryWire]]:
+@pytest.fixture(params=[Transport.RC], ids=["RC"])
+def hosts(request: pytest.FixtureRequest) -> Iterator[tuple[Host, Host, MemoryWire]]:
+    """Two hosts' QPs connected to each other, RC unless a test asks for ``request.param``."""
     wire = MemoryWire()
     devices = [build_device(f"sim{i}", wire.link(f"10.9.0.{i + 1}"), progress="host") for i in range(2)]
-    a, b = make_host(devices[0], 0x10000), make_host(devices[1], 0x900000)
+    a, b = make_host(devices[0], 0x10000, request.param), make_host(devices[1], 0x900000, request.param)
     connect(a, b, timeout=20)  # 4.3 s local ACK timeout
     connect(b, a, timeout=20)
     yield a, b, wire
@@ -115,3 +129,23 @@ def test_timers_follow_the_hosts_clock(hosts: tuple[Host, Host, MemoryWire]) -> 
     assert a.completions() == [(0, WcStatus.RETRY_EXC_ERR)]
     assert a.device.qp_stats(a.qpn)["retransmitted_pkts"] == 3
     assert time.monotonic() - start < 2
+
+
+@pytest.mark.parametrize("hosts", [Transport.RC, Transport.UC], indirect=True, ids=["RC", "UC"])
+def test_a_send_finds_the_receive_its_doorbell_record_holds_before_the_doorbell_is_taken(
+        hosts: tuple[Host, Host, MemoryWire]) -> None:  # fmt: skip
+    """The doorbell record is what the driver posted; the wake-up that announces it may reach the
+    NIC later than the SEND for it (a C driver's record waits in the doorbell pipe while the
+    peer's doorbell is read from its record). The SEND is still placed: no RNR NAK (RC), no
+    dropped message (UC)."""
+    a, b, _ = hosts
+    a.buf[:300] = bytes(range(100)) * 3
+    run((a, b), 0.0, 1, 1e-6)  # each NIC has read its rings once: the receive below is news
+    b.write_receive(0x1000, 300)
+    a.post(WqeOpcode.SEND, 0, 300)
+    run((a, b), 1e-6, 4, 1e-6)
+    assert b.completions() == [(0, WcStatus.SUCCESS)]
+    assert a.completions() == [(0, WcStatus.SUCCESS)]
+    assert b.buf[0x1000 : 0x1000 + 300] == a.buf[:300]
+    refused = {name: count for name, count in b.device.qp_stats(b.qpn).items() if "rnr" in name or "drop" in name}
+    assert not any(refused.values()), refused

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
+from functools import partial
 from typing import Final
 
 from pyroce.cm.exchanges import NEVER
@@ -42,6 +43,7 @@ from pyroce.nic.memory import MrTable
 from pyroce.nic.multicast import Multicast
 from pyroce.nic.port import Clock, Link, Port
 from pyroce.nic.queues import HwCq, HwQp
+from pyroce.nic.rings import DoorbellRecord
 from pyroce.nic.timers import Timers
 from pyroce.nic.tx import TxBatch
 from pyroce.nic.wqe import LOCAL_OPCODES, FmCeSe, SendWqe, WqeError, WqeOpcode
@@ -107,6 +109,9 @@ class Engine:
 
     def add_qp(self, qp: HwQp) -> None:
         self.qps[qp.qpn] = qp
+        receiver = qp.rc if isinstance(qp.rc, UdQp) else qp.rc.responder
+        if qp.srq is None:  # an SRQ's ring is read when a message needs a WQE (nic.srq)
+            receiver.refill = partial(self.fetch_receives, qp)
         if isinstance(qp.rc, UdQp):
             self.demux.datagram_qps[qp.qpn] = qp.rc
         else:
@@ -214,9 +219,10 @@ class Engine:
         if self.receives:
             for qp in list(self.receives):
                 try:
-                    self.fetch(qp)
+                    self.fetch_receives(qp)
                 except Exception as exc:  # noqa: BLE001 - contained to the QP
                     self._fail(qp, exc, "receive queue")
+                self.active.add(qp)  # a WQE posted to a QP in error completes (flushed) at once
             self.receives.clear()
         moved = self._receive(now, receive) or moved
         deadlines = self.timers.heap
@@ -300,10 +306,24 @@ class Engine:
                 # taken as read up to its producer, so the error is reported once.
                 qp.sq_consumer += (producer - qp.sq_consumer) & 0xFFFF
                 break
-        while qp.rq_consumer & 0xFFFF != recv_producer:
+        if qp.rq_consumer & 0xFFFF != recv_producer:
+            self.fetch_receives(qp, recv_producer)
+        self.active.add(qp)
+
+    def fetch_receives(self, qp: HwQp, producer: int = -1) -> bool:
+        """Take the receive WQEs posted up to ``producer`` (-1: as far as the doorbell record
+        says now); whether there were any. A message that finds the QP's receive queue empty
+        asks here before it is refused (RNR NAK, or dropped): the record is what the driver
+        posted, while the record in the doorbell pipe that announced it may not be taken yet
+        (the pipe is read between passes, and a send doorbell read from its record, as a QP's
+        move to RTS does, can run ahead of it)."""
+        if producer < 0:
+            producer = qp.doorbell.read(DoorbellRecord.RECV)
+        rc, start = qp.rc, qp.rq_consumer
+        while qp.rq_consumer & 0xFFFF != producer:
             rc.post_recv(new_recv_work((qp.rq_consumer & 0xFFFF, qp.rq.fetch(qp.rq_consumer))))
             qp.rq_consumer += 1
-        self.active.add(qp)
+        return qp.rq_consumer != start
 
     def _notice_direct(self) -> None:
         """Direct QPs whose doorbell records moved past what the engine read: as if rung (a

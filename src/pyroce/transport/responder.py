@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
@@ -131,6 +132,17 @@ class RecvSource(Protocol):
     def appendleft(self, work: RecvWork) -> None: ...
 
 
+Refill = Callable[[], bool]
+"""A QP's own receive queue found empty asks its NIC to read the receive ring once more
+(``nic.engine.Engine.fetch_receives``): whether WQEs were found. The doorbell record is what
+the driver posted; the wake-up that announced it may not have reached the NIC yet."""
+
+
+def nothing_posted() -> bool:
+    """The refill of a transport with no ring behind its queue (alone in a test, or on an SRQ)."""
+    return False
+
+
 class Responder:
     def __init__(self, qp: RcQp, srq: RecvSource | None = None) -> None:
         self.qp = qp
@@ -140,6 +152,7 @@ class Responder:
         self.own_queue: deque[RecvWork] = deque()
         # A shared queue's WQEs are not this QP's: a reset or a flush leaves them to the others.
         self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
+        self.refill: Refill = nothing_posted
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
         self._responses: BthTemplate | None = None  # its READ responses' FIRST, LAST and ONLY, likewise
@@ -338,7 +351,7 @@ class Responder:
         if flags & (Flag.READ | Flag.ATOMIC) and self.read_jobs() >= max(1, self.qp.config.max_dest_rd_atomic):
             return RespState.ERR_TOO_MANY_RD_ATOMIC
         if flags & Flag.RWR and self.recv is None:
-            if not self.recv_queue:
+            if not self.recv_queue and not self.refill():
                 return RespState.ERR_RNR
             if self.forced_rnr:
                 self.forced_rnr -= 1

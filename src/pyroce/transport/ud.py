@@ -33,7 +33,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
 from pyroce.transport.memory import MemFault, MemoryTable
 from pyroce.transport.rc import RECEIVING_STATES, QpConfig
-from pyroce.transport.responder import RecvSource
+from pyroce.transport.responder import RecvSource, Refill, nothing_posted
 from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import RecvWork, SendWork, WorkOp
 from pyroce.wire.bth import BTH, MULTICAST_QPN
@@ -68,6 +68,7 @@ class UdQp:
         self.send_queue: deque[SendWork] = deque()
         self.own_queue: deque[RecvWork] = deque()
         self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
+        self.refill: Refill = nothing_posted  # (transport.responder.Refill)
 
     # --- inputs -------------------------------------------------------------------------
 
@@ -114,7 +115,7 @@ class UdQp:
             self.counters["drop_qkey"] += 1  # a Q_Key violation (IBA 10.2.5): silently dropped
             return
         self.counters["rcvd_pkts"] += 1
-        if not self.recv_queue:
+        if not self.recv_queue and not self.refill():
             self.counters["drop_no_recv_wqe"] += 1  # UD has no RNR: the datagram is lost
             return
         recv = self.recv_queue.popleft()
