@@ -102,6 +102,7 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path):
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+SO_RCVBUFFORCE = 33  # Linux's: a receive buffer past net.core.rmem_max (root), which other lo traffic cannot fill
 
 
 def capture_write(tmp_path: Path, size: int) -> Path:
@@ -110,7 +111,7 @@ def capture_write(tmp_path: Path, size: int) -> Path:
     if not hasattr(socket, "AF_PACKET") or os.geteuid() != 0:
         pytest.skip("needs root and AF_PACKET to capture on lo")
     tap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    tap.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
     tap.bind(("lo", 0))
     frames: list[bytes] = []
     try:
