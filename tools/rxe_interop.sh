@@ -51,6 +51,8 @@
 #   qperf_bw, and with -t only qperf_lat_nocm,qperf_bw_nocm)
 #   -n ITERS (1000)  -C CM_ITERS (rping, ucmatose, udaddy: 10)  -s SIZES (1,4096,65536)  -S UD_SIZES (1,1024)
 #   -P PERF_SIZES (perftest -s: 64,65536)  -N PERF_ITERS (perftest -n: 1000)  -U UCX_ITERS (ucx_perftest -n: 200)
+#   -O PERF_OPTIONS (more perftest options, both sides, e.g. "-u 20": a 4.3 s local ACK timeout, which a TCG guest's rxe
+#   needs at 64 KiB: with perftest's 67 ms it resends messages pyroce has acknowledged and can stall; docs/performance.md)
 #   -T QPERF_SECONDS (qperf -t: 2)
 #   -m MTU (1024)  -r RX_DEPTH (500)
 #   -q NUM_QP (srq_pingpong's QPs, 16)  -p TCP_PORT (18515)
@@ -87,7 +89,7 @@ UCXTESTS=(ucx_tag_lat ucx_tag_bw ucx_put_bw)
 QPERFTESTS=(qperf_lat qperf_bw)  # qperf_lat_nocm, qperf_bw_nocm: with -t only (they fail on rxe as on pyroce)
 UCX_TLS=rc_verbs,ud_verbs,self  # the device's RC transport alone (ud_verbs: its connection), no shared memory or TCP
 
-TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; UCX_ITERS=200; QPERF_SECONDS=2
+TOOLS_ARG=""; CM_ITERS=10; ITERS=1000; SIZES_ARG=1,4096,65536; UD_SIZES_ARG=1,1024; PERF_SIZES_ARG=64,65536; PERF_ITERS=1000; PERF_OPTIONS=""; UCX_ITERS=200; QPERF_SECONDS=2
 MTU=1024; RXD=500; NQP=16; PORT=18515; GIDX=1; CHK=""; C_MODE=0
 CAPTURE=""; KEEP=0; TIMEOUT=300; VM_MTU=1500; REPEAT=1
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -100,6 +102,7 @@ while (($#)); do
     -S) UD_SIZES_ARG="$2"; shift 2;;
     -P) PERF_SIZES_ARG="$2"; shift 2;;
     -N) PERF_ITERS="$2"; shift 2;;
+    -O) PERF_OPTIONS="$2"; shift 2;;
     -U) UCX_ITERS="$2"; shift 2;;
     -T) QPERF_SECONDS="$2"; shift 2;;
     -m) MTU="$2"; shift 2;;
@@ -364,7 +367,8 @@ cm_pair() {
 
 # perftest_pair T SIZE: the commands of ib_T at SIZE bytes (atomic_bw: its 8 bytes), RC
 perftest_pair() {
-  COMMON=(-F -p "$PORT" -n "$PERF_ITERS")
+  local extra; read -ra extra <<< "$PERF_OPTIONS"
+  COMMON=(-F -p "$PORT" -n "$PERF_ITERS" "${extra[@]}")
   [[ "$1" == atomic_bw ]] || COMMON+=(-s "$2")
   GUEST_CMD="ib_$1 -d rxe0 -x $GIDX ${COMMON[*]}"
   GUEST_LABEL="ib_$1"
