@@ -28,8 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pyroce
 from calls_per_msg import WARMUP_ROUNDS, Side, one_round
+
+import pyroce
 from pyroce.link.memory import MemoryWire
 from pyroce.verbs import enums as e
 from pyroce.verbs.wr import SGE, SendWR
