@@ -50,6 +50,7 @@ from pyroce.nic.wqe import LOCAL_OPCODES, FmCeSe, SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcOpcode, WcStatus
 from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
+from pyroce.transport.responder import Responder
 from pyroce.transport.ud import UdQp
 from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
@@ -109,13 +110,15 @@ class Engine:
 
     def add_qp(self, qp: HwQp) -> None:
         self.qps[qp.qpn] = qp
-        receiver = qp.rc if isinstance(qp.rc, UdQp) else qp.rc.responder
-        if qp.srq is None:  # an SRQ's ring is read when a message needs a WQE (nic.srq)
-            receiver.refill = partial(self.fetch_receives, qp)
+        receiver: UdQp | Responder
         if isinstance(qp.rc, UdQp):
             self.demux.datagram_qps[qp.qpn] = qp.rc
+            receiver = qp.rc
         else:
             self.demux.qps[qp.qpn] = qp.rc
+            receiver = qp.rc.responder
+        if qp.srq is None:  # an SRQ's ring is read when a message needs a WQE (nic.srq)
+            receiver.refill = partial(self.fetch_receives, qp)
 
     def send_posted(self, qpn: int) -> None:
         """Fetch and send now what the QP's doorbell announced: a NIC fetches WQEs as the doorbell

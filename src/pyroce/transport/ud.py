@@ -68,7 +68,7 @@ class UdQp:
         self.send_queue: deque[SendWork] = deque()
         self.own_queue: deque[RecvWork] = deque()
         self.recv_queue: deque[RecvWork] | RecvSource = self.own_queue if srq is None else srq
-        self.refill: Refill = nothing_posted  # (transport.responder.Refill)
+        self.refill: Refill = nothing_posted
 
     # --- inputs -------------------------------------------------------------------------
 
