@@ -222,14 +222,16 @@ class Client:
         """Keep DEPTH requests of ``size`` bytes in flight (over ``qps``) for ``seconds``, posted
         ``post_list`` at a time as one chained list whose last alone is signaled (perftest's
         ``--post_list`` with ``--cq-mod`` the same); returns the messages completed and the time
-        taken."""
+        taken. A WR posted alone is built for its message, each at the next offset; a list is
+        built once per QP and posted again and again, as perftest posts its ``--post_list``
+        (``_verify`` knows where its last message went)."""
         ep = self.ep
         qps = qps or [ep.qp]
         depth = DEPTH if len(qps) == 1 else max(1, min(EXTRA_QP_DEPTH, TOTAL_IN_FLIGHT // len(qps)))
         by_qpn = {qp.qp_num: qp for qp in qps}
         # one entry per free slot for a list, round robin
         ready = deque(qp for _ in range(max(1, depth // post_list)) for qp in qps)
-        slots = max(1, REGION // max(size, 1))
+        lists: dict[int, SendWR] = {}
         posted = done = 0
         start = time.perf_counter()
         deadline = start + seconds
@@ -237,14 +239,12 @@ class Client:
             if time.perf_counter() < deadline:
                 while ready and posted - done < TOTAL_IN_FLIGHT:
                     qp = ready.popleft()
-                    wr = None
-                    for index in reversed(range(post_list)):  # the list built from its signaled end
-                        offset = ((posted + index) % slots) * size
-                        wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)],
-                                    send_flags=ibv_send_flags.IBV_SEND_SIGNALED if index == post_list - 1 else 0, next_wr=wr)  # fmt: skip
-                        if op != WR.IBV_WR_SEND:
-                            wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
-                    qp.post_send(wr)
+                    if post_list == 1:
+                        qp.post_send(self._work_requests(qp, op, size, posted, 1))
+                    else:
+                        if qp.qp_num not in lists:
+                            lists[qp.qp_num] = self._work_requests(qp, op, size, 0, post_list)
+                        qp.post_send(lists[qp.qp_num])
                     posted += post_list
             elif done == posted:
                 break
@@ -255,6 +255,21 @@ class Client:
                 ready.append(by_qpn[wc.wr_id])
                 done += post_list
         return done, time.perf_counter() - start
+
+    def _work_requests(self, qp: QP, op: int, size: int, first: int, count: int) -> SendWR:
+        """A chain of ``count`` WRs of ``size`` bytes for the messages from ``first`` on (each at
+        its own offset in both regions), its last alone signaled."""
+        ep = self.ep
+        slots = max(1, REGION // max(size, 1))
+        wr = None
+        for index in reversed(range(count)):  # the list built from its signaled end
+            offset = ((first + index) % slots) * size
+            wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)],
+                        send_flags=ibv_send_flags.IBV_SEND_SIGNALED if index == count - 1 else 0, next_wr=wr)  # fmt: skip
+            if op != WR.IBV_WR_SEND:
+                wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
+        assert wr is not None
+        return wr
 
     def bandwidth(self, name: str, size: int, seconds: float, qps: list[QP] | None = None,
                   post_list: int = 1) -> dict[str, Any]:  # fmt: skip
@@ -276,7 +291,7 @@ class Client:
             messages = count
         else:
             messages, elapsed = self.stream(op, size, seconds, qps, post_list)
-            self._verify(name, size, messages)
+            self._verify(name, size, post_list if post_list > 1 else messages)
         cpu = _cpu() - cpu0 + self.ask("cpu") - server_cpu0
         moved = messages * size
         return {
@@ -304,7 +319,8 @@ class Client:
                 done += 1
 
     def _verify(self, name: str, size: int, messages: int) -> None:
-        """The bytes of the last message moved must be the source's."""
+        """The bytes of the last of ``messages`` moved (from the region's start) must be the
+        source's."""
         if not messages or not size:
             return
         offset = ((messages - 1) % max(1, REGION // size)) * size
@@ -541,7 +557,8 @@ def print_table(report: dict[str, Any]) -> None:
           "the same way, over rc_verbs; /mlx5dv rows: a C program's 2-byte WRITEs posted by hand through mlx5 direct verbs "
           "(latency: a lone WRITE's), /c-verbs rows the same program through ibv_post_send, on a shared NIC; /shared rows: pyroce's Python verbs, both processes on one shared NIC (PYROCE_NIC=shared); "
           "/pure rows (a compiled build only): the same Python verbs with PYROCE_PURE=1, every module run from its .py; "
-          f"rate/list: 2-byte WRITEs posted {POST_LIST} to a chained list, its last alone signaled; "
+          f"rate/list: 2-byte WRITEs posted {POST_LIST} to a chained list, its last alone signaled, the list built "
+          "once and posted again (as perftest's --post_list); "
           "the other rows: pyroce's Python verbs, each process with a NIC of its own")  # fmt: skip
     calls = report["calls_per_msg"]
     print(f"calls per 2-byte SEND (calls_per_msg.py): send {calls['send']:.0f}, receive {calls['receive']:.0f}, "
