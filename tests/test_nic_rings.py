@@ -22,8 +22,10 @@ from strategies import u32, u64
 from pyroce.nic.cqe import CQE_SIZE, Cqe, CqeOpcode, CqeSyndrome
 from pyroce.nic.rings import COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.wqe import (
+    CTRL_DS_AT,
     MLX5_INVALID_LKEY,
     WQEBB,
+    AddressVector,
     FmCeSe,
     MwBindSeg,
     SendWqe,
@@ -32,6 +34,7 @@ from pyroce.nic.wqe import (
     WqeOpcode,
     decode_recv_wqe,
     decode_send_wqe,
+    decode_send_wqe_at,
     encode_send_wqe,
     write_recv_wqe,
 )
@@ -67,6 +70,21 @@ def test_send_wqe_round_trip(wqe):
     data = encode_send_wqe(wqe)
     assert len(data) % WQEBB == 0 and len(data) // WQEBB == -(-(data[7] & 0x3F) * 16 // WQEBB)  # ds fills the last block
     assert decode_send_wqe(data) == wqe
+
+
+address_vectors = st.builds(AddressVector, u32, st.integers(0, 0xFFFFFF), st.binary(min_size=16, max_size=16),
+                            st.integers(0, 0xFF), st.integers(0, 0xFFFFF), st.integers(0, 0xFF), st.integers(0, 0xFF),
+                            st.integers(0, 7), st.integers(0, 0xFFFF))  # fmt: skip
+
+
+@given(send_wqes(), st.none() | address_vectors, st.integers(0, 3))
+def test_a_send_wqe_decodes_in_place_among_other_bytes(wqe, av, blocks):
+    """What a ring's fetch does for a WQE that does not wrap: decode it where it lies, other
+    bytes before and after it; a UD QP's with its datagram segment (``av``)."""
+    wqe = wqe._replace(av=av)
+    data = encode_send_wqe(wqe)
+    ring = memoryview(bytearray(b"\xa5" * blocks * WQEBB) + data + bytearray(b"\x5a" * WQEBB))
+    assert decode_send_wqe_at(ring, blocks * WQEBB, data[CTRL_DS_AT] & 0x3F, av is not None) == wqe
 
 
 def test_control_and_data_segments_are_mlx5_bytes():

@@ -39,7 +39,7 @@ from pyroce.nic.wqe import (
     SgeLike,
     WqeError,
     decode_recv_wqe,
-    decode_send_wqe,
+    decode_send_wqe_at,
     write_recv_wqe,
 )
 
@@ -140,20 +140,19 @@ class SendRing:
         return self.buf[start] << 8 | self.buf[start + 1]
 
     def fetch(self, consumer: int) -> tuple[SendWqe, int]:
-        """Decode the WQE at basic-block counter ``consumer`` from a copy of the ring bytes;
-        returns it and the next counter. Raises ``WqeError`` for a WQE that cannot run."""
+        """Decode the WQE at basic-block counter ``consumer``, each of its fields read from the
+        ring once (``ds`` here, the rest by the decoder: nic.wqe's rule); returns it and the next
+        counter. Raises ``WqeError`` for a WQE that cannot run."""
         start = (consumer % self.wqebb_count) * WQEBB
         ds = self.buf[start + CTRL_DS_AT] & 0x3F
         if ds * SEG > self.size:
             raise WqeError(f"ds {ds} is larger than the send ring")
         end = start + ds * SEG
-        # a private copy of the WQE's bytes, wrapping at the ring's end
-        data = (
-            bytes(self.buf[start:end])
-            if end <= self.size
-            else bytes(self.buf[start:]) + bytes(self.buf[: end - self.size])
-        )
-        return decode_send_wqe(data, self.datagram), consumer + -(-ds * SEG // WQEBB)
+        if end <= self.size:  # read in place, each field once (nic.wqe's rule)
+            wqe = decode_send_wqe_at(self.buf, start, ds, self.datagram)
+        else:  # a private copy of the WQE's bytes, wrapping at the ring's end
+            wqe = decode_send_wqe_at(bytes(self.buf[start:]) + bytes(self.buf[: end - self.size]), 0, ds, self.datagram)
+        return wqe, consumer + -(-ds * SEG // WQEBB)
 
 
 class RecvRing:

@@ -5,9 +5,11 @@ control, then (a UD QP's) the datagram segment with the address vector, remote a
 and atomics), atomic operands, then data segments or one inline segment. A WQE may wrap from the ring's end to its start. A receive WQE is an array of
 data segments, ended early by ``lkey = MLX5_INVALID_LKEY``.
 
-Rule: the engine decodes a WQE from a *copy* of the ring bytes and validates the copy
+Rule: the engine reads each field of a WQE from the ring once and validates what it read
 (hostile-inputs.md, CVE-2026-74378: a count re-read from a shared ring overflowed rxe), so
-nothing the posting side writes later can change a WQE being executed.
+nothing the posting side writes later can change a WQE being executed: the ring's fetch reads
+``ds`` once, and the decoder copies the segments out in one ``struct`` call (a WQE that wraps
+is first copied whole) and takes every field from that copy.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ _DATA: Final = struct.Struct(">IIQ")
 # the remote address segment's and a data segment's fields.
 CTRL_OPMOD_IDX_OPCODE_AT, CTRL_QPN_DS_AT, CTRL_FM_CE_SE_WORD_AT, CTRL_IMM_AT = 0, 4, 8, 12
 CTRL_INDEX_AT: Final = 1  # bytes 1-2: the WQE index
+CTRL_OPCODE_AT: Final = 3  # the byte of the opcode
 CTRL_DS_AT: Final = 7  # the byte whose low 6 bits are ds
 RADDR_ADDR_AT, RADDR_RKEY_AT = 0, 8
 DATA_BYTE_COUNT_AT, DATA_LKEY_AT, DATA_ADDR_AT = 0, 4, 8
@@ -136,6 +139,9 @@ RADDR_OPCODES: Final = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcod
 _HAS_ATOMIC: Final = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
 _WQE_OPCODES: Final = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
 MAX_DS: Final = 0x3F  # the ds field is 6 bits
+_WORDS: Final = tuple(struct.Struct(f">{2 * ds}Q") for ds in range(MAX_DS + 1))  # a WQE's segments as u64 words
+_LOW32: Final = 0xFFFFFFFF
+_BIND_MW: Final = WqeOpcode.BIND_MW
 
 
 def inline_room(fixed_segs: int, ds: int) -> int:
@@ -192,66 +198,84 @@ def encode_send_wqe(wqe: SendWqe) -> bytearray:
 
 
 def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False) -> SendWqe:
-    """Decode a send WQE from ``data`` (a private copy of its bytes, unwrapped); ``datagram``:
-    it is a UD QP's, with a datagram segment after the control segment.
-
-    Raises ``WqeError`` for an unknown opcode, a ``ds`` larger than ``data`` or than the
-    opcode's segments allow, or an inline length that overruns the WQE."""
+    """Decode the send WQE at the start of ``data``; ``datagram``: it is a UD QP's, with a
+    datagram segment after the control segment. ``WqeError`` as ``decode_send_wqe_at``."""
     if len(data) < SEG:
         raise WqeError("WQE shorter than a control segment")
-    word0: int  # the segments' fields typed: compiled, machine ints from here on
-    word1: int
-    length: int
-    lkey: int
-    addr: int
-    word0, word1, _, _, fm_ce_se, imm = _CTRL.unpack_from(data, 0)
-    opcode = _WQE_OPCODES.get(word0 & 0xFF)
+    return decode_send_wqe_at(data, 0, data[CTRL_DS_AT] & MAX_DS, datagram)
+
+
+def decode_send_wqe_at(data: bytes | bytearray | memoryview, at: int, ds: int, datagram: bool) -> SendWqe:
+    """Decode the send WQE of ``ds`` segments at byte ``at`` of ``data`` (a ring, where the WQE
+    does not wrap, or a private copy of one that does), ``ds`` as the caller read it once.
+
+    Every field is read once: one ``struct`` call copies the WQE's segments out as big-endian
+    64-bit words (the private copy the rule above asks for), and the fields come from those
+    words, never from ``data`` again; only inline data and a datagram segment's GID are sliced
+    from ``data`` after, within lengths the words fixed. Raises ``WqeError`` for an unknown
+    opcode, a ``ds`` of 0 or past ``data``, fewer segments than the opcode needs, or an inline
+    length that overruns the WQE."""
+    if len(data) - at < SEG:
+        raise WqeError("WQE shorter than a control segment")
+    opcode_byte: int = data[at + CTRL_OPCODE_AT]
+    opcode = _WQE_OPCODES.get(opcode_byte)
     if opcode is None:
-        raise WqeError(f"unknown WQE opcode 0x{word0 & 0xFF:02x}")
-    ds = word1 & MAX_DS
+        raise WqeError(f"unknown WQE opcode 0x{opcode_byte:02x}")
     size = ds * SEG
-    if ds < 1 or size > len(data):
-        raise WqeError(f"ds {ds} does not fit the {len(data)}-byte WQE")
-    offset = SEG
+    if ds < 1 or at + size > len(data):
+        raise WqeError(f"ds {ds} does not fit the {len(data) - at}-byte WQE")
+    words = _WORDS[ds].unpack_from(data, at)
+    ctrl: int = words[0]
+    end = 2 * ds  # words
+    word = 2  # the next segment's first word
     av = None
     if datagram:
-        if offset + AV_SEGS * SEG > size:
+        if word + 2 * AV_SEGS > end:
             raise WqeError("UD WQE has no datagram segment")
-        qkey, _, dqp_dct, stat_rate_sl, _, sport, tclass, hop_limit, grh_gid_fl, rgid = _AV.unpack_from(data, offset)
-        av = AddressVector(qkey, dqp_dct & 0xFFFFFF, rgid, grh_gid_fl >> 20 & 0xFF, grh_gid_fl & 0xFFFFF, tclass,
-                           hop_limit, stat_rate_sl >> 1 & 7, sport)  # fmt: skip
-        offset += AV_SEGS * SEG
+        dqp_dct: int = words[word + 1]
+        traffic: int = words[word + 3]
+        grh_gid_fl = traffic & _LOW32
+        gid_at = at + word * 8 + 32
+        av = AddressVector(words[word] >> 32, (dqp_dct >> 32) & 0xFFFFFF, bytes(data[gid_at : gid_at + 16]),
+                           grh_gid_fl >> 20 & 0xFF, grh_gid_fl & 0xFFFFF, (traffic >> 40) & 0xFF,
+                           (traffic >> 32) & 0xFF, (dqp_dct >> 25) & 7, dqp_dct & 0xFFFF)  # fmt: skip
+        word += 2 * AV_SEGS
     raddr = rkey = swap_add = compare = None
     if opcode in RADDR_OPCODES:
-        if offset + SEG > size:
+        if word + 2 > end:
             raise WqeError(f"{opcode.name} WQE has no remote address segment")
-        raddr, rkey, _ = _RADDR.unpack_from(data, offset)
-        offset += SEG
+        raddr = words[word]
+        rkey = words[word + 1] >> 32
+        word += 2
     if opcode in _HAS_ATOMIC:
-        if offset + SEG > size:
+        if word + 2 > end:
             raise WqeError(f"{opcode.name} WQE has no atomic segment")
-        swap_add, compare = _ATOMIC.unpack_from(data, offset)
-        offset += SEG
+        swap_add, compare = words[word], words[word + 1]
+        word += 2
     bind = None
-    if opcode is WqeOpcode.BIND_MW:
-        if offset + BIND_SEGS * SEG > size:
+    if opcode is _BIND_MW:
+        if word + 2 * BIND_SEGS > end:
             raise WqeError("BIND_MW WQE has no bind segment")
-        bind = MwBindSeg(*_BIND.unpack_from(data, offset))
-        offset += BIND_SEGS * SEG
+        keys: int = words[word + 2]
+        bind = MwBindSeg(words[word], words[word + 1], keys >> 32, keys & _LOW32)
+        word += 2 * BIND_SEGS
     sges: list[Sge] = []
     inline = None
-    if offset < size and _INLINE_HDR.unpack_from(data, offset)[0] & INLINE_FLAG:
-        length = _INLINE_HDR.unpack_from(data, offset)[0] & ~INLINE_FLAG
-        if offset + 4 + length > size:
+    head: int = words[word] >> 32 if word < end else 0
+    if head & INLINE_FLAG:
+        length = head & ~INLINE_FLAG
+        offset = word * 8 + 4
+        if offset + length > size:
             raise WqeError(f"inline length {length} overruns the {size}-byte WQE")
-        inline = bytes(data[offset + 4 : offset + 4 + length])
+        inline = bytes(data[at + offset : at + offset + length])
     else:
-        while offset < size:
-            length, lkey, addr = _DATA.unpack_from(data, offset)
-            sges.append(new_sge((addr, length, lkey)))
-            offset += SEG
-    return new_send_wqe((opcode, (word0 >> 8) & 0xFFFF, word1 >> 8, fm_ce_se, imm, raddr, rkey, swap_add,
-                         compare, tuple(sges), inline, word0 >> 24, bind, av))  # fmt: skip
+        while word < end:
+            data_seg: int = words[word]
+            sges.append(new_sge((words[word + 1], data_seg >> 32, data_seg & _LOW32)))
+            word += 2
+    word1: int = words[1]
+    return new_send_wqe((opcode, (ctrl >> 40) & 0xFFFF, (ctrl >> 8) & 0xFFFFFF, (word1 >> 32) & 0xFF, word1 & _LOW32,
+                         raddr, rkey, swap_add, compare, tuple(sges), inline, ctrl >> 56, bind, av))  # fmt: skip
 
 
 def write_recv_wqe(buf: bytearray | memoryview, offset: int, sges: Sequence[SgeLike], stride: int) -> None:
