@@ -19,7 +19,7 @@ from pyroce.nic.cqe import (
 )
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
-from pyroce.transport.work import SendWork, UdDest, WorkOp, new_send_work
+from pyroce.transport.work import SendWork, Sge, UdDest, WorkOp
 
 WORK_OPS: Final = {
     WqeOpcode.SEND: WorkOp.SEND,
@@ -49,9 +49,10 @@ def work_from_wqe(wqe: SendWqe) -> SendWork:
         raise WqeError(f"{wqe.opcode.name} WQEs are not supported")
     flags = wqe.fm_ce_se
     av = wqe.av
-    return new_send_work((wqe.wqe_index, op, wqe.sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80),
-                          wqe.imm, wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0,
-                          wqe.inline, None if av is None else UdDest(av.rgid, av.dqpn, av.qkey)))  # fmt: skip
+    sges: tuple[Sge, ...] = wqe.sges  # type: ignore[assignment]  # a decoded WQE's are Sges (no cast(): a call)
+    return SendWork(wqe.wqe_index, op, sges, bool(flags & 0x08), bool(flags & 0x02), bool(flags & 0x80), wqe.imm,
+                    wqe.raddr or 0, wqe.rkey or 0, wqe.swap_add or 0, wqe.compare or 0, wqe.inline,
+                    None if av is None else UdDest(av.rgid, av.dqpn, av.qkey))  # fmt: skip
 
 
 # enum members read per completion, as constants (docs/architecture.md, "Compiled with mypyc")

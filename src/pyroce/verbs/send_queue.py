@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.rings import DoorbellRecord, SendRing
-from pyroce.nic.wqe import WQEBB, AddressVector, FmCeSe, SendWqe, SgeLike, WqeOpcode, encode_send_wqe, new_send_wqe
+from pyroce.nic.wqe import WQEBB, AddressVector, FmCeSe, SendWqe, SgeLike, WqeOpcode, encode_send_wqe
 from pyroce.verbs.enums import ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.mw import bind_segment
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -188,8 +188,8 @@ class SendQueue:
         elif opcode in ATOMIC_OPS:
             raddr, rkey = wr.remote_addr, wr.rkey
             swap_add, compare = (wr.swap, wr.compare_add) if opcode is _ATOMIC_CS else (wr.compare_add, 0)
-        return new_send_wqe((opcode, self.producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare,
-                             sges, inline, 0, bind, av))  # fmt: skip
+        return SendWqe(opcode, self.producer & 0xFFFF, self.qp_num, flags, imm, raddr, rkey, swap_add, compare, sges,
+                       inline, 0, bind, av)  # fmt: skip
 
     def retire(self, wqe_counter: int) -> int:
         """The WQEs up to the one at ``wqe_counter`` are done; returns that one's ``wr_id``."""
