@@ -75,20 +75,32 @@ def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str],
     whose client gave up. So does a pair whose client was refused for want of a listener while
     the server ended: a client of several connections (ucmatose ``-c 2``) whose first request
     came before the listen and its second after leaves, and the server's accepted connection
-    is rejected by the departed client's side (the server ends with REJECTED)."""
+    is rejected by the departed client's side (the server ends with REJECTED). A client still
+    running after ``TIMEOUT`` is stopped, and its server's words decide: a server whose clock
+    calibration gave up has ended and left its client waiting, so the pair runs again;
+    otherwise the failure shows both programs' output."""
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
         server = subprocess.Popen(server_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
-            client = connect(client_argv, env, server)
+            try:
+                client = connect(client_argv, env, server)
+            except subprocess.TimeoutExpired as stuck:  # subprocess.run has killed the client
+                server.kill()
+                server_out = server.communicate()[0]
+                if again_when and again_when in server_out and not last:
+                    continue
+                said = stuck.output.decode(errors="replace") if isinstance(stuck.output, bytes) else stuck.output
+                raise AssertionError(f"the client did not end in {TIMEOUT} s: {said}\nits server: {server_out}") from None
             if again_when and again_when in client.stdout and not last:
                 continue  # its server waits for a client that has gone: stopped below
             if client.returncode != 0 and NOT_LISTENING.search(client.stdout) and not last:
                 continue  # the start race above: the server, ended or waiting, is stopped below
-            server_out = server.communicate(timeout=TIMEOUT)[0]
-        except subprocess.TimeoutExpired:
-            server.kill()
-            raise AssertionError(f"the server did not end: {server.communicate()[0]}\nits client: {client}") from None
+            try:
+                server_out = server.communicate(timeout=TIMEOUT)[0]
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise AssertionError(f"the server did not end: {server.communicate()[0]}\nits client: {client}") from None
         finally:
             if server.poll() is None:
                 server.kill()
