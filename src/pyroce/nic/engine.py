@@ -2,8 +2,8 @@
 
 An ``Engine`` is single-threaded and knows no threads or clocks: its host (``pyroce.host``'s
 progress for a process's device, or a simulator stepping it in simulated time) serializes the
-calls and passes ``now``, and gives it its link and its event queues. A pass fetches the WQEs of QPs whose doorbell rang (private copies of the
-ring bytes, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
+calls and passes ``now``, and gives it its link and its event queues. A pass fetches the WQEs of QPs whose doorbell rang (each field read from the
+ring once, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
 transport (``transport.demux``), fires due transport timers, then lets every active QP send
 (as GSO batches, ``nic.tx``) and writes its completions into its CQs as mlx5 CQEs.
 
@@ -278,7 +278,7 @@ class Engine:
         return taken > 0
 
     def fetch(self, qp: HwQp) -> None:
-        """Take new WQEs from the QP's rings (private copies; see nic.wqe)."""
+        """Take new WQEs from the QP's rings (each field read once; see nic.wqe)."""
         rc = qp.rc
         qp.local_held = False
         recv_producer, producer = qp.doorbell.producers()
