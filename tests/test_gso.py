@@ -53,15 +53,19 @@ def test_ipv6_segments_share_one_icrc():
 
 
 def test_verify_accepts_every_segment_and_nothing_damaged():
+    """Each segment's ICRC checks whether the receiver knows its place (the ID tried first) or
+    not (the ID solved for), and a flipped bit fails either way."""
     path = RocePath(IP4, UdpHeader(4791))
     buf = bytearray(2048)
     rng = random.Random(4)
     for segment in range(MAX_GSO_SEGMENTS):
         size = path.build_into(buf, 0, middle(segment), segment)
-        assert path.verify(memoryview(buf)[:size])
+        for place in (segment, 0, (segment + 1) % MAX_GSO_SEGMENTS):
+            assert path.verify(memoryview(buf)[:size], place), (segment, place)
         bit = rng.randrange(size * 8)
         buf[bit // 8] ^= 1 << bit % 8
-        assert not path.verify(memoryview(buf)[:size]), (segment, bit)
+        for place in (segment, 0):
+            assert not path.verify(memoryview(buf)[:size], place), (segment, place, bit)
     size = path.build_into(buf, 0, middle(0), 0)
     frame = bytearray(path.headers(size, MAX_GSO_SEGMENTS)) + buf[:size]
     frame[-4:] = parse_frame(bytes(frame), LINKTYPE_RAW).packet.bth.psn.to_bytes(4, "little")  # any wrong value

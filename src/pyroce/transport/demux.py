@@ -71,7 +71,7 @@ class Demux:
                 checked = end
             elif start >= checked:
                 checked = start
-                while checked < end and path.verify(datagrams[checked : checked + step]):
+                while checked < end and path.verify(datagrams[checked : checked + step], checked // step):
                     checked += step
                 if checked == start:
                     self.counters["icrc_errors"] += 1

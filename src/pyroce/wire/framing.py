@@ -26,6 +26,7 @@ from pyroce.wire.icrc import (
     icrc_from_seed,
     icrc_seed,
     residue_from_seed,
+    seed_difference,
 )
 from pyroce.wire.ipv4_id import id_solver
 from pyroce.wire.opcodes import BTH_LEN
@@ -175,13 +176,14 @@ class RocePath:
     ID k; other peers (Linux rxe) count their IDs up. ``verify`` accepts the ICRC of whichever
     ID makes it valid (``wire.ipv4_id``); an IPv6 header has no ID, and all 32 bits check."""
 
-    __slots__ = ("_seeds", "header_len", "ip", "udp")
+    __slots__ = ("_differences", "_seeds", "header_len", "ip", "udp")
 
     def __init__(self, ip: IpHeader, udp: UdpHeader) -> None:
         self.ip = ip
         self.udp = udp
         self.header_len = IPV4_UDP_LEN if isinstance(ip, IPv4Header) else IPV6_UDP_LEN
         self._seeds: dict[int, int] = {}
+        self._differences: dict[int, int] = {}  # (length, segment) -> residue of that segment's ID against ID 0's
 
     def headers(self, udp_payload_len: int, segment: int = 0) -> bytearray:
         """The raw IP and UDP headers of a datagram with ``udp_payload_len`` bytes of payload
@@ -260,9 +262,13 @@ class RocePath:
             segment += 1
         return count * size
 
-    def verify(self, udp_payload: Buffer) -> bool:
+    def verify(self, udp_payload: Buffer, segment: int = 0) -> bool:
         """Whether ``udp_payload`` (BTH through ICRC) carries the right ICRC for this path: for
-        IPv4, with any IPv4 ID (the ID 0 this path assumes, a GSO segment's, a counter's)."""
+        IPv4, with any IPv4 ID (the ID 0 this path assumes, a GSO segment's, a counter's).
+        ``segment``: its place in the datagram the socket gave; the ID a GSO send gives that
+        place is tried before any other is solved for (``wire.ipv4_id``), as one compare: the
+        solver's tables are built per length, which the last packets of messages of many
+        sizes would keep rebuilding."""
         size = len(udp_payload)
         seed = self._seeds.get(size * MAX_GSO_SEGMENTS)  # runs per packet: the cache is read inline
         residue = residue_from_seed(self.seed(size) if seed is None else seed, udp_payload)
@@ -270,7 +276,20 @@ class RocePath:
             return True
         if self.header_len != IPV4_UDP_LEN:
             return False
+        if 0 < segment < MAX_GSO_SEGMENTS:
+            expected = self._differences.get(size * MAX_GSO_SEGMENTS + segment)
+            if (self._difference(size, segment) if expected is None else expected) == residue ^ RESIDUE:
+                return True
         return id_solver(size, _ipv4_headers_with_id).solve(residue ^ RESIDUE) is not None
+
+    def _difference(self, udp_payload_len: int, segment: int) -> int:
+        """How the residue of a packet built as GSO ``segment`` differs from RESIDUE when it is
+        checked as if its ID were ``ip.ident`` (cached like the seeds)."""
+        if len(self._differences) >= _MAX_SEEDS:
+            self._differences.clear()
+        difference = seed_difference(self.seed(udp_payload_len, segment), self.seed(udp_payload_len), udp_payload_len)
+        self._differences[udp_payload_len * MAX_GSO_SEGMENTS + segment] = difference
+        return difference
 
 
 _REFERENCE_IP: Final = IPv4Header(bytes(4), bytes(4))
