@@ -5,7 +5,8 @@
 First the ceilings (``udp_ceiling.py``: plain Python UDP latency and bandwidth, and the bare
 Python RoCEv2 pipeline), then pyroce over real RoCEv2/UDP on loopback between this process
 and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte latency
-(perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics),
+(perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics; as many
+READs in flight as the device allows, as ``ib_read_bw`` keeps),
 bandwidth against message size, against the number of QPs and with many registered MRs, and
 CPU seconds per GB; the same Python verbs with both processes on one shared NIC
 (``PYROCE_NIC=shared``: latency, 64 KiB WRITE, message rates); with a compiled build (mypyc),
@@ -92,7 +93,7 @@ class Server:
         return tuple(self.ep.info())
 
     def connect(self, peer: tuple[Any, ...], mtu: int) -> None:
-        self.ep.connect(PeerInfo(*peer), path_mtu=mtu)
+        self.ep.connect(PeerInfo(*peer), path_mtu=mtu, rd_atomic=outstanding_reads(self.ep))
 
     def more_qps(self, peers: list[tuple[Any, ...]], mtu: int) -> list[int]:
         """QPs beyond the first, connected to the client's (same CQ, PD and MR)."""
@@ -103,7 +104,7 @@ class Server:
                 ep.pd, QPInitAttr(qp_type=2, scq=ep.cq, rcq=ep.cq, cap=QPCap(max_send_wr=EXTRA_QP_DEPTH, max_recv_wr=4))
             )
             attr_ep = RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn)
-            attr_ep.connect(PeerInfo(*peer), path_mtu=mtu)
+            attr_ep.connect(PeerInfo(*peer), path_mtu=mtu, rd_atomic=outstanding_reads(ep))
             self.extra.append(qp)
             qpns.append(qp.qp_num)
         return qpns
@@ -200,7 +201,7 @@ class Client:
         self.mtu = ibv_mtu(int(self.ep.ctx.active_mtu))
         self.peer = PeerInfo(*self.ask("info"))
         self.ask("connect", tuple(self.ep.info()), self.mtu)
-        self.ep.connect(self.peer, path_mtu=self.mtu)
+        self.ep.connect(self.peer, path_mtu=self.mtu, rd_atomic=outstanding_reads(self.ep))
         self.ask("set_peer", tuple(self.ep.info()))
         self.errors: list[str] = []
 
@@ -391,8 +392,15 @@ class Client:
         infos = [(ep.ctx.query_gid(1, 0).raw, qp.qp_num, ep.psn, ep.mr.rkey, ep.mr.buf) for qp in qps]
         remote = self.ask("more_qps", infos, self.mtu)
         for qp, qpn in zip(qps, remote):
-            RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn).connect(self.peer._replace(qpn=qpn), path_mtu=self.mtu)
+            RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn).connect(self.peer._replace(qpn=qpn), path_mtu=self.mtu,
+                                                                        rd_atomic=outstanding_reads(ep))  # fmt: skip
         return [ep.qp, *qps]
+
+
+def outstanding_reads(ep: RcEndpoint) -> int:
+    """READs (and atomics) a QP keeps in flight: the device's most, as perftest's ``ib_read_bw``
+    takes when ``--outs`` is not given (``ctx_set_out_reads``: ``max_qp_rd_atom``)."""
+    return int(ep.ctx.query_device().max_qp_rd_atom)
 
 
 def _cpu() -> float:
