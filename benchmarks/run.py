@@ -149,27 +149,30 @@ class Server:
         return good, digest(ep.mr.read(size, 0))
 
     def reflect(self, op: str, iters: int) -> None:
-        """Latency partner: answer each 2-byte SEND with a SEND, or each WRITE with a WRITE."""
+        """Latency partner: answer each 2-byte SEND with a SEND, or each WRITE with a WRITE
+        (each WR built once and posted again, as perftest's latency tests post theirs)."""
         ep = self.ep
         peer = self.peer
+        receive = RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)])
+        answer = SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)])
+        write_back = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 2, ep.mr.lkey)])
+        write_back.set_wr_rdma(peer.rkey, peer.addr)
         if op == "send":
             for _ in range(2):
-                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+                ep.qp.post_recv(receive)
         self.conn.send("ready")
         outstanding = 0  # our WRITEs not yet completed
         for index in range(iters):
             if op == "send":
                 ep.poll(1, 60)
-                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
-                ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)]))
+                ep.qp.post_recv(receive)
+                ep.qp.post_send(answer)
                 ep.poll(1, 60)
             else:
                 expected = (index & 0xFFFF).to_bytes(2, "little")
                 while ep.mr.read(2, 0) != expected:
                     outstanding -= ep.cq.poll()[0]  # drives the engine; reaps our earlier WRITEs
-                wr = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf, 2, ep.mr.lkey)])
-                wr.set_wr_rdma(peer.rkey, peer.addr)
-                ep.qp.post_send(wr)
+                ep.qp.post_send(write_back)
                 outstanding += 1
         if outstanding:
             ep.poll(outstanding, 60)
@@ -335,19 +338,22 @@ class Client:
         if name in ("send", "write"):
             self.conn.send(("reflect", name, iters))
             assert self.conn.recv() == "ready"
+            # each WR built once and posted again, as perftest's latency tests post theirs
+            receive = RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)])
+            send = SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)])
+            write = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf + 128, 2, ep.mr.lkey)])
+            write.set_wr_rdma(self.peer.rkey, self.peer.addr)
             if name == "send":
-                ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+                ep.qp.post_recv(receive)
             for index in range(iters):
                 start = time.perf_counter()
                 if name == "send":
-                    ep.qp.post_send(SendWR(wr_id=1, sg=[SGE(ep.mr.buf + 64, 2, ep.mr.lkey)]))
+                    ep.qp.post_send(send)
                     ep.poll(2, 60)  # our SEND's completion and the answer
-                    ep.qp.post_recv(RecvWR(wr_id=0, sg=[SGE(ep.mr.buf, 64, ep.mr.lkey)]))
+                    ep.qp.post_recv(receive)
                 else:
                     ep.mr.write((index & 0xFFFF).to_bytes(2, "little"), 2, 128)
-                    wr = SendWR(wr_id=1, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(ep.mr.buf + 128, 2, ep.mr.lkey)])
-                    wr.set_wr_rdma(self.peer.rkey, self.peer.addr)
-                    ep.qp.post_send(wr)
+                    ep.qp.post_send(write)
                     expected = (index & 0xFFFF).to_bytes(2, "little")
                     completed = 0
                     while ep.mr.read(2, 0) != expected:  # the server writes the value back
