@@ -276,11 +276,12 @@ class RocePath:
             return True
         if self.header_len != IPV4_UDP_LEN:
             return False
+        difference = residue ^ RESIDUE
         if 0 < segment < MAX_GSO_SEGMENTS:
             expected = self._differences.get(size * MAX_GSO_SEGMENTS + segment)
-            if (self._difference(size, segment) if expected is None else expected) == residue ^ RESIDUE:
+            if (self._difference(size, segment) if expected is None else expected) == difference:
                 return True
-        return id_solver(size, _ipv4_headers_with_id).solve(residue ^ RESIDUE) is not None
+        return id_solver(size, _ipv4_headers_with_id).solve(difference) is not None
 
     def _difference(self, udp_payload_len: int, segment: int) -> int:
         """How the residue of a packet built as GSO ``segment`` differs from RESIDUE when it is
