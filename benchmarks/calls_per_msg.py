@@ -9,6 +9,9 @@ the NICs one at a time, so every call falls into exactly one hop:
   (the responder's pass and its poll);
 - ``ack``: the ACK off the wire to the send WC polled (the requester's pass and its poll).
 
+Each side builds its work requests once and posts them again every round, as perftest's latency
+tests do, so a hop starts at ``post_send`` or ``post_recv``, not at the WR's making.
+
 A call is what ``sys.setprofile`` reports as ``call``: a Python function or method entered (C
 functions such as ``struct.pack`` or a socket's ``sendmsg`` are not counted). Host mode runs no
 engine thread and no clock, so the figures are the same on every run and every machine: a test
@@ -52,7 +55,8 @@ ROCE_V2_IPV4_GID_INDEX = 3
 
 
 class Side:
-    """One NIC with a context, a PD, an MR, a CQ and an RC QP."""
+    """One NIC with a context, a PD, an MR, a CQ and an RC QP, and the WRs it posts each round: a
+    receive of 64 bytes and a signaled ``MESSAGE_SIZE``-byte SEND from the MR's start."""
 
     def __init__(self, wire: MemoryWire, address: str, mr_size: int = 4096, access: int = e.IBV_ACCESS_LOCAL_WRITE,
                  mtu: int = e.IBV_MTU_1024) -> None:  # fmt: skip
@@ -64,6 +68,8 @@ class Side:
         self.cq = CQ(self.context, 64)
         cap = QPCap(max_send_wr=16, max_recv_wr=16)
         self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+        self.recv_wr = RecvWR(sg=[SGE(self.mr.buf, 64, self.mr.lkey)])
+        self.send_wr = SendWR(opcode=e.IBV_WR_SEND, sg=[SGE(self.mr.buf, MESSAGE_SIZE, self.mr.lkey)])
 
     def connect(self, peer: Side) -> None:
         attr = QPAttr(port_num=1, path_mtu=self.mtu)
@@ -112,11 +118,9 @@ class CallCounter:
 def one_round(requester: Side, responder: Side, now: float, counter: CallCounter) -> None:
     """One SEND and its ACK, each hop counted."""
     with counter.counting("receive"):
-        responder.qp.post_recv(RecvWR(sg=[SGE(responder.mr.buf, 64, responder.mr.lkey)]))
+        responder.qp.post_recv(responder.recv_wr)
     with counter.counting("send"):
-        requester.qp.post_send(
-            SendWR(opcode=e.IBV_WR_SEND, sg=[SGE(requester.mr.buf, MESSAGE_SIZE, requester.mr.lkey)])
-        )
+        requester.qp.post_send(requester.send_wr)
         requester.device.step(now)
     with counter.counting("receive"):
         responder.device.step(now)

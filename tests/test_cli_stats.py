@@ -71,3 +71,24 @@ def test_files_of_ended_processes_are_removed(tmp_path: Path) -> None:
     result = pyroce("stats", "--json", env={"PYROCE_STATS_DIR": str(tmp_path)}, timeout=30)
     assert result.returncode == 0 and json.loads(result.stdout) == []
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_costly_counters_file_is_written_less_often(tmp_path: Path) -> None:
+    """A write that takes longer (many QPs' counters) pushes the next one out, so that the file
+    costs the engine thread at most PUBLISH_SHARE of its time; what it wrote is whole."""
+    from pyroce.host.stats_file import PUBLISH_EVERY_S, PUBLISH_SHARE, StatsFile
+
+    stats_file = StatsFile(str(tmp_path), "pyroce9")
+    slow = 0.02  # at least this long: the next write is due no sooner than slow / PUBLISH_SHARE
+
+    def document() -> dict[str, object]:
+        time.sleep(slow)
+        return {"device": "pyroce9", "counters": {"sent_pkts": 7}}
+
+    assert stats_file.due(100.0)
+    stats_file.write(document, 100.0)
+    assert stats_file.path is not None
+    assert json.loads(Path(stats_file.path).read_text())["counters"] == {"sent_pkts": 7}
+    assert stats_file.interval >= slow / PUBLISH_SHARE > PUBLISH_EVERY_S
+    assert not stats_file.due(100.0 + PUBLISH_EVERY_S)  # once a second would have written again
+    assert stats_file.due(100.0 + stats_file.interval)

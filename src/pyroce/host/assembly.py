@@ -70,11 +70,14 @@ class StatsFolder:
         stats_file = self._stats_file
         if not stats_file.due(now):
             return
+        stats_file.write(self._document, now)
+
+    def _document(self) -> dict[str, object]:
         device = self._device
         counters, qps = device.stats_snapshot()
-        stats_file.write({"device": device.name, "address": device.address, "pid": os.getpid(), "counters": counters,
-                          "qps": {f"0x{qpn:x}": qp for qpn, qp in qps.items()},
-                          "owners": {f"0x{qpn:x}": pid for qpn, pid in dict(device.qp_owners).items()}}, now)  # fmt: skip
+        return {"device": device.name, "address": device.address, "pid": os.getpid(), "counters": counters,
+                "qps": {f"0x{qpn:x}": qp for qpn, qp in qps.items()},
+                "owners": {f"0x{qpn:x}": pid for qpn, pid in dict(device.qp_owners).items()}}  # fmt: skip
 
     def close(self) -> None:
         """The engine thread has stopped: the capture ends and the counters file goes."""
