@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pyroce.host.stats_file import PUBLISH_EVERY_S, PUBLISH_SHARE, StatsFile
 from tests.cli import ROOT, cli_env, pyroce
 
 
@@ -76,8 +77,6 @@ def test_files_of_ended_processes_are_removed(tmp_path: Path) -> None:
 def test_a_costly_counters_file_is_written_less_often(tmp_path: Path) -> None:
     """A write that takes longer (many QPs' counters) pushes the next one out, so that the file
     costs the engine thread at most PUBLISH_SHARE of its time; what it wrote is whole."""
-    from pyroce.host.stats_file import PUBLISH_EVERY_S, PUBLISH_SHARE, StatsFile
-
     stats_file = StatsFile(str(tmp_path), "pyroce9")
     slow = 0.02  # at least this long: the next write is due no sooner than slow / PUBLISH_SHARE
 
