@@ -26,8 +26,8 @@ PACKAGE = Path("src/pyroce")
 MANIFEST = "compiled.sha256"  # "<sha256>  <path under pyroce/>" per compiled module; "# pure: <why>" when none
 # The per-packet and per-message modules, in one mypyc group (its modules call each other natively).
 # Not the CM's MADs and the pcap files (wire/cm.py, mad.py, pcap.py): no packet of an RDMA
-# operation passes through them.
-NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py"}
+# operation passes through them; nor the steering of several engines (link/steering.py: set up once).
+NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py", "link/steering.py"}
 HOST = ("progress", "handoff")
 # The verbs' per-message work (their classes are pyverbs', which programs subclass: interpreted)
 VERBS = ("send_queue", "recv_queue", "completions")

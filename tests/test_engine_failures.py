@@ -60,9 +60,9 @@ def test_a_failed_send_is_not_sent_again_by_the_next_batch() -> None:
     batch = TxBatch(memoryview(bytearray(4096)), Port(link, None, Counter(), time.monotonic), Counter())
     path = link.tx_path("10.7.0.2")
     with pytest.raises(OSError, match="refused"):
-        batch.send("10.7.0.2", path, [b"first"])  # not GSO: the packet leaves at once, and the link raises
+        batch.send("10.7.0.2", 0x11, path, [b"first"])  # not GSO: the packet leaves at once, and the link raises
     assert batch.segments == 0 and batch.end == 0  # nothing left behind to be sent again
-    batch.send("10.7.0.2", path, [b"second"])
+    batch.send("10.7.0.2", 0x11, path, [b"second"])
     buf = bytearray(64)
     got = receiver.recv_into(buf)
     assert got is not None and bytes(buf[:6]) == b"second" and got[0] == 6 + ICRC_LEN

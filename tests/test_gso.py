@@ -177,7 +177,7 @@ def test_a_64k_write_leaves_in_two_gso_sends():
         port = Port(sender, None, Counter(), time.monotonic)
         port.capture = Capture()
         batch = TxBatch(view, port, Counter())
-        batch.send(receiver.address, sender.tx_path(receiver.address), [first, run, last])
+        batch.send(receiver.address, 0x11, sender.tx_path(receiver.address), [first, run, last])
         batch.flush()
         # the capture shows the datagrams the kernel makes of the two sends, each ICRC good
         frames = [parse_frame(frame, LINKTYPE_RAW) for _, frame in port.capture.frames]

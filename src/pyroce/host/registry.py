@@ -32,6 +32,7 @@ from pyroce.host.progress import MODES
 from pyroce.host.stats_file import summary_line
 from pyroce.link.errors import LinkError
 from pyroce.link.faults import FaultConfig
+from pyroce.link.steering import Steering
 from pyroce.link.udp import UdpLink, interface_index, interface_mtu, interface_name
 from pyroce.nic.device import NicDevice
 from pyroce.wire.mtu import mtu_for_netdev
@@ -110,6 +111,22 @@ def device_settings() -> DeviceSettings:
     return DeviceSettings(faults, batching, progress, verify_icrc, print_stats)
 
 
+ENGINE_VARIABLE = "PYROCE_NICD_ENGINE"  # "INDEX/COUNT": set by a shared NIC for the engines it runs
+
+
+def engine_steering() -> Steering | None:
+    """This process's device is engine INDEX of COUNT on its address (``link.steering``): what
+    a shared NIC with several engines (``pyroce.nicd.engines``) sets for each of them."""
+    value = os.environ.get(ENGINE_VARIABLE)
+    if not value:
+        return None
+    index, _, count = value.partition("/")
+    try:
+        return Steering(int(count), int(index))
+    except ValueError as exc:
+        raise LinkError(errno.EINVAL, f"{ENGINE_VARIABLE}={value!r}: {exc}") from None
+
+
 def _flag(name: str, default: str) -> bool:
     value = os.environ.get(name, default)
     if value not in ("0", "1"):
@@ -123,7 +140,8 @@ def _create(name: str, progress: str | None) -> NicDevice:
         settings = settings._replace(progress=progress)
 
     def make(address: str) -> NicDevice:
-        device = build_device(name, UdpLink(address, batching=settings.batching), verify_icrc=settings.verify_icrc,
+        link = UdpLink(address, batching=settings.batching, steering=engine_steering())
+        device = build_device(name, link, verify_icrc=settings.verify_icrc,
                               progress=settings.progress, faults=settings.faults, stats_dir=stats_dir())  # fmt: skip
         if device.engine.cm is not None:  # the paths it offers have the port's MTU
             device.engine.cm.path_mtu = mtu_for_netdev(netdev_mtu(device))

@@ -37,6 +37,7 @@ class QueuedLink(RocePaths):
     multicast group's come in (``join``)."""
 
     gso = False
+    steering = None  # one device per address
 
     def __init__(self, address: str) -> None:
         super().__init__(address)

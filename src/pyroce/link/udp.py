@@ -21,7 +21,9 @@ link's address (``IP_MULTICAST_IF``). To receive a group's, the link opens a soc
 (group, 4791) that joined the group on that interface (``join``, ``IP_ADD_MEMBERSHIP``), as rxe
 joins on its netdev; its own datagrams, which the kernel loops back to every local member
 (``IP_MULTICAST_LOOP``, so another NIC on this host hears them), it skips: the NIC has
-delivered them to its own QPs already. ``fileno`` is an epoll fd over every socket.
+delivered them to its own QPs already; unless the link is one of several engines on its
+address (``link.steering``), which cannot tell their own sends from each other's, so each
+hears all of them from the kernel. ``fileno`` is an epoll fd over every socket.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Final
 
 from pyroce.link.errors import LinkError
 from pyroce.link.paths import RocePaths
+from pyroce.link.steering import Steering, attach_steering
 from pyroce.wire.framing import ROCE_UDP_PORT
 
 SOCKET_BUFFER: Final = 8 << 20
@@ -55,10 +58,14 @@ _SIOCGIFADDR: Final = 0x8915
 class UdpLink(RocePaths):
     """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
 
-    def __init__(self, address: str, port: int = ROCE_UDP_PORT, batching: bool = True) -> None:
+    def __init__(self, address: str, port: int = ROCE_UDP_PORT, batching: bool = True,
+                 steering: Steering | None = None) -> None:  # fmt: skip
         """``batching=False`` turns UDP GSO and GRO off: every packet is a datagram of its own
-        on the host too (captures, raw-socket receivers on this host; ``PYROCE_GSO=0``)."""
+        on the host too (captures, raw-socket receivers on this host; ``PYROCE_GSO=0``).
+        ``steering``: the link is one engine's of several on ``address`` (``link.steering``):
+        it joins their ``SO_REUSEPORT`` group, and engine 0 gives the group its program."""
         super().__init__(address, port)
+        self.steering = steering
         ipv6 = is_ipv6(address)
         sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -68,7 +75,11 @@ class UdpLink(RocePaths):
                 sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
             for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
                 sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+            if steering is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((address, port))
+            if steering is not None and steering.index == 0:
+                attach_steering(sock, steering.engines)
             _multicast_from(sock, address)
         except OSError as exc:
             sock.close()
@@ -173,13 +184,14 @@ class UdpLink(RocePaths):
 
     def _receive_group(self, buf: bytearray, sock: socket.socket, group: str
                        ) -> tuple[int, tuple[str, int], int, str] | None:  # fmt: skip
-        """The next datagram sent to ``group`` by another NIC (this link's own come back too)."""
+        """The next datagram sent to ``group`` by another NIC, or by any engine of a steered
+        link (the link's own come back too)."""
         while True:
             try:
                 size, sender = sock.recvfrom_into(buf)
             except (BlockingIOError, InterruptedError):
                 return None
-            if sender[0] != self.address:
+            if sender[0] != self.address or self.steering is not None:  # (an engine hears its peers' sends)
                 return size, sender[:2], size, group
 
     def close(self) -> None:

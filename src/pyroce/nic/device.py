@@ -354,7 +354,8 @@ class NicDevice:
         with self._lock:
             qps = self.engine.qps
             qpn = self._next_qpn
-            while qpn in qps or qpn < FIRST_QPN:
+            steering = self.engine.port.steering  # one engine of several: a QPN the kernel steers here
+            while qpn in qps or qpn < FIRST_QPN or steering is not None and not steering.owns(qpn):
                 qpn = (qpn + 1) & 0xFFFFFF
             self._next_qpn = (qpn + 1) & 0xFFFFFF
             config = QpConfig(qpn=qpn, pdn=pdn, transport=transport, max_msg_sz=MAX_MSG_SZ)

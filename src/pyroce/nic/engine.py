@@ -376,12 +376,12 @@ class Engine:
         batch, port = self._tx_batch, self.port
         if isinstance(rc, UdQp):
             datagrams, sent = rc.output(now, TX_BUDGET, port.route)
-            for peer, packet in datagrams:  # each to the address its WR named
-                batch.send(peer, port.link.tx_path(peer), [packet])
+            for peer, packet in datagrams:  # each to the address and QP its WR named
+                batch.send(peer, packet.bth.dqpn, port.link.tx_path(peer), [packet])
         else:
             items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
             if items:  # (the QP counts them: sent_pkts)
-                batch.send(qp.peer, qp.tx_path, items)  # type: ignore[arg-type]
+                batch.send(qp.peer, rc.config.dqpn, qp.tx_path, items)  # type: ignore[arg-type]
         if rc.completions:
             self._complete(qp)
         if rc.events:  # after the CQEs: SQ_DRAINED's reader finds the drained WQEs' completions
@@ -409,7 +409,7 @@ class Engine:
         batch, port = self._tx_batch, self.port
         datagrams = cm.qp1.output(TX_BUDGET, port.route)
         for peer, packet in datagrams:
-            batch.send(peer, port.link.tx_path(peer), [packet])
+            batch.send(peer, packet.bth.dqpn, port.link.tx_path(peer), [packet])
         return bool(datagrams)
 
     def _note_sending(self, qp: HwQp, sending: bool) -> None:

@@ -3,7 +3,9 @@
 Datagrams to the device's own address (two contexts of one device, as rdma-core's tests
 connect them) take the internal loopback: the same bytes, ICRC and checks, no socket; so does
 a copy of each datagram to a multicast group that QPs of this device joined (``joined``), as a
-NIC delivers its own multicast sends to its attached QPs, while the original goes out. With a
+NIC delivers its own multicast sends to its attached QPs, while the original goes out. A
+device that is one engine of several on its address (``link.steering``) loops back only what
+is for its own QPs: the kernel steers the rest, and every group datagram, to their engines. With a
 ``FaultInjector`` each datagram may be dropped, duplicated, corrupted or held back; held ones
 leave when their time comes on the engine's clock.
 """
@@ -19,7 +21,9 @@ from typing import Final, Protocol
 
 from pyroce.ib.addressing import IPV4_MAPPED, ipv4_of_link_local
 from pyroce.link.faults import FaultInjector
+from pyroce.link.steering import Steering
 from pyroce.nic.capture import Capture
+from pyroce.wire.bth import peek_dqpn
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
@@ -32,6 +36,8 @@ class Link(Protocol):
     address: str
     port: int
     gso: bool
+
+    steering: Steering | None  # one engine of several on ``address``: which QPs are this one's
 
     def fileno(self) -> int: ...
     def tx_path(self, peer: str) -> RocePath: ...
@@ -62,6 +68,7 @@ class Port:
         self._self_path = link.rx_path(link.address, link.port)
         self.capture: Capture | None = None  # records what is sent and received when set
         self.active = True  # the port's state: down, nothing is sent or received (a fault plan)
+        self.steering = link.steering
 
     def route(self, gid: bytes) -> str | None:
         """The link's address for a destination GID, or None if the link cannot reach it: on
@@ -95,10 +102,11 @@ class Port:
             return
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
-        if peer == self.address:
+        steering = self.steering
+        if peer == self.address and (steering is None or steering.owns(peek_dqpn(data))):
             self._loopback.append((bytes(data), peer))
             return
-        if peer in self.joined:
+        if peer in self.joined and steering is None:
             self._loopback.append((bytes(data), peer))  # for this device's own members; the others hear the link
         if not self.link.send(data, peer):
             # a multicast address the host has no route for (a bare lo) fails here: counted apart

@@ -3,9 +3,8 @@
 UDP GSO sends equal-sized datagrams to one peer in one call (the last may be shorter), and
 each leaves with the IPv4 ID of its place in the send, which its ICRC must cover
 (``RocePath``). ``TxBatch`` hands out where the next packet goes and which segment it is,
-and sends the batch when the next packet cannot join it, when packets for another peer come
-next, or when the engine's pass ends (``flush``), so what many QPs send to one peer in a pass
-shares sends. Without GSO (no kernel support, faults injected per datagram, the internal
+and sends the batch when the next packet cannot join it, when packets for another QP come
+next, or when the engine's pass ends (``flush``), so what a QP sends in a pass shares sends. Without GSO (no kernel support, faults injected per datagram, the internal
 loopback) every packet is a batch of its own.
 """
 
@@ -23,7 +22,8 @@ from pyroce.wire.packet import Packet, PacketRun, packet_length
 class TxBatch:
     """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
 
-    __slots__ = ("_counters", "_peer", "_port", "_transmit", "end", "gso", "segment_size", "segments", "view")
+    __slots__ = ("_counters", "_dqpn", "_peer", "_port", "_transmit", "end", "gso", "segment_size", "segments",
+                 "view")  # fmt: skip
 
     def __init__(self, view: memoryview, port: Port, counters: Counter[str]) -> None:
         self.view = view  # the engine's transmit buffer
@@ -32,21 +32,25 @@ class TxBatch:
         self._transmit = port.put if port.faults is None else port.transmit
         self._counters = counters  # the device's: sent_bytes, drop_tx_full
         self._peer = ""
+        self._dqpn = -1
         self.gso = False
         self.end = self.segments = self.segment_size = 0
 
-    def send(self, peer: str, path: RocePath, items: list[Packet | PacketRun | bytes]) -> None:
+    def send(self, peer: str, dqpn: int, path: RocePath, items: list[Packet | PacketRun | bytes]) -> None:
         """Build ``items`` (a run's packets in one loop; ``bytes``: a packet built from BTH
-        through padding, ``AckTemplate``'s or ``BthTemplate``'s) for ``peer`` into the batch;
-        what is gathered for another peer goes first, what does not fit goes out on the way,
-        the rest with the next ``flush`` (so the ACKs of many QPs to one peer share a send).
-        GSO batches go only where the port allows them: not through faults (which hit single
-        datagrams), not on the loopback or to a joined group (which carry single datagrams)."""
+        through padding, ``AckTemplate``'s or ``BthTemplate``'s) for QP ``dqpn`` at ``peer``
+        into the batch; what is gathered for another QP goes first, what does not fit goes out
+        on the way, the rest with the next ``flush`` (so a QP's packets of several messages
+        share a send). One QP's packets only: a NIC with several engines on its address has the
+        kernel steer each send by its first datagram's DestQP (``link.steering``). GSO batches
+        go only where the port allows them: not through faults (which hit single datagrams),
+        not on the loopback or to a joined group (which carry single datagrams)."""
         port = self._port
         gso = port.gso and peer != port.address and peer not in port.joined
-        if self.segments and (peer != self._peer or gso != self.gso):
+        if self.segments and (dqpn != self._dqpn or peer != self._peer or gso != self.gso):
             self.flush()
         self._peer = peer
+        self._dqpn = dqpn
         self.gso = gso
         view = self.view
         for item in items:

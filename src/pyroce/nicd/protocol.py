@@ -201,7 +201,7 @@ class Decoder:
             index = self._u32()
             if index >= len(self.fds):
                 raise ProtocolError("a descriptor the message does not carry")
-            return self.fds[index]
+            return PassFd(self.fds[index])  # (an int: sent on as it came, by an engine that passes answers on)
         raise ProtocolError(f"unknown tag {tag!r}")
 
     def _mapping(self) -> dict[str, Any]:

@@ -19,6 +19,8 @@ QP1: Final = 1  # the GSI QP that carries CM MADs
 MULTICAST_QPN: Final = 0xFFFFFF  # the destination QP of a datagram to a multicast group (IBA 10.5.2.1)
 
 BTH_STRUCT: Final = struct.Struct(">BBHII")  # opcode, SE|MigReq|PadCnt|TVer, P_Key, FECN|BECN|DestQP, AckReq|PSN
+DEST_QP_WORD: Final = 4  # the offset of the word whose low 24 bits are DestQP
+_WORD: Final = struct.Struct(">I")
 
 _SE: Final = 0x80
 _MIG: Final = 0x40
@@ -69,6 +71,12 @@ def unpack_bth(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[BT
         )
     )
     return bth, (flags >> 4) & 3
+
+
+def peek_dqpn(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    """The DestQP of the BTH at ``offset``, read without decoding the rest (a datagram's
+    engine: ``link.steering``)."""
+    return int(_WORD.unpack_from(buf, offset + DEST_QP_WORD)[0]) & _LOW24
 
 
 def pack_bth(buf: bytearray | memoryview, offset: int, bth: BTH, pad: int) -> None:
