@@ -29,13 +29,15 @@ def nic_environment(folder: Path, address: str) -> dict[str, str]:
 
 
 @contextmanager
-def shared_nic(folder: Path, idle_s: float = 0) -> Iterator[tuple[NicPlace, dict[str, str], subprocess.Popen[str]]]:
-    """A running shared NIC: its place, the environment that reaches it, its process."""
+def shared_nic(folder: Path, idle_s: float = 0,
+               engines: int = 2) -> Iterator[tuple[NicPlace, dict[str, str], subprocess.Popen[str]]]:  # fmt: skip
+    """A running shared NIC: its place, the environment that reaches it, its process; two
+    engines at most by default, whatever the cores (the second program gets the second)."""
     folder.mkdir(parents=True, exist_ok=True)
     place = NicPlace("pyroce0", private_address(), str(folder))
     env = nic_environment(folder, place.address)
     log = open(folder / "nicd.log", "w")  # noqa: SIM115 - the NIC's log, read when a test fails
-    process = subprocess.Popen([sys.executable, "-m", "pyroce", "nicd", "--idle", str(idle_s)], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "pyroce", "nicd", "--idle", str(idle_s), "--engines", str(engines)], env=env,
                                stdin=subprocess.DEVNULL, stderr=log, text=True)  # fmt: skip
     try:
         wait_serving(place, process)

@@ -30,26 +30,34 @@ ALLOWED: dict[str, frozenset[str]] = {
     "transport": frozenset({"ib", "wire"}),  # sans-IO: time comes in as ``now``
     "cm": frozenset({"ib", "wire", "nic.events", "nic.timers"}),  # the connection manager on QP1, sans-IO
     "link": frozenset({"ib", "wire"}),  # sockets, the in-memory wire, Ethernet frames, fault injection
-    "nic": frozenset({"ib", "wire", "transport", "cm", "link.faults"}),  # the device model: the host gives it the rest
+    "nic": frozenset(
+        {"ib", "wire", "transport", "cm", "link.faults", "link.steering"}
+    ),  # the device model: the host gives it the rest
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
     # never the transport or the link (only the host's registry); the shared NIC's device as a client of it
     "verbs": frozenset({"ib", "wire", "nic", "host", "cm", "nicd.remote_device"}),
     "apps": frozenset({"ib", "verbs"}),
     "pyverbs_path": frozenset({"verbs"}),  # rdma-core's module names, re-exporting the verbs only
-    "driver": frozenset({"ib", "nic", "host", "verbs", "cm"}),  # what the shared NIC runs for the C library, and its build
-    "nicd": frozenset({"ib", "wire", "nic", "cm", "host", "verbs", "driver"}),  # the shared NIC is built on the NIC, not in it
+    "driver": frozenset(
+        {"ib", "nic", "host", "verbs", "cm"}
+    ),  # what the shared NIC runs for the C library, and its build
+    "nicd": frozenset(
+        {"ib", "wire", "nic", "cm", "host", "verbs", "driver", "link.steering"}
+    ),  # the shared NIC is built on the NIC, not in it
     "testbench": frozenset({"wire", "transport", "link.faults"}),  # benches for the sans-IO layers
     "testing": frozenset({"wire", "link.faults", "nic", "verbs", "apps"}),  # the pytest plugin
     # the simulator bridge: a model serving the NIC's engine by DMA, and the verbs' device at the other end
     "bridge": frozenset({"nic", "link", "host", "ib", "nicd", "verbs"}),
-    "sim": frozenset({"link", "host", "nic", "verbs", "apps"}),  # pyroce in a simulator: the peer of a design, its corpus
+    "sim": frozenset(
+        {"link", "host", "nic", "verbs", "apps"}
+    ),  # pyroce in a simulator: the peer of a design, its corpus
     "gpu": frozenset({"nic", "verbs"}),  # GPU-initiated posting: a direct QP's rings as arrays, RDMaxcel's helpers
     "cli": frozenset({"ib", "wire", "link", "host", "verbs", "apps", "driver", "nicd", "pyverbs_path", "sim"}),
     "__main__": frozenset({"cli"}),
     "": frozenset(),  # pyroce/__init__.py
 }
 
-PURE = ("ib", "wire", "transport", "cm", "nic", "link.faults")
+PURE = ("ib", "wire", "transport", "cm", "nic", "link.faults", "link.steering")
 NO_IO = frozenset({
     "socket", "ssl", "select", "selectors", "asyncio",  # sockets and waiting on fds
     "threading", "_thread", "multiprocessing", "concurrent", "queue", "subprocess", "signal",  # threads, processes

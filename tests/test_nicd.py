@@ -202,13 +202,59 @@ def test_commands_before_hello_are_refused(nic):
     assert answer[:2] == ("err", errno.EPROTO)
 
 
-def test_a_second_nic_on_the_same_place_says_so(nic):
-    _, env, _ = nic
+@pytest.mark.parametrize("folder", ["same", "other"])
+def test_a_second_nic_on_the_same_address_says_so(nic, tmp_path, folder):
+    """On the same place (folder); or of another stats folder, whose engines would join the
+    address's SO_REUSEPORT group where a bind used to fail."""
+    place, env, _ = nic
+    if folder == "other":
+        env = {**env, "PYROCE_STATS_DIR": str(tmp_path / "other")}
     done = subprocess.run([sys.executable, "-m", "pyroce", "nicd"], env=env, capture_output=True, text=True,
                           timeout=30, check=False)  # fmt: skip
+    why = (f"a shared NIC already serves pyroce0 on {place.address}" if folder == "same" else
+           f"a shared NIC of another stats folder already serves {place.address}")  # fmt: skip
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [(f"pyroce nicd: error: a shared NIC already serves pyroce0 on "
-                                                 f"{env['PYROCE_ADDR']}")]  # fmt: skip
+    assert done.stderr.strip().splitlines() == [f"pyroce nicd: error: {why}"]
+
+
+def test_an_engine_that_ends_takes_the_nic_down(nic, tmp_path):
+    """The kernel renumbers an address's sockets when one goes, so the others would get its
+    datagrams: the NIC stops, and says why."""
+    place, env, process = nic
+    first, second = connect(place, start=False), connect(place, start=False)  # the second starts engine 1
+    for conn in (first, second):
+        conn.call("open_context", "pyroce0")
+    engines = status(env)["engines"]
+    assert [engine["index"] for engine in engines] == [0, 1] and engines[1]["pid"] != process.pid
+    os.kill(engines[1]["pid"], signal.SIGKILL)
+    assert process.wait(10) == 0
+    log = (tmp_path / "stats" / "nicd.log").read_text()
+    assert f"engine 1 (pid {engines[1]['pid']}) ended: stopping the NIC" in log
+    with pytest.raises(NicError):
+        first.call("query_port", 1, 1)
+
+
+def stats_documents(env: dict[str, str]) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "pyroce", "stats", "--json"], env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_stats_show_each_engine_and_capture_asks_for_one(nic, tmp_path):
+    place, env, _ = nic
+    connections = [connect(place, start=False) for _ in range(2)]  # the second starts engine 1
+    for conn in connections:
+        conn.call("open_context", "pyroce0")
+    spin_until(lambda: len(stats_documents(env)) == 2, "both engines' counters files")
+    documents = sorted(stats_documents(env), key=lambda document: document["engine"]["index"])
+    assert [document["engine"] for document in documents] == [{"index": 0, "of": 2}, {"index": 1, "of": 2}]
+    shown = subprocess.run([sys.executable, "-m", "pyroce", "stats"], env=env, capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    assert f"pyroce0 pid {documents[1]['pid']} address {place.address} (engine 1 of 2)" in shown
+    done = subprocess.run([sys.executable, "-m", "pyroce", "capture", "-w", str(tmp_path / "x.pcap")], env=env,
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert f"{documents[1]['pid']} (engine 1 on {place.address})" in done.stderr and "--pid" in done.stderr
 
 
 def test_stop_ends_the_connections(nic):

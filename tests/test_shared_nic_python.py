@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pyroce.nicd.client import ask as ask_nic
 from tests.cli import ROOT, SRC, free_port
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import C_TOOL, ITERS, PYTHON_TOOL, driver_env, needs_tools  # noqa: F401 - a fixture
@@ -94,6 +95,26 @@ def ask(peer: subprocess.Popen[str], command: str) -> str:
     peer.stdin.write(command + "\n")  # type: ignore[union-attr]
     peer.stdin.flush()  # type: ignore[union-attr]
     return peer.stdout.readline().split()[-1]  # type: ignore[union-attr]
+
+
+def test_two_programs_get_an_engine_each_and_meet_through_the_kernel(nic) -> None:
+    """The second program goes to a second engine process, whose QPNs are odd where the
+    first's are even: their WRITEs reach each other only as the kernel steers them."""
+    place, env, process = nic
+    peers, hello = connected_peers(env)
+    try:
+        for writer, reader, who in ((0, 1, hello[0]), (1, 0, hello[1])):
+            assert ask(peers[writer], "write") == "0"
+            assert ask(peers[reader], "show") == str(who["pid"])
+        engines = ask_nic(place, "status")["engines"]
+        engine_of = {pid: engine["index"] for engine in engines for pid in engine["programs"]}
+        assert sorted(engine_of.values()) == [0, 1] and set(engine_of) == {h["pid"] for h in hello}
+        assert engines[0]["pid"] == process.pid and engines[1]["pid"] != process.pid
+        assert all(int(h["qpn"]) % 2 == engine_of[h["pid"]] for h in hello)
+    finally:
+        for peer in peers:
+            peer.kill()
+    spin_until(lambda: not ask_nic(place, "status")["programs"], "both programs gone from their engines")
 
 
 def test_python_programs_write_into_each_other_with_qpns_of_one_nic(nic) -> None:

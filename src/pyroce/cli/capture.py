@@ -66,7 +66,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 def choose_process(folder: str | None, device: str, pid: int | None) -> int:
     """The pid of the process whose ``device`` to capture: ``pid`` if it runs one, else the one
     process that does; CliError naming how to find them otherwise."""
-    pids = sorted(document["pid"] for document in running_devices(folder) if document["device"] == device)
+    documents = sorted((document for document in running_devices(folder) if document["device"] == device),
+                       key=lambda document: document["pid"])  # fmt: skip
+    pids = [document["pid"] for document in documents]
     if pid is not None:
         if pid not in pids:
             raise CliError(f"process {pid} runs no {device} (`pyroce stats` lists the running devices)")
@@ -74,7 +76,10 @@ def choose_process(folder: str | None, device: str, pid: int | None) -> int:
     if not pids:
         raise CliError(f"no {device} is running (`pyroce stats` lists the running devices)")
     if len(pids) > 1:
-        raise CliError(f"{len(pids)} processes run {device} (pids {', '.join(map(str, pids))}): choose one with --pid")
+        each = ", ".join(f"{document['pid']}" + (f" (engine {document['engine']['index']} on {document['address']})"
+                                                 if document.get("engine") else "") for document in documents)  # fmt: skip
+        raise CliError(f"{len(pids)} processes run {device} (pids {each}): choose one with --pid (a shared NIC's "
+                       "engines each record the packets of their own programs' QPs)")  # fmt: skip
     return pids[0]
 
 

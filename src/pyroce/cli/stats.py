@@ -64,7 +64,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         print("no pyroce device is running", file=out)
         return 0
     for document in documents:
-        print(f"{document['device']} pid {document['pid']} address {document['address']}", file=out)
+        engine = document.get("engine")
+        of_nic = f" (engine {engine['index']} of {engine['of']})" if engine else ""
+        print(f"{document['device']} pid {document['pid']} address {document['address']}{of_nic}", file=out)
         _print_counters(document["counters"], out, "  ")
         if args.qp:
             owners = document.get("owners", {})  # a shared NIC's: the program of each QP

@@ -75,7 +75,10 @@ class StatsFolder:
     def _document(self) -> dict[str, object]:
         device = self._device
         counters, qps = device.stats_snapshot()
-        return {"device": device.name, "address": device.address, "pid": os.getpid(), "counters": counters,
+        steering = device.engine.port.steering  # one engine of a shared NIC's several: which
+        engine = None if steering is None else {"index": steering.index, "of": steering.engines}
+        return {"device": device.name, "address": device.address, "pid": os.getpid(), "engine": engine,
+                "counters": counters,
                 "qps": {f"0x{qpn:x}": qp for qpn, qp in qps.items()},
                 "owners": {f"0x{qpn:x}": pid for qpn, pid in dict(device.qp_owners).items()}}  # fmt: skip
 

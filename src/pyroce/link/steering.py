@@ -6,8 +6,9 @@ its QPs, and let the kernel do what a real NIC's receive steering does: every en
 address and UDP port 4791 with ``SO_REUSEPORT``, and a classic BPF program attached to the
 group (``SO_ATTACH_REUSEPORT_CBPF``) reads each datagram's BTH DestQP and returns the index of
 the socket whose engine owns it, whatever the sender and its source port. The rule lives in
-``engine_of``, the program in ``steering_program``, and the two are checked against each
-other (``tests/test_steering.py``):
+``engine_of``, the program in ``steering_program`` (the link attaches it: ``link.udp``), and
+the two are checked against each other (``tests/test_steering.py``). This module does no I/O:
+the device model numbers its QPs and loops back its own by the same rule.
 
 - QP0 and QP1 (the connection manager's MADs) belong to engine 0, as does what is too short to
   carry a BTH;
@@ -24,21 +25,15 @@ send by its first datagram's DestQP when it delivers it whole to a socket that a
 
 from __future__ import annotations
 
-import ctypes
-import socket
-import struct
 from dataclasses import dataclass
 from typing import Final
 
 from pyroce.wire.bth import DEST_QP_WORD, MAX_QPN
 
-SO_ATTACH_REUSEPORT_CBPF: Final = 51  # <asm-generic/socket.h> (Linux 4.5); Python 3.11 lacks the name
 FIRST_STEERED_QPN: Final = 2  # QP0 and QP1 stay with engine 0
 MAX_ENGINES: Final = 64
 # <linux/filter.h>: classic BPF instructions (code, jt, jf, k)
 _LD_W_ABS, _ALU_AND_K, _JGE_K, _ALU_MOD_K, _RET_K, _RET_A = 0x20, 0x54, 0x35, 0x94, 0x06, 0x16
-_INSTRUCTION: Final = struct.Struct("=HBBI")  # struct sock_filter
-_PROGRAM: Final = struct.Struct("@HP")  # struct sock_fprog: length, then a pointer to the instructions
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +69,3 @@ def steering_program(engines: int) -> list[tuple[int, int, int, int]]:
         (_ALU_MOD_K, 0, 0, engines),
         (_RET_A, 0, 0, 0),
     ]
-
-
-def attach_steering(sock: socket.socket, engines: int) -> None:
-    """Give the ``SO_REUSEPORT`` group ``sock`` belongs to the program that steers by DestQP
-    (OSError if the kernel refuses it)."""
-    program = steering_program(engines)
-    code = ctypes.create_string_buffer(b"".join(_INSTRUCTION.pack(*instruction) for instruction in program))
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, _PROGRAM.pack(len(program), ctypes.addressof(code)))

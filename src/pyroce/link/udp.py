@@ -28,6 +28,7 @@ hears all of them from the kernel. ``fileno`` is an epoll fd over every socket.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import ipaddress
@@ -38,7 +39,7 @@ from typing import Final
 
 from pyroce.link.errors import LinkError
 from pyroce.link.paths import RocePaths
-from pyroce.link.steering import Steering, attach_steering
+from pyroce.link.steering import Steering, steering_program
 from pyroce.wire.framing import ROCE_UDP_PORT
 
 SOCKET_BUFFER: Final = 8 << 20
@@ -51,6 +52,9 @@ _GRO_CMSG: Final = socket.CMSG_SPACE(4)
 _SEGMENT_SIZE: Final = struct.Struct("=H")  # UDP_SEGMENT takes a u16
 _GRO_SIZE: Final = struct.Struct("=i")  # UDP_GRO reports an int
 _MREQ6_INDEX: Final = struct.Struct("@I")  # struct ipv6_mreq's interface index
+SO_ATTACH_REUSEPORT_CBPF: Final = 51  # <asm-generic/socket.h> (Linux 4.5); Python 3.11 lacks the name
+_BPF_INSTRUCTION: Final = struct.Struct("=HBBI")  # struct sock_filter
+_BPF_PROGRAM: Final = struct.Struct("@HP")  # struct sock_fprog: its length, a pointer to its instructions
 _SIOCGIFMTU: Final = 0x8921
 _SIOCGIFADDR: Final = 0x8915
 
@@ -209,6 +213,19 @@ def _multicast_from(sock: socket.socket, address: str) -> None:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, interface_index(address))
     else:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(address))
+
+
+def attach_steering(sock: socket.socket, engines: int) -> ctypes.Array[ctypes.c_char]:
+    """Give the ``SO_REUSEPORT`` group ``sock`` belongs to the program that steers each
+    datagram by its DestQP (``link.steering``); OSError if the kernel refuses it. Returns the
+    instructions' buffer, used after the call so that it lives until the kernel has copied it
+    (compiled, a local is freed after its last use: here, the taking of its address)."""
+    program = steering_program(engines)
+    code = ctypes.create_string_buffer(b"".join(_BPF_INSTRUCTION.pack(*instruction) for instruction in program))
+    sock.setsockopt(
+        socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, _BPF_PROGRAM.pack(len(program), ctypes.addressof(code))
+    )
+    return code
 
 
 def _enable(sock: socket.socket, option: int, value: int) -> bool:

@@ -102,15 +102,20 @@ class Port:
             return
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
-        steering = self.steering
-        if peer == self.address and (steering is None or steering.owns(peek_dqpn(data))):
+        if peer == self.address and not self.steered_away(peek_dqpn(data)):
             self._loopback.append((bytes(data), peer))
             return
-        if peer in self.joined and steering is None:
+        if peer in self.joined and self.steering is None:
             self._loopback.append((bytes(data), peer))  # for this device's own members; the others hear the link
         if not self.link.send(data, peer):
             # a multicast address the host has no route for (a bare lo) fails here: counted apart
             self._counters["drop_mcast_unsent" if ipaddress.ip_address(peer).is_multicast else "drop_tx_full"] += 1
+
+    def steered_away(self, dqpn: int) -> bool:
+        """Whether QP ``dqpn`` of this address is another engine's (``link.steering``): what
+        is for it leaves through the socket, for the kernel to hand over."""
+        steering = self.steering
+        return steering is not None and not steering.owns(dqpn)
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         """One GSO send (``segment_size``-byte datagrams to ``peer``); False if the socket

@@ -50,6 +50,14 @@ class ProtocolError(ValueError):
     """A message that does not decode: the connection is dropped."""
 
 
+class CommandError(Exception):
+    """A command refused with an errno, answered as ``("err", errno, message)``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Handle(int):
     """An object of the NIC named by its number on this connection."""
 

@@ -25,9 +25,10 @@ from pyroce.cm.multicast import McGroup
 from pyroce.driver import calls, cm_calls
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
+from pyroce.nicd.cm_upstream import CM_PREFIX, CmUpstream, Forwarded
 from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
 from pyroce.nicd.process_memory import ForeignMemory, ProcessAccess
-from pyroce.nicd.protocol import PROTOCOL, Handle, ProtocolError, receive, send
+from pyroce.nicd.protocol import PROTOCOL, CommandError, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
 from pyroce.verbs.device import Context
 from pyroce.verbs.driver_memory import LOCAL
@@ -40,18 +41,13 @@ COMMANDS = {name: function for module in (calls, cm_calls)  # the verbs, and the
 CLOSING = ("close_", "destroy_", "dealloc_", "dereg_", "cm_close", "cm_destroy_", "cm_leave_")  # objects may go
 
 
-def gone(obj: PyverbsObject | CmId | McGroup) -> bool:
+NicObject = PyverbsObject | CmId | McGroup | Forwarded
+
+
+def gone(obj: NicObject) -> bool:
     """The object was closed (a verbs object, an rdma_cm file) or destroyed (an rdma_cm id, a
-    multicast join left or of an id destroyed)."""
-    return obj.destroyed if isinstance(obj, (CmId, McGroup)) else obj.closed
-
-
-class CommandError(Exception):
-    """A command refused with an errno, answered as ``("err", errno, message)``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+    multicast join left or of an id destroyed; one of the first engine's, by its command)."""
+    return obj.destroyed if isinstance(obj, (CmId, McGroup, Forwarded)) else obj.closed
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -79,18 +75,22 @@ class ProgramMemory:
 
 
 class Session:
-    """The NIC's side of one connection."""
+    """The NIC's side of one connection; on an engine other than the first, its rdma_cm
+    commands go to the first (``upstream``)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, upstream: CmUpstream | None = None) -> None:
         self.sock = sock
+        self.upstream = upstream
         self.pid, self.uid, _ = peer_credentials(sock)
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
         self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
-        self.objects: dict[int, PyverbsObject | CmId | McGroup] = {}
+        self.objects: dict[int, NicObject] = {}
         self.numbers: dict[int, int] = {}  # id(object) -> handle
         self.next_handle = 1
         self.greeted = False
+        self.on_behalf_of: int | None = None  # the program an engine's upstream connection serves
+        self._passed_on: list[int] = []  # descriptors of the first engine's answer, closed once sent
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -100,7 +100,7 @@ class Session:
     def handle_of(self, obj: Any) -> int | None:
         """The handle of a verbs object, rdma_cm id or multicast join an answer names (numbered
         on first sight)."""
-        if not isinstance(obj, (PyverbsObject, CmId, McGroup)):
+        if not isinstance(obj, (PyverbsObject, CmId, McGroup, Forwarded)):
             return None
         number = self.numbers.get(id(obj))
         if number is None:
@@ -150,6 +150,10 @@ class Session:
         except (ProtocolError, OSError) as exc:
             log.warning("pid %d: cannot answer (%s): closing its connection", self.pid, exc)
             return False
+        finally:
+            for fd in self._passed_on:
+                socket.close(fd)
+            self._passed_on.clear()
         return True
 
     def run(self, request: Any) -> Any:
@@ -161,11 +165,22 @@ class Session:
             return self._hello(*arguments)
         if not self.greeted:
             raise CommandError(errno.EPROTO, "the first request must be hello")
+        if command.startswith(DEVICE_PREFIX + CM_PREFIX) and self.upstream is not None:
+            value, self._passed_on = self.upstream.call(command, arguments)
+            return value
         if command.startswith(DEVICE_PREFIX):
             try:
                 return self.device_commands.run(command[len(DEVICE_PREFIX) :], arguments)
             except Exception as exc:  # noqa: BLE001 - every failure becomes the driver's errno
                 raise CommandError(*errno_of(command, exc)) from None
+        if self.upstream is not None and command.startswith(CM_PREFIX):
+            try:
+                result, self._passed_on = self.upstream.call(command, self._resolve(arguments),
+                                                             command.startswith(CLOSING))  # fmt: skip
+            finally:
+                if command.startswith(CLOSING):
+                    self._forget_closed()
+            return result
         function = COMMANDS.get(command)
         if function is None:
             raise CommandError(errno.EOPNOTSUPP, f"no command {command!r}")
@@ -200,6 +215,8 @@ class Session:
                                              "with that pyroce's `pyroce run`, or stop the NIC (`pyroce nicd "
                                              "--stop`) and run it again")  # fmt: skip
         self.greeted = True
+        on_behalf_of = greeting.get("for")  # an engine's connection for a program's rdma_cm commands
+        self.on_behalf_of = on_behalf_of if isinstance(on_behalf_of, int) else None
         return {"protocol": PROTOCOL, "version": __version__, "arena": self.arena.export_fd(self.arena.fd),
                 "arena_size": self.arena.size}  # fmt: skip
 
@@ -208,18 +225,19 @@ class Session:
         Returns how many objects of each kind went (for the log)."""
         left: dict[str, int] = {}
         for obj in self.objects.values():
-            if not gone(obj):
+            if not gone(obj) and not isinstance(obj, Forwarded):  # (the first engine says what those were)
                 left[type(obj).__name__] = left.get(type(obj).__name__, 0) + 1
         # rdma_cm files first (their ids: a connected one sends its DREQ), then contexts (their
         # PDs, MRs, CQs, QPs ... in pyverbs' order)
+        if self.upstream is not None:
+            self.upstream.close()
         for kind in (cm_calls.CmFile, Context):
             for obj in reversed(list(self.objects.values())):
                 if isinstance(obj, kind) and not obj.closed:
                     try:
                         obj.close()
                     except Exception:  # noqa: BLE001 - one bad object must not keep the rest alive
-                        log.error("pid %d: closing its %s failed:\n%s", self.pid, kind.__name__,
-                                  traceback.format_exc())
+                        log.error("pid %d: closing its %s failed:\n%s", self.pid, kind.__name__, traceback.format_exc())
         self.objects.clear()
         self.numbers.clear()
         for kind, count in self.device_commands.close().items():
