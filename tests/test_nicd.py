@@ -240,7 +240,7 @@ def stats_documents(env: dict[str, str]) -> list[dict]:
     return json.loads(done.stdout)
 
 
-def test_stats_show_each_engine_and_capture_asks_for_one(nic, tmp_path):
+def test_stats_show_a_row_per_engine(nic):
     place, env, _ = nic
     connections = [connect(place, start=False) for _ in range(2)]  # the second starts engine 1
     for conn in connections:
@@ -251,10 +251,6 @@ def test_stats_show_each_engine_and_capture_asks_for_one(nic, tmp_path):
     shown = subprocess.run([sys.executable, "-m", "pyroce", "stats"], env=env, capture_output=True, text=True,
                            check=True).stdout  # fmt: skip
     assert f"pyroce0 pid {documents[1]['pid']} address {place.address} (engine 1 of 2)" in shown
-    done = subprocess.run([sys.executable, "-m", "pyroce", "capture", "-w", str(tmp_path / "x.pcap")], env=env,
-                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
-    assert f"{documents[1]['pid']} (engine 1 on {place.address})" in done.stderr and "--pid" in done.stderr
 
 
 def test_stop_ends_the_connections(nic):

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from pyroce.nicd.client import ask as ask_nic
+from pyroce.wire import parse_frame
+from pyroce.wire.framing import LINKTYPE_RAW
+from pyroce.wire.opcodes import Opcode
+from pyroce.wire.pcap import read_pcap
 from tests.cli import ROOT, SRC, free_port
 from tests.shared_nic import shared_nic
 from tests.test_c_driver import C_TOOL, ITERS, PYTHON_TOOL, driver_env, needs_tools  # noqa: F401 - a fixture
@@ -115,6 +119,43 @@ def test_two_programs_get_an_engine_each_and_meet_through_the_kernel(nic) -> Non
         for peer in peers:
             peer.kill()
     spin_until(lambda: not ask_nic(place, "status")["programs"], "both programs gone from their engines")
+
+
+def test_a_capture_records_both_engines_each_packet_once(nic, tmp_path: Path) -> None:
+    """Each engine records its own programs' packets; one between two engines of the address
+    is in the merged file once, as its sender sent it."""
+    _, env, _ = nic
+    peers, hello = connected_peers(env)
+    pcap = tmp_path / "engines.pcap"
+    try:
+        spin_until(lambda: len(engine_documents(env)) == 2, "both engines' counters files")
+        capture = subprocess.Popen([sys.executable, "-m", "pyroce", "capture", "-w", str(pcap), "--timeout", "3"],
+                                   env=env, text=True, stdout=subprocess.PIPE)  # fmt: skip
+        first = capture.stdout.readline()  # type: ignore[union-attr]
+        assert first.startswith("capturing pyroce0 of its 2 engines (pids "), first
+        for peer in peers:
+            assert ask(peer, "write") == "0"
+        rest = capture.communicate(timeout=30)[0]
+    finally:
+        for peer in peers:
+            peer.kill()
+    _, records = read_pcap(pcap)
+    assert capture.returncode == 0 and rest.strip() == f"{len(records)} frames written to {pcap}"
+    packets = [parse_frame(record.data, LINKTYPE_RAW) for record in records]
+    assert all(frame.icrc_ok for frame in packets)
+    seen = {(frame.packet.bth.opcode, frame.packet.bth.dqpn) for frame in packets}
+    qpns = [int(h["qpn"]) for h in hello]
+    assert seen == {(opcode, qpn) for qpn in qpns for opcode in (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_ACKNOWLEDGE)}
+    assert [record.timestamp for record in records] == sorted(record.timestamp for record in records)
+    # every packet the engines sent (a resend too, on a busy host), each recorded once
+    spin_until(lambda: sum(document["counters"].get("sent_pkts", 0) for document in engine_documents(env))
+               == len(records), "the engines' counters of what they sent")  # fmt: skip
+
+
+def engine_documents(env: dict[str, str]) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "pyroce", "stats", "--json"], env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return json.loads(done.stdout)
 
 
 def test_python_programs_write_into_each_other_with_qpns_of_one_nic(nic) -> None:

@@ -162,6 +162,7 @@ class Port:
         if got is None:
             return None
         size, (peer, sport), step, dest = got
-        if self.capture is not None:
+        # (from another engine of this address: that engine recorded it as it sent it)
+        if self.capture is not None and (self.steering is None or peer != self.address):
             self.capture.record(self._clock(), peer, sport, dest, view[:size], step or 1)
         return view[:size], step or 1, self.link.rx_path(peer, sport, dest), peer
