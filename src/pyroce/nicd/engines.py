@@ -101,14 +101,19 @@ class EngineProcess:
             self.programs.discard(message[1])
 
     def status(self) -> dict[str, Any]:
-        """The engine's own ``status`` (pid, programs, QPs), messages in between noted."""
-        send(self.control, ("status",))
+        """The engine's own ``status`` (pid, programs, QPs), messages in between noted; what is
+        known here if it cannot answer."""
+        known = {"index": self.index, "pid": self.pid, "programs": sorted(self.programs), "qps": 0}
+        try:
+            send(self.control, ("status",))
+        except OSError:
+            return known  # ended: the service hears of it next
         self.control.settimeout(STATUS_WAIT_S)
         try:
             while True:
                 message = self.take()
                 if message is None:
-                    return {"index": self.index, "pid": self.pid, "programs": sorted(self.programs), "qps": 0}
+                    return known
                 if message.value[0] == "status":
                     return dict(message.value[1])
                 self.note(message.value)
@@ -151,7 +156,11 @@ class Engines:
                 load, chosen = len(engine.programs), engine
         if load == 0 or len(self.running) + 1 >= self.count:
             return chosen
-        engine = EngineProcess(self.place, len(self.running) + 1, self.count)
+        try:
+            engine = EngineProcess(self.place, len(self.running) + 1, self.count)
+        except OSError as exc:
+            log.error("cannot start engine %d: %s", len(self.running) + 1, exc)
+            return chosen
         self.running.append(engine)
         self.watch(engine)
         return engine
