@@ -19,7 +19,6 @@ import socket
 from typing import Any
 
 from pyroce.link.steering import Steering
-from pyroce.nicd.cm_upstream import CmUpstream
 from pyroce.nicd.place import NicPlace
 from pyroce.nicd.protocol import ProtocolError, receive, send
 from pyroce.nicd.server import SessionLoop, open_nic_context
@@ -50,9 +49,7 @@ class EngineServer(SessionLoop):
             return
         if message.value[0] == "serve":
             sock = socket.socket(fileno=message.fds[0])
-            session = Session(sock)
-            session.upstream = CmUpstream(self.place, session.pid)
-            self._add(session)
+            self._add(Session(sock, self.place))
         elif message.value[0] == "status":
             send(self.control, ("status", {"index": self.index, "pid": os.getpid(), "programs": self._programs(),
                                            "qps": len(self.device.engine.qps)}))  # fmt: skip

@@ -27,6 +27,7 @@ from pyroce.driver.build import sources_digest
 from pyroce.nicd.arena import Arena, ArenaFull
 from pyroce.nicd.cm_upstream import CM_PREFIX, CmUpstream, Forwarded
 from pyroce.nicd.commands import DEVICE_PREFIX, DeviceCommands
+from pyroce.nicd.place import NicPlace
 from pyroce.nicd.process_memory import ForeignMemory, ProcessAccess
 from pyroce.nicd.protocol import PROTOCOL, CommandError, Handle, ProtocolError, receive, send
 from pyroce.verbs.base import PyverbsObject
@@ -78,10 +79,12 @@ class Session:
     """The NIC's side of one connection; on an engine other than the first, its rdma_cm
     commands go to the first (``upstream``)."""
 
-    def __init__(self, sock: socket.socket, upstream: CmUpstream | None = None) -> None:
+    def __init__(self, sock: socket.socket, cm_place: NicPlace | None = None) -> None:
+        """``cm_place``: the NIC whose first engine runs this connection's rdma_cm commands
+        (given on the other engines)."""
         self.sock = sock
-        self.upstream = upstream
         self.pid, self.uid, _ = peer_credentials(sock)
+        self.upstream = None if cm_place is None else CmUpstream(cm_place, self.pid)
         self.arena = Arena(f"pyroce-nicd-{self.pid}")
         self.memory = ProgramMemory(self.arena, self.pid)
         self.device_commands = DeviceCommands(self.pid, self.arena)  # a Python driver's (nicd.remote_device)
