@@ -5,7 +5,8 @@ executes what they posted; the kernels poll the CQEs.
 CI has no GPU: numba's simulator runs the kernels (``NUMBA_ENABLE_CUDASIM=1``, set here before
 numba is imported unless the environment says otherwise). On a machine with a CUDA GPU,
 ``NUMBA_ENABLE_CUDASIM=0 pytest -m gpu`` runs the same tests on it; they skip where neither the
-simulator is asked for nor a GPU is there."""
+simulator is asked for nor a GPU is there. (numba-cuda releases that still name ``np.row_stack``
+fail to compile any kernel under NumPy 2.3 and later: give such a machine NumPy 2.2.)"""
 
 from __future__ import annotations
 
