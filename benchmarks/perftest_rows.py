@@ -1,11 +1,11 @@
 """perftest through pyroce, for ``run.py``: Debian's ``ib_write_bw`` (64 KiB, and 2 bytes for the
 message rate) and ``ib_send_lat`` (2 bytes), unmodified, on the C driver, server and client on
 this host, both on the shared NIC (``pyroce nicd``, one of the run's own on an address of its
-own, stopped after; with its default engines, one per core up to 4, each program gets one),
+own, stopped after; with its default engines, one per two cores up to 4),
 beside ``run.py``'s rows of pyroce's Python verbs, whose NIC is in each program; then the two
 ``ib_write_bw`` rows again with each program on a shared NIC of its own address (the
-``perftest-own`` rows: two NICs, as the Python rows have), which tells what the kernel's
-steering between two engines of one address costs against two addresses. The figures are perftest's own:
+``perftest-own`` rows: two NICs, as the Python rows have), which tells what sharing one
+address's NIC costs against a NIC each. The figures are perftest's own:
 BW average (perftest's MB is 2^20 bytes, converted here to run.py's 10^6), MsgRate, and for
 latency t_typical (its median) and the 99% percentile of half round trips. Without perftest, a C
 compiler or libibverbs-dev the rows are skipped with a note, never an error.

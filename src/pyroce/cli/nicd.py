@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     action.add_argument("--background", action="store_true", help="start in the background; print one line")
     parser.add_argument("--json", action="store_true", help="--status as JSON")
     parser.add_argument("--engines", type=engine_count, help="engine processes at most, each serving its programs "
-                        f"on its own core (default PYROCE_NICD_ENGINES or one per core, up to 4: here "
+                        f"on its own core (default PYROCE_NICD_ENGINES or one per two cores, up to 4: here "
                         f"{default_engines()})")  # fmt: skip
     parser.add_argument("--engine", type=engine_place, help=argparse.SUPPRESS)  # INDEX/COUNT: an engine the NIC runs
     parser.add_argument("--control", type=int, help=argparse.SUPPRESS)  # the engine's end of its control pair

@@ -36,9 +36,12 @@ STOP_WAIT_S = 10.0
 
 
 def default_engines() -> int:
-    """Engines for a NIC with no ``PYROCE_NICD_ENGINES``: one per core, at most four (each
-    program's own poll needs a core too)."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """Engines for a NIC with no ``PYROCE_NICD_ENGINES``: one per two of the cores this process
+    may run on, at most four. Each program's own poll needs a core as much as its engine does:
+    on two cores, two engines for perftest's pair (four busy processes) doubled to quadrupled
+    every latency test's round trip and gained a fifth to a half in 64 KiB bandwidth
+    (docs/performance.md, "An engine per program")."""
+    return max(1, min(len(os.sched_getaffinity(0)) // 2, 4))
 
 
 class EngineProcess:
