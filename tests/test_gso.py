@@ -13,6 +13,8 @@ from collections import Counter
 import pytest
 
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
+from pyroce.link.faults import FaultConfig, FaultInjector
+from pyroce.link.memory import MemoryWire
 from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
 from pyroce.nic.capture import Capture
 from pyroce.nic.port import Port
@@ -198,6 +200,46 @@ def test_a_64k_write_leaves_in_two_gso_sends():
     finally:
         sender.close()
         receiver.close()
+
+
+def _a_64k_write_to_itself(faults: FaultInjector | None) -> tuple[list[tuple[int, int]], list[Packet]]:
+    """A 64 KiB WRITE's packets sent by a port to its own address (on an in-memory link, which
+    has no GSO of its own) and taken back: the (size, step) of each loopback entry, and the
+    packets, each having passed its ICRC check at its place in its entry."""
+    port = Port(MemoryWire().link("10.9.0.1"), faults, Counter(), time.monotonic)
+    data = memoryview(os.urandom(65536))
+    first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x11, 0), data[:4096], reth=Reth(0x1000, 0x77, 65536))
+    run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x11, 1, 0xFFFF, data[4096:61440], 4096, False, *MIDDLES)
+    last = Packet(BTH(Opcode.RC_RDMA_WRITE_LAST, 0x11, 15, True), data[61440:])
+    batch = TxBatch(memoryview(bytearray(65536)), port, Counter())
+    batch.send(port.address, 0x11, port.link.tx_path(port.address), [first, run, last])
+    batch.flush()
+    entries, got = [], []
+    rx = bytearray(65536)
+    while (taken := port.receive(rx, memoryview(rx), socket=False)) is not None:
+        datagrams, step, path, source = taken
+        assert source == port.address
+        entries.append((len(datagrams), step))
+        for start in range(0, len(datagrams), step):
+            datagram = datagrams[start : start + step]
+            assert path.verify(datagram, start // step)
+            got.append(parse_packet(bytes(datagram)))
+    assert got == [first, *run.packets(), last]
+    return entries, got
+
+
+def test_a_64k_write_to_its_own_address_stays_two_loopback_runs():
+    """Packets for the engine's own QPs (two programs of one shared NIC engine, two contexts
+    of one device) keep their GSO batches on the internal loopback: the receive takes the
+    same two runs a GRO socket would get, not 16 single datagrams."""
+    entries, _ = _a_64k_write_to_itself(None)
+    assert entries == [(4128 + 4112, 4128), (14 * 4112, 4112)]
+
+
+def test_faults_keep_the_loopback_to_single_datagrams():
+    """A fault plan acts on single datagrams, on the loopback as on the link."""
+    entries, _ = _a_64k_write_to_itself(FaultInjector(FaultConfig(seed=1)))
+    assert entries == [(4128, 4128), *[(4112, 4112)] * 15]
 
 
 def test_a_damaged_segment_fails_alone():

@@ -1,7 +1,9 @@
 """The engine's side of the wire: the link, the internal loopback, and injected faults.
 
 Datagrams to the device's own address (two contexts of one device, as rdma-core's tests
-connect them) take the internal loopback: the same bytes, ICRC and checks, no socket; so does
+connect them, or two programs of one engine of the shared NIC) take the internal loopback: the
+same bytes, ICRC and checks, no socket, and a run of them (a GSO batch) stays one entry that the
+receive takes as a GRO run, as the kernel hands a GSO send on loopback to a GRO socket; so does
 a copy of each datagram to a multicast group that QPs of this device joined (``joined``), as a
 NIC delivers its own multicast sends to its attached QPs, while the original goes out. A
 device that is one engine of several on its address (``link.steering``) loops back only what
@@ -59,9 +61,11 @@ class Port:
         self.address = link.address
         self.faults = faults  # fixed for the port's life (``TxBatch`` chooses its way out once)
         self.gso = link.gso and faults is None  # GSO batches, never through faults (they hit single datagrams)
+        self.loopback_runs = faults is None  # the loopback's runs (``send_segments``): not through faults either
         self._counters = counters
         self._clock = clock
-        self._loopback: deque[tuple[bytes, str]] = deque()  # a datagram, the address it was sent to
+        # datagrams, the address they were sent to, and the size of each but the last (a run)
+        self._loopback: deque[tuple[bytes, str, int]] = deque()
         self.joined: set[str] = set()  # multicast groups with QPs of this device attached (``nic.multicast``)
         self.delayed: list[tuple[float, int, str, bytes]] = []  # a heap: (due, order, peer, datagram) held by faults
         self._order = itertools.count()
@@ -103,10 +107,11 @@ class Port:
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, len(data))
         if peer == self.address and not self.steered_away(peek_dqpn(data)):
-            self._loopback.append((bytes(data), peer))
+            self._loopback.append((bytes(data), peer, len(data)))
             return
         if peer in self.joined and self.steering is None:
-            self._loopback.append((bytes(data), peer))  # for this device's own members; the others hear the link
+            # for this device's own members; the others hear the link
+            self._loopback.append((bytes(data), peer, len(data)))
         if not self.link.send(data, peer):
             # a multicast address the host has no route for (a bare lo) fails here: counted apart
             self._counters["drop_mcast_unsent" if ipaddress.ip_address(peer).is_multicast else "drop_tx_full"] += 1
@@ -118,13 +123,16 @@ class Port:
         return steering is not None and not steering.owns(dqpn)
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
-        """One GSO send (``segment_size``-byte datagrams to ``peer``); False if the socket
-        buffer was full."""
+        """One GSO send (``segment_size``-byte datagrams to ``peer``, all for one QP), or one
+        loopback entry when that QP is this engine's; False if the socket buffer was full."""
         if not self.active:
             self._counters["drop_port_down"] += -(-len(data) // segment_size)
             return True
         if self.capture is not None:
             self.capture.record(self._clock(), self.address, self.link.port, peer, data, segment_size)
+        if peer == self.address and not self.steered_away(peek_dqpn(data)):
+            self._loopback.append((bytes(data), peer, segment_size))
+            return True
         return self.link.send_segments(data, segment_size, peer)
 
     def release_due(self, now: float) -> bool:
@@ -150,9 +158,9 @@ class Port:
         link's into ``buf``. Returns them, the size of each but the last (a GRO run), the path
         they came by and the sender's address; None when nothing is waiting."""
         if self._loopback:
-            data, dest = self._loopback.popleft()
+            data, dest, step = self._loopback.popleft()
             path = self._self_path if dest == self.address else self.link.rx_path(self.address, self.link.port, dest)
-            return memoryview(data), len(data), path, self.address
+            return memoryview(data), step, path, self.address
         if not socket:
             return None
         got = self.link.recv_into(buf)

@@ -44,10 +44,13 @@ class TxBatch:
         share a send). One QP's packets only: a NIC with several engines on its address has the
         kernel steer each send by its first datagram's DestQP (``link.steering``). GSO batches
         go only where the port allows them: not through faults (which hit single datagrams),
-        not on the loopback or to a joined group (which carry single datagrams); to another
-        engine of this address they do, through the kernel."""
+        not to a joined group (which carries single datagrams); to this engine's own QPs as one
+        loopback entry, to another engine of this address through the kernel."""
         port = self._port
-        gso = port.gso and peer not in port.joined and (peer != port.address or port.steered_away(dqpn))
+        if peer == port.address and not port.steered_away(dqpn):
+            gso = port.loopback_runs
+        else:
+            gso = port.gso and peer not in port.joined
         if self.segments and (dqpn != self._dqpn or peer != self._peer or gso != self.gso):
             self.flush()
         self._peer = peer
