@@ -24,6 +24,7 @@ from pyroce.wire import BTH, IPv4Header, IPv6Header, Opcode, Packet, UdpHeader, 
 from pyroce.wire.aeth import NakCode, nak_syndrome
 from pyroce.wire.framing import LINKTYPE_RAW, MAX_GSO_SEGMENTS, RocePath
 from pyroce.wire.headers import Reth
+from pyroce.wire.icrc import verify_icrc
 from pyroce.wire.packet import PacketRun
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
@@ -202,11 +203,14 @@ def test_a_64k_write_leaves_in_two_gso_sends():
         receiver.close()
 
 
-def _a_64k_write_to_itself(faults: FaultInjector | None) -> list[tuple[int, int]]:
+def _a_64k_write_to_itself(faults: FaultInjector | None, capture: Capture | None = None) -> list[tuple[int, int]]:
     """A 64 KiB WRITE's packets sent by a port to its own address (on an in-memory link, which
-    has no GSO of its own) and taken back, every packet whole and passing its ICRC check at its
-    place in its entry: the (size, step) of each loopback entry."""
+    has no GSO of its own) and taken back, every packet whole: the (size, step) of each
+    loopback entry. Each packet carries the ICRC of its place in its entry where something
+    looks at it (a fault plan, whose damage the receive must catch; a capture), and a zero
+    ICRC where nothing does, which the receive then does not check."""
     port = Port(MemoryWire().link("10.9.0.1"), faults, Counter(), time.monotonic)
+    port.capture = capture
     data = memoryview(os.urandom(65536))
     first = Packet(BTH(Opcode.RC_RDMA_WRITE_FIRST, 0x11, 0), data[:4096], reth=Reth(0x1000, 0x77, 65536))
     run = PacketRun(Opcode.RC_RDMA_WRITE_MIDDLE, 0x11, 1, 0xFFFF, data[4096:61440], 4096, False, *MIDDLES)
@@ -216,13 +220,18 @@ def _a_64k_write_to_itself(faults: FaultInjector | None) -> list[tuple[int, int]
     batch.flush()
     entries, got = [], []
     rx = bytearray(65536)
+    sealed = faults is not None or capture is not None
     while (taken := port.receive(rx, memoryview(rx), socket=False)) is not None:
-        datagrams, step, path, source = taken
+        datagrams, step, path, source, checked = taken
         assert source == port.address
+        assert checked is (faults is None)  # a fault plan's loopback is checked as the link's
         entries.append((len(datagrams), step))
         for start in range(0, len(datagrams), step):
             datagram = datagrams[start : start + step]
-            assert path.verify(datagram, start // step)
+            if sealed or datagram[0] != Opcode.RC_RDMA_WRITE_MIDDLE:  # (the FIRST and LAST: ``Packet``s, sealed)
+                assert path.verify(datagram, start // step)
+            else:
+                assert bytes(datagram[-4:]) == bytes(4)
             got.append(parse_packet(bytes(datagram)))
     assert got == [first, *run.packets(), last]
     return entries
@@ -233,6 +242,15 @@ def test_a_64k_write_to_its_own_address_stays_two_loopback_runs():
     of one device) keep their GSO batches on the internal loopback: the receive takes the
     same two runs a GRO socket would get, not 16 single datagrams."""
     assert _a_64k_write_to_itself(None) == [(4128 + 4112, 4128), (14 * 4112, 4112)]
+
+
+def test_a_capture_seals_the_loopbacks_packets():
+    """A capture shows the loopback's packets with their ICRCs (checked above), as the same
+    two runs."""
+    capture = Capture(64)
+    assert _a_64k_write_to_itself(None, capture) == [(4128 + 4112, 4128), (14 * 4112, 4112)]
+    assert len(capture.frames) == 16
+    assert all(verify_icrc(frame[:28], frame[28:]) for _, frame in capture.frames)  # IPv4 and UDP, then the packet
 
 
 def test_faults_keep_the_loopback_to_single_datagrams():

@@ -263,8 +263,8 @@ class Engine:
             got = port.receive(self._rx_buf, self._rx_view, socket)
             if got is None:
                 break
-            data, step, path, source = got
-            demux.receive(data, step, path if verify_icrc else None, now, source, path.ip)
+            data, step, path, source, checked = got
+            demux.receive(data, step, None if checked or not verify_icrc else path, now, source, path.ip)
             taken += -(-len(data) // step) if data else 1  # the packets of a GRO run
         else:
             self.rx_full = True  # the batch ran out before the socket did

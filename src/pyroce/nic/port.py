@@ -153,14 +153,19 @@ class Port:
         return bool(self._loopback)
 
     def receive(self, buf: bytearray, view: memoryview,
-                socket: bool) -> tuple[memoryview, int, RocePath, str] | None:  # fmt: skip
+                socket: bool) -> tuple[memoryview, int, RocePath, str, bool] | None:  # fmt: skip
         """The next datagrams from one sender: the loopback's first, then (if ``socket``) the
         link's into ``buf``. Returns them, the size of each but the last (a GRO run), the path
-        they came by and the sender's address; None when nothing is waiting."""
+        they came by, the sender's address, and whether their ICRCs are known good; None when
+        nothing is waiting.
+
+        The loopback's are, without a fault plan: they never left the engine's memory (a copy
+        made as they were sealed), as Linux's loopback marks its packets CHECKSUM_UNNECESSARY.
+        A fault plan may corrupt them on the way in, so then they are checked as any."""
         if self._loopback:
             data, dest, step = self._loopback.popleft()
             path = self._self_path if dest == self.address else self.link.rx_path(self.address, self.link.port, dest)
-            return memoryview(data), step, path, self.address
+            return memoryview(data), step, path, self.address, self.faults is None
         if not socket:
             return None
         got = self.link.recv_into(buf)
@@ -173,4 +178,4 @@ class Port:
         # (from another engine of this address: that engine recorded it as it sent it)
         if self.capture is not None and (self.steering is None or peer != self.address):
             self.capture.record(self._clock(), peer, sport, dest, view[:size], step or 1)
-        return view[:size], step or 1, self.link.rx_path(peer, sport, dest), peer
+        return view[:size], step or 1, self.link.rx_path(peer, sport, dest), peer, False

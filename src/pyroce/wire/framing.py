@@ -222,11 +222,12 @@ class RocePath:
         return size
 
     def build_run_into(self, buf: memoryview, offset: int, run: PacketRun, first: int, count: int,
-                       segment: int = 0) -> int:  # fmt: skip
+                       segment: int = 0, sealed: bool = True) -> int:  # fmt: skip
         """Write packets ``first`` .. ``first + count - 1`` of ``run`` back to back from
         ``offset``, as GSO segments from ``segment`` on: per packet one BTH pack, one payload
         copy and one CRC (the bytes ``build_into`` writes for ``run.packets()``). Returns the
-        bytes written."""
+        bytes written. ``sealed=False`` leaves each ICRC zero, for packets nothing will check
+        (an engine's own loopback: ``nic.tx``)."""
         pmtu = run.pmtu
         size = BTH_LEN + pmtu + ICRC_LEN
         correction: int = byte4_correction(size - ICRC_LEN, 0)  # byte 4 (FECN, BECN, reserved) is 0
@@ -250,14 +251,17 @@ class RocePath:
             end = offset + BTH_LEN + pmtu
             start = index * pmtu
             buf[offset + BTH_LEN : end] = payload[start : start + pmtu]
-            seed = seeds.get(size * MAX_GSO_SEGMENTS + segment)  # read inline: once per packet
-            crc: int = checksum(buf[offset:end], self.seed(size, segment) if seed is None else seed)
+            icrc = 0
+            if sealed:
+                seed = seeds.get(size * MAX_GSO_SEGMENTS + segment)  # read inline: once per packet
+                crc: int = checksum(buf[offset:end], self.seed(size, segment) if seed is None else seed)
+                icrc = crc ^ correction
             following = index + 1
             if following < stop:
                 word = psn_add(psn, following) | (ACKREQ if following == ackreq_at else 0)
-                pack_icrc_bth(buf, end, crc ^ correction, last_head if following == last else middle_head, _swap32(word))
+                pack_icrc_bth(buf, end, icrc, last_head if following == last else middle_head, _swap32(word))
             else:
-                pack_icrc(buf, end, crc ^ correction)
+                pack_icrc(buf, end, icrc)
             offset = end + ICRC_LEN
             segment += 1
         return count * size
