@@ -292,35 +292,6 @@ def test_a_destination_goes_back_as_far_as_placed_and_only_then() -> None:
     assert memory.remote[1000:3048] == b"w" * 2048 and memory.remote[4000:4004] == b"mine"
 
 
-def test_a_destination_used_again_is_not_probed_again_until_a_transfer_fails() -> None:
-    """The next message into the same destination (perftest's buffer written again, a receive
-    buffer posted again) pulls nothing: the last one's push reached it. A push that fails (the
-    program unmapped it meanwhile) is counted, and the destination after it is probed again,
-    and refused."""
-    memory = FakeMemory(8192)
-    table, key = table_with(memory)
-
-    def message(byte: bytes) -> memoryview | MemFault:
-        view = table.lookup(key, memory.address + 1000, 64, Access.REMOTE_WRITE, 1, placing=True)
-        if isinstance(view, memoryview):
-            view[:2] = byte * 2
-            table.placed(view, 2)
-        return view
-
-    assert isinstance(message(b"a"), memoryview) and memory.pulls == [(1000, 1)]
-    assert isinstance(message(b"b"), memoryview) and memory.pulls == [(1000, 1)]  # not probed
-    assert memory.pushes == [(1000, 2), (1000, 2)] and memory.remote[1000:1002] == b"bb"
-    view = table.lookup(key, memory.address + 2000, 64, Access.REMOTE_WRITE, 1, placing=True)
-    assert isinstance(view, memoryview) and memory.pulls == [(1000, 1), (2000, 1)]  # elsewhere: probed
-    del view  # abandoned: nothing pushed, and 1000 stays the last destination pushed
-    assert isinstance(message(b"c"), memoryview) and len(memory.pulls) == 2
-    memory.gone = True
-    assert isinstance(message(b"d"), memoryview)  # not probed: its push fails, counted
-    assert table.counters["dma_errors"] == 1
-    assert message(b"e") is MemFault.UNMAPPED  # probed again
-    assert table.counters["dma_errors"] == 2
-
-
 def test_placing_is_for_a_range_that_may_be_written_only() -> None:
     """``placing`` asked with an access that only reads (no caller's case, but the rule is the
     table's): the range is pulled whole and nothing of it is dirty."""

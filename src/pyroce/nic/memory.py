@@ -296,23 +296,13 @@ class MrTable:
                   placing: bool) -> memoryview | MemFault:  # fmt: skip
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
         while the view lives if the access may write (what it changes is pushed back; a
-        ``placing`` range's first byte alone is pulled, and what ``placed`` names pushed).
-
-        A destination's first byte is a probe, so that one the program cannot be reached at
-        fails the operation at once; one that starts where the last destination was pushed
-        (``MirroredMemory.placed_at``: a buffer written again, a receive buffer posted again)
-        is not probed again, as a NIC does not look at pinned pages again: had the program
-        unmapped it since, that message's push fails and is counted, and the next is probed."""
+        ``placing`` range's first byte alone is pulled, and what ``placed`` names pushed)."""
         writes = int(access) & _WRITES
         placing = placing and bool(writes)  # a range the transport only reads is pulled whole
         overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
         try:
-            if not placing:
-                memory.pull(start, length)
-            elif memory.placed_at != start:
-                memory.pull(start, 1)
+            memory.pull(start, 1 if placing else length)
         except OSError:
-            memory.placed_at = -1
             self.counters["dma_errors"] += 1
             return MemFault.UNMAPPED
         for entry in overlapping:  # the pull is no change of theirs: the program's bytes
@@ -358,23 +348,16 @@ class MrTable:
         if entry.known is not None:
             self._push(entry)
             return
-        memory = entry.memory
-        length = min(length, entry.length)
         try:
-            memory.push(entry.start, length)
+            entry.memory.push(entry.start, min(length, entry.length))
         except OSError:
-            memory.placed_at = -1
             self.counters["dma_errors"] += 1
-            return
-        if length:
-            memory.placed_at = entry.start
 
     def _push(self, entry: DirtyRange) -> None:
         """The range's changed bytes back to the memory; a push that fails is counted."""
         try:
             entry.push()
         except OSError:
-            entry.memory.placed_at = -1
             self.counters["dma_errors"] += 1
 
     def flush(self) -> None:

@@ -37,9 +37,6 @@ class MirroredMemory(abc.ABC):
     address: int
     length: int
     mirror: Mirror
-    # Where the NIC last pushed a message's destination (an offset; -1: nowhere yet, or a
-    # transfer has failed since): a destination starting there again is not probed (``MrTable``)
-    placed_at: int = -1
 
     @abc.abstractmethod
     def probe(self, offset: int, length: int, writable: bool) -> None:
