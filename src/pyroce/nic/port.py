@@ -2,7 +2,8 @@
 
 Datagrams to the device's own address (two contexts of one device, as rdma-core's tests
 connect them, or two programs of one engine of the shared NIC) take the internal loopback: the
-same bytes, ICRC and checks, no socket, and a run of them (a GSO batch) stays one entry that the
+same bytes and checks, no socket (the ICRCs neither computed nor checked unless a fault plan or
+a capture is on: ``receive``), and a run of them (a GSO batch) stays one entry that the
 receive takes as a GRO run, as the kernel hands a GSO send on loopback to a GRO socket; so does
 a copy of each datagram to a multicast group that QPs of this device joined (``joined``), as a
 NIC delivers its own multicast sends to its attached QPs, while the original goes out. A
