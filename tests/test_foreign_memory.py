@@ -274,18 +274,19 @@ def test_a_write_pushes_the_bytes_it_changed_when_its_last_view_goes() -> None:
 
 
 def test_a_destination_goes_back_as_far_as_placed_and_only_then() -> None:
-    """A message's destination (a WRITE's target here) is filled from its start: only its first byte is pulled (a memory gone
-    is a fault at once), nothing goes back before ``placed`` (a flush mid-message, its view
-    dropped) and then exactly what it names, once; the program's bytes past it stay."""
+    """A message's destination (a WRITE's target here) is filled from its start: nothing of it
+    is pulled (a memory gone shows when it is placed), nothing goes back before ``placed`` (a
+    flush mid-message, its view dropped) and then exactly what it names, once; the program's
+    bytes past it stay."""
     memory = FakeMemory(8192)
     table, key = table_with(memory)
     view = table.lookup(key, memory.address + 1000, 4096, Access.REMOTE_WRITE, 1, placing=True)
-    assert isinstance(view, memoryview) and memory.pulls == [(1000, 1)]
+    assert isinstance(view, memoryview) and memory.pulls == []
     view[:2048] = b"w" * 2048
     table.flush()  # the end of an engine pass with the message still open
     assert memory.pushes == [] and memory.remote[1000:1002] == b"rr"
     memory.remote[4000:4004] = b"mine"  # the program's, past what the WRITE placed
-    table.placed(view, 2048)
+    assert table.placed(view, 2048)
     assert memory.pushes == [(1000, 2048)] and not table.dirty
     del view
     assert memory.pushes == [(1000, 2048)]
@@ -704,12 +705,19 @@ def test_a_peer_reaching_memory_that_went_gets_rem_access_err(pair: tuple[Endpoi
 
 
 @pytest.mark.parametrize("how", ["unmap", "kill"])
+@pytest.mark.parametrize("operation", ["write", "read", "atomic"])
 def test_local_sges_in_memory_that_went_are_loc_prot_err(pair: tuple[Endpoint, Endpoint], child: Child,
-                                                         how: str) -> None:  # fmt: skip
+                                                         how: str, operation: str) -> None:  # fmt: skip
+    """A WRITE's source is refused before its request leaves; a READ's or atomic's
+    destination when its response is placed (the request was sent: nothing probed it)."""
     a, b = pair
     mr = foreign_mr(a, child, 0, 65536)
     child.unmap() if how == "unmap" else child.kill()
-    status = post(a, WR.IBV_WR_RDMA_WRITE, [SGE(mr.buf, 100, mr.lkey)], b.mr.rkey, b.mr.buf)
+    if operation == "atomic":
+        status = atomic(a, WR.IBV_WR_ATOMIC_FETCH_AND_ADD, SGE(mr.buf, 8, mr.lkey), b.mr.rkey, b.mr.buf, 1)
+    else:
+        opcode = WR.IBV_WR_RDMA_WRITE if operation == "write" else WR.IBV_WR_RDMA_READ
+        status = post(a, opcode, [SGE(mr.buf, 4000, mr.lkey)], b.mr.rkey, b.mr.buf)
     assert status == S.IBV_WC_LOC_PROT_ERR
     assert dma_errors(a) >= 1
     mr.close()
@@ -729,6 +737,29 @@ def test_a_receive_buffer_that_went_fails_the_receive(pair: tuple[Endpoint, Endp
     still_works(pair)
 
 
+def test_a_uc_write_into_memory_that_went_is_dropped(child: Child) -> None:
+    """UC answers nothing: a WRITE with immediate whose destination went (seen when its last
+    packet is placed) is dropped and counted, and its receive WQE waits for the next message."""
+    a, b = connected_pair(qp_type=e.ibv_qp_type.IBV_QPT_UC)
+    try:
+        mr = foreign_mr(b, child, 0, 65536)
+        b.qp.post_recv(RecvWR(wr_id=5, sg=[]))
+        errors, dropped = dma_errors(b), b.ctx.device.stats().get("drop_uc_rkey_violation", 0)
+        child.unmap()
+        sg = [SGE(a.mr.buf, 4000, a.mr.lkey)]
+        assert post(a, WR.IBV_WR_RDMA_WRITE_WITH_IMM, sg, mr.rkey, mr.buf, imm_data=7) == S.IBV_WC_SUCCESS
+        spin_until(lambda: b.ctx.device.stats().get("drop_uc_rkey_violation", 0) == dropped + 1,
+                   "the message dropped", lambda: b.cq.poll(1))  # fmt: skip
+        assert b.cq.poll(1)[0] == 0 and dma_errors(b) == errors + 1
+        assert post(a, WR.IBV_WR_RDMA_WRITE_WITH_IMM, sg, b.mr.rkey, b.mr.buf, imm_data=8) == S.IBV_WC_SUCCESS
+        (recv,) = b.poll()
+        assert (recv.status, recv.wr_id, recv.imm_data) == (S.IBV_WC_SUCCESS, 5, 8)
+        mr.close()
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_push_into_memory_unmapped_meanwhile_is_counted(child: Child) -> None:
     """The client unmaps between the pull and the push: the push fails, counted, not raised."""
     table = MrTable()
@@ -743,5 +774,5 @@ def test_a_push_into_memory_unmapped_meanwhile_is_counted(child: Child) -> None:
     assert table.counters["dma_errors"] == 1
     del view
     assert table.counters["dma_errors"] == 2
-    table.placed(target, 5)
+    assert not table.placed(target, 5)  # the message fails: the transport answers it
     assert table.counters["dma_errors"] == 3 and not table.dirty

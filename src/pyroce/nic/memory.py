@@ -16,9 +16,11 @@ writes only what it places: a receive WQE's buffer is larger than most messages,
 may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
 last bytes of a posted one). A message's destination (a ``placing`` lookup: an RDMA WRITE's
 target, a receive buffer, a READ's local buffer) is neither pulled nor compared: the transport
-says how far it placed it (``placed``), and that goes back, once; its first byte alone is
-pulled, so that a memory gone is an access error at once. A push that fails is counted
-(``dma_errors``), never raised.
+says how far it placed it (``placed``), and that goes back, once. It is not pulled at all, not
+even probed: a memory gone shows when ``placed`` pushes, which then says so, and the transport
+fails the message as it fails one refused at its first packet (a 2-byte message between two
+programs of one shared NIC paid a third of its system calls for the probe). A push that fails
+is counted (``dma_errors``), never raised.
 Ordinary regions pay one attribute test per lookup; the engine, one dict test per pass and per
 CQE batch (``dirty``).
 """
@@ -295,20 +297,21 @@ class MrTable:
     def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access,
                   placing: bool) -> memoryview | MemFault:  # fmt: skip
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
-        while the view lives if the access may write (what it changes is pushed back; a
-        ``placing`` range's first byte alone is pulled, and what ``placed`` names pushed)."""
+        while the view lives if the access may write (what it changes is pushed back). A
+        ``placing`` range that may be written is not pulled: what ``placed`` names is pushed."""
         writes = int(access) & _WRITES
         placing = placing and bool(writes)  # a range the transport only reads is pulled whole
-        overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
-        try:
-            memory.pull(start, 1 if placing else length)
-        except OSError:
-            self.counters["dma_errors"] += 1
-            return MemFault.UNMAPPED
-        for entry in overlapping:  # the pull is no change of theirs: the program's bytes
-            entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
-        if not writes:
-            return memoryview(memory.mirror)[start : start + length]
+        if not placing:
+            overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first
+            try:
+                memory.pull(start, length)
+            except OSError:
+                self.counters["dma_errors"] += 1
+                return MemFault.UNMAPPED
+            for entry in overlapping:  # the pull is no change of theirs: the program's bytes
+                entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
+            if not writes:
+                return memoryview(memory.mirror)[start : start + length]
         holder, at = _holder(memory.mirror, start, length)
         known = None if placing else bytes(memoryview(memory.mirror)[start : start + length])
         entry = DirtyRange(memory, start, length, known)
@@ -337,28 +340,32 @@ class MrTable:
         if entry is not None:
             self._push(entry)
 
-    def placed(self, view: memoryview, length: int) -> None:
+    def placed(self, view: memoryview, length: int) -> bool:
         """The transport placed the first ``length`` bytes of a message's destination (a
-        ``placing`` view): a mirrored one's go back to the memory now, the rest untouched."""
+        ``placing`` view): a mirrored one's go back to the memory now, the rest untouched.
+        False when they could not (counted): the memory is gone, and so is the message."""
         if not self.dirty:
-            return
+            return True
         entry = self.dirty.pop(id(view.obj), None)
         if entry is None:
-            return
+            return True
         if entry.known is not None:
-            self._push(entry)
-            return
+            return self._push(entry)
         try:
             entry.memory.push(entry.start, min(length, entry.length))
         except OSError:
             self.counters["dma_errors"] += 1
+            return False
+        return True
 
-    def _push(self, entry: DirtyRange) -> None:
+    def _push(self, entry: DirtyRange) -> bool:
         """The range's changed bytes back to the memory; a push that fails is counted."""
         try:
             entry.push()
         except OSError:
             self.counters["dma_errors"] += 1
+            return False
+        return True
 
     def flush(self) -> None:
         """Push every dirty range whose view is still held: the engine calls it before it

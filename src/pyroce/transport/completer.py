@@ -251,8 +251,9 @@ class Completer:
             return
         result = ATOMIC_RESULT.pack(pkt.atomicacketh.orig)  # type: ignore[union-attr]
         entry.data.write(0, result)  # type: ignore[union-attr]
-        if self.qp.memory.dirty:  # mirrored memory: in place before the completion
-            entry.data.placed(self.qp.memory, len(result))  # type: ignore[union-attr]
+        if self.qp.memory.dirty and not entry.data.placed(self.qp.memory, len(result)):  # type: ignore[union-attr]
+            self._unreachable(entry)  # mirrored memory: in place before the completion, or it fails
+            return
         req.comp_psn = psn_add(psn, 1)
         req.complete_head()
         req.progress(now)
@@ -290,7 +291,15 @@ class Completer:
         entry.placed += 1
         req.comp_psn = psn_add(psn, 1)
         if last:
-            if self.qp.memory.dirty:  # mirrored memory: in place before the completion
-                entry.data.placed(self.qp.memory, entry.length)  # type: ignore[union-attr]
+            if self.qp.memory.dirty and not entry.data.placed(self.qp.memory, entry.length):  # type: ignore[union-attr]
+                self._unreachable(entry)  # mirrored memory: in place before the completion, or it fails
+                return
             req.complete_head()
         req.progress(now)
+
+    def _unreachable(self, entry: SendEntry) -> None:
+        """A READ's or atomic's local buffer could not be written back: its program unmapped
+        it or is gone (``MemoryTable.placed``). LOC_PROT_ERR, as for a buffer that the lookup
+        before its request refused."""
+        detail = f"{entry.work.op.name}: its local buffer's memory is no longer mapped"
+        self.qp.requester.fail_head(WcStatus.LOC_PROT_ERR, Reason.LOCAL_PROTECTION, detail)

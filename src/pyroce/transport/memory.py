@@ -40,11 +40,13 @@ class MemoryTable(Protocol):
         (memory the NIC mirrors is written back only as far as ``placed`` says)."""
         ...
 
-    def placed(self, view: memoryview, length: int) -> None:
+    def placed(self, view: memoryview, length: int) -> bool:
         """The transport is done with a ``placing`` view: its first ``length`` bytes were
         placed. Before the ACK or the completion that says so, as a NIC's DMA lands before
         them; a view dropped without it (its message failed or was cut short) leaves the
-        memory as it was."""
+        memory as it was. False if they could not reach the memory (mirrored memory its
+        program unmapped, or a program gone, which ``lookup`` does not probe for a
+        ``placing`` view): the message fails as one whose destination ``lookup`` refused."""
         ...
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:

@@ -448,26 +448,40 @@ class Responder:
         """A SEND or WRITE packet's payload is in place: move past it, end the message (and
         complete its receive WQE) on its last packet, ACK when asked."""
         self.offset += length
-        self.epsn = psn_add(psn, 1)
         if flags & Flag.END:
-            if self.qp.memory.dirty:  # mirrored memory: in place before the ACK or the completion
-                self._hand_back()
+            if self.qp.memory.dirty and not self._hand_back():  # mirrored memory: in place before
+                self._unreachable(flags, psn)  # the ACK or the completion, or the message fails
+                return
+            self.epsn = psn_add(psn, 1)
             self.in_message = Flag.NONE
             self.msn = (self.msn + 1) & 0xFFFFFF
             if flags & Flag.COMP:
                 self._complete_recv(pkt, flags)
             self.write_view = None
         else:
+            self.epsn = psn_add(psn, 1)
             self.in_message = flags & (Flag.SEND | Flag.WRITE)
         if ackreq:
             self._ack(psn)
 
-    def _hand_back(self) -> None:
-        """The message's destination is placed as far as ``offset``: say so (``MemoryTable.placed``)."""
+    def _hand_back(self) -> bool:
+        """The message's destination is placed as far as ``offset``: say so
+        (``MemoryTable.placed``); False if it could not reach the memory."""
         if self.write_view is not None:
-            self.qp.memory.placed(self.write_view, self.offset)
-        elif self.recv_data is not None:
-            self.recv_data.placed(self.qp.memory, self.offset)
+            return self.qp.memory.placed(self.write_view, self.offset)
+        if self.recv_data is not None:
+            return self.recv_data.placed(self.qp.memory, self.offset)
+        return True
+
+    def _unreachable(self, flags: int, psn: int) -> None:
+        """The message ending at ``psn`` could not be written back: its destination's program
+        unmapped it or is gone (``MemoryTable.placed``). Refused as a destination ``lookup``
+        refuses is at the first packet: an RDMA WRITE's as an R_Key violation, a SEND's as a
+        receive buffer it cannot write (IBA 9.7.5.2.4 and .2.8), here at the last packet."""
+        state = RespState.ERR_RECV_PROT if flags & Flag.SEND else RespState.ERR_RKEY_VIOLATION
+        self.write_view = None
+        self.in_message = Flag.NONE
+        self._refuse(state, psn, f"refused the message ending at PSN 0x{psn:06x}: its memory went ({state.value})")
 
     def _complete_recv(self, pkt: Packet | None, flags: int) -> None:
         """The message's receive WQE completes (``pkt``: its last packet, for the immediate;
@@ -536,9 +550,17 @@ class Responder:
                 self._atomic_ack(pkt.bth.psn, orig)
 
     def _error(self, pkt: Packet, state: RespState) -> None:
-        """Answer a failed check as its row in ``ERRORS`` says. A NAK the requester recovers
-        from carries the expected PSN (a sequence NAK names what is missing; an RNR NAK's packet
-        is the expected one)."""
+        """Answer a failed check of ``pkt`` (``_refuse``)."""
+        detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
+        if state is RespState.ERR_RECV_LENGTH and self.recv is not None and self.recv_data is not None:
+            detail = (f"incoming SEND of at least {self.offset + len(pkt.payload)} bytes is longer "
+                      f"than the {self.recv_data.length}-byte receive buffer")  # fmt: skip
+        self._refuse(state, pkt.bth.psn, detail)
+
+    def _refuse(self, state: RespState, psn: int, detail: str) -> None:
+        """Answer a failed check of the packet at ``psn`` as its row in ``ERRORS`` says. A NAK
+        the requester recovers from carries the expected PSN (a sequence NAK names what is
+        missing; an RNR NAK's packet is the expected one); a fatal one, ``psn``."""
         action = self.errors[state]
         if action.drop_message:
             self._drop_message(state)
@@ -551,16 +573,13 @@ class Responder:
             self._nak(self.epsn, syndrome)
             self.nak_sent = True
             return
-        self.qp.error_detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
+        self.qp.error_detail = detail
         if action.recv_status is not None and self.recv is not None:
             recv, self.recv = self.recv, None
-            if state is RespState.ERR_RECV_LENGTH and self.recv_data is not None:
-                self.qp.error_detail = (f"incoming SEND of at least {self.offset + len(pkt.payload)} bytes is longer "
-                                        f"than the {self.recv_data.length}-byte receive buffer")  # fmt: skip
             completion = Completion(True, recv.wqe_counter, action.recv_status, WcOpcode.RECV, vendor_err=action.reason)
             self.qp.completions.append(completion)
         if action.nak is not None:
-            self._nak(pkt.bth.psn, nak_syndrome(action.nak))
+            self._nak(psn, nak_syndrome(action.nak))
             self.answered_before_nak = len(self.out)
         if action.fatal:
             self.qp.enter_error()

@@ -40,12 +40,15 @@ class ScatterGather:
         placed by slices of it, with no SGE located per packet (``write``); else None."""
         return self.views[0] if len(self.views) == 1 else None
 
-    def placed(self, memory: MemoryTable, length: int) -> None:
-        """The message's first ``length`` bytes are in place: each SGE's part handed back."""
+    def placed(self, memory: MemoryTable, length: int) -> bool:
+        """The message's first ``length`` bytes are in place: each SGE's part handed back;
+        False if any could not reach the memory (``MemoryTable.placed``)."""
+        reached = True
         for view, start in zip(self.views, self.starts):
             if start >= length:
                 break
-            memory.placed(view, min(len(view), length - start))
+            reached = memory.placed(view, min(len(view), length - start)) and reached
+        return reached
 
     def _locate(self, offset: int) -> int:
         index = 0
