@@ -11,6 +11,17 @@ The work lists keep a pass proportional to what there is to do, not to the numbe
 ``rung`` (doorbells), ``receives`` (receive queues with new WQEs), ``active`` (QPs with
 something to send or report, left when a pass sends less than its budget) and the timers.
 
+A window per peer address keeps many QPs from overrunning a receiver. RoCE counts on a lossless
+fabric (PFC) or a congestion control (DCQCN) for that; over UDP, the receiving socket drops what
+its buffer cannot hold (``net.core.rmem_max``: 4 MiB on many hosts), and an RC QP that lost the
+last packet of a message waits out its ACK timeout (67 ms at ``timeout`` 14). One QP's messages
+are paced by its ACKs, but 256 QPs with a 64 KiB WRITE each are 16 MiB at once. So the engine
+keeps the PSNs it has in flight with each peer (requests sent and not acknowledged, READ
+responses asked for and not yet here) under ``PEER_WINDOW``: a QP begins a message only while
+its peer's window is open, else it waits in ``window_waiting`` until an ACK opens the window
+again. A message once begun goes on, so what is in flight always ends in a packet that asks
+for an ACK (a READ's responses), whose arrival recounts its QP in ``_service``.
+
 A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
 the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
 engine on a short timer while one exists (``host.progress``). Its WQEs are read as the ordering
@@ -54,10 +65,12 @@ from pyroce.transport.responder import Responder
 from pyroce.transport.ud import UdQp
 from pyroce.transport.work import new_recv_work
 from pyroce.wire.bth import QP1
+from pyroce.wire.psn import PSN_MASK
 
 MAX_DATAGRAM: Final = 65536
 RX_BATCH: Final = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
 TX_BUDGET: Final = 64  # packets one QP may send per pass
+PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
 MAX_PASSES: Final = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS: Final = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
@@ -88,6 +101,8 @@ class Engine:
         self.direct: set[HwQp] = set()  # QPs whose doorbell records every pass reads (mlx5dv posting)
         self.direct_found = 0  # passes that found a direct QP's record moved (its host then looks again soon)
         self.sending = 0  # QPs with send WQEs not yet completed (HwQp.sending)
+        self.in_flight: dict[str, int] = {}  # PSNs in flight with each peer address (the module's window)
+        self.window_waiting: dict[str, dict[HwQp, None]] = {}  # QPs waiting to begin a message, oldest first
         self.rx_full = False  # the last pass stopped receiving at RX_BATCH, not at an empty socket
         self.now = 0.0  # the time of the last pass: what a command runs at (``send_posted``)
         # One async event queue per open context (its async_fd), and the device's own: where the
@@ -149,6 +164,7 @@ class Engine:
             self.active.discard(qp)
             self.direct.discard(qp)
             self.timers.cancel(qp)
+            self._recount(qp, None, 0)
         return qp
 
     def make_direct(self, qp: HwQp) -> None:
@@ -376,12 +392,29 @@ class Engine:
         batch, port = self._tx_batch, self.port
         if isinstance(rc, UdQp):
             datagrams, sent = rc.output(now, TX_BUDGET, port.route)
-            for peer, packet in datagrams:  # each to the address and QP its WR named
-                batch.send(peer, packet.bth.dqpn, port.link.tx_path(peer), [packet])
-        else:
-            items, sent = rc.output(now, TX_BUDGET) if qp.peer is not None else ([], 0)
+            for address, packet in datagrams:  # each to the address and QP its WR named
+                batch.send(address, packet.bth.dqpn, port.link.tx_path(address), [packet])
+        elif (peer := qp.peer) is not None:
+            in_flight = self.in_flight
+            window_open = in_flight.get(peer, 0) < PEER_WINDOW
+            items, sent = rc.output(now, TX_BUDGET, window_open)
             if items:  # (the QP counts them: sent_pkts)
-                batch.send(qp.peer, rc.config.dqpn, qp.tx_path, items)  # type: ignore[arg-type]
+                batch.send(peer, rc.config.dqpn, qp.tx_path, items)  # type: ignore[arg-type]
+            requester = rc.requester  # its PSNs in flight, counted here without a call
+            psns = (requester.psn - requester.comp_psn) & PSN_MASK if requester.queue else 0
+            if psns != qp.in_flight or peer is not qp.window_peer:
+                if peer is qp.window_peer:
+                    in_flight[peer] += psns - qp.in_flight
+                    qp.in_flight = psns
+                else:
+                    self._recount(qp, peer, psns)
+            if not window_open:
+                if requester.has_output:
+                    self.window_waiting.setdefault(peer, {})[qp] = None
+            elif self.window_waiting.get(peer):
+                self._wake(peer)
+        else:
+            sent = 0
         if rc.completions:
             self._complete(qp)
         if rc.events:  # after the CQEs: SQ_DRAINED's reader finds the drained WQEs' completions
@@ -399,6 +432,30 @@ class Engine:
             # packet, a doorbell or a timer makes the QP active again.
             self.active.discard(qp)
         return bool(sent)
+
+    def _recount(self, qp: HwQp, peer: str | None, psns: int) -> None:
+        """``qp`` has ``psns`` PSNs in flight with ``peer`` now (None: it is gone, and waits for
+        no window): its count moves from the peer it was counted with."""
+        counted_with = qp.window_peer
+        if counted_with is not None:
+            self.in_flight[counted_with] -= qp.in_flight
+        qp.window_peer, qp.in_flight = peer, psns
+        if peer is not None:
+            self.in_flight[peer] = self.in_flight.get(peer, 0) + psns
+            return
+        for waiting in self.window_waiting.values():
+            waiting.pop(qp, None)
+        if counted_with is not None:
+            self._wake(counted_with)  # what it held may have been all that kept the window shut
+
+    def _wake(self, peer: str) -> None:
+        """If the window with ``peer`` is open, the QP that has waited longest for it may begin
+        its message (once serviced, it wakes the next while the window stays open)."""
+        waiting = self.window_waiting.get(peer)
+        if waiting and self.in_flight.get(peer, 0) < PEER_WINDOW:
+            woken = next(iter(waiting))
+            del waiting[woken]
+            self.active.add(woken)
 
     def _service_cm(self, cm: RdmaCm, now: float) -> bool:
         """The connection manager's timers and MADs; whether it sent any."""

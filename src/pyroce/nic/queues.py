@@ -81,3 +81,5 @@ class HwQp:
     uar: memoryview | None = None  # a direct QP's register page (``rings.UAR_SIZE``), which the NIC keeps
     stalled: int = -1  # the send counter where a torn WQE stopped the engine (counted once)
     local_held: bool = False  # the last fetch stopped at a BIND_MW or LOCAL_INV until the queue drains
+    in_flight: int = 0  # PSNs it had in flight with ``window_peer`` when the engine last counted (nic.engine)
+    window_peer: str | None = None

@@ -244,16 +244,16 @@ class RcQp:
 
     # --- outputs ------------------------------------------------------------------------
 
-    def output(self, now: float, budget: int = 64) -> tuple[list[Packet | PacketRun | bytes], int]:
+    def output(self, now: float, budget: int = 64, start: bool = True) -> tuple[list[Packet | PacketRun | bytes], int]:
         """Up to ``budget`` packets, the middles of messages as ``PacketRun``s and ACKs as
-        bytes (``AckTemplate``): responses first (they free the peer), then requests. Returns
-        them and how many packets they hold."""
+        bytes (``AckTemplate``): responses first (they free the peer), then requests, of which
+        a message not begun begins only if ``start``. Returns them and how many packets they hold."""
         out: list[Packet | PacketRun | bytes] = []
         count = 0
         if self.responder.out and (self.state in RECEIVING_STATES or self.state is QpState.ERR):
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.requester.queue and self.state in SENDING_STATES:
-            count += self.requester.emit(out, budget - count, now)
+            count += self.requester.emit(out, budget - count, now, start)
         self.counters["sent_pkts"] += count
         if self.sq_draining and not self.requester.started:
             self._drained()

@@ -153,10 +153,11 @@ class Requester:
 
     # --- sending ------------------------------------------------------------------------
 
-    def emit(self, out: list[Packet | PacketRun | bytes], budget: int, now: float) -> int:
+    def emit(self, out: list[Packet | PacketRun | bytes], budget: int, now: float, start: bool = True) -> int:
         """Append request packets to ``out`` until ``budget`` packets, the window or credits
         stop it; the middle of a message goes as ``PacketRun``s. A WQE not yet started starts
-        only in RTS (in SQD the queue drains: rxe ``req_next_wqe``). Returns the packets added."""
+        only in RTS (in SQD the queue drains: rxe ``req_next_wqe``), and only if ``start``
+        (the engine's window with the peer is open). Returns the packets added."""
         if self.rnr_until is not None:
             if now < self.rnr_until:
                 return 0
@@ -168,7 +169,7 @@ class Requester:
             if window <= 0:
                 break
             entry = self.queue[self.send_index]
-            if not entry.started and (self.qp.state is not _RTS or not self._start(entry)):
+            if not entry.started and (not start or self.qp.state is not _RTS or not self._start(entry)):
                 break
             runnable = entry.run_end - self.send_pkt if self.send_pkt >= entry.run_start else 0
             count = min(runnable, budget - added, window, MAX_PKTS_PER_ACK - self.noack_pkts) if runnable > 0 else 1

@@ -1,0 +1,125 @@
+"""The engine's window per peer (``nic.engine``): QPs sending to one peer begin no message while
+``PEER_WINDOW`` PSNs are in flight with it, begin theirs as the ACKs open the window again, and
+all complete; a QP that goes takes its count and its place in the queue with it. Two NICs on an
+in-memory wire in host mode, stepped by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pyroce.host.assembly import build_device
+from pyroce.link.memory import MemoryWire
+from pyroce.nic.engine import PEER_WINDOW
+from pyroce.verbs import enums as e
+from pyroce.verbs.addr import AHAttr, GlobalRoute
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.device import Context
+from pyroce.verbs.mr import MR
+from pyroce.verbs.pd import PD
+from pyroce.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyroce.verbs.wr import SGE, SendWR
+
+QPS = 100
+SIZE = 1 << 16  # 16 PSNs at a 4 KiB MTU: 100 QPs are 1 600, past the window
+PSNS = SIZE // 4096
+ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+
+
+class Side:
+    """A NIC in host mode with an MR of a message per QP and ``QPS`` RC QPs on one CQ."""
+
+    def __init__(self, wire: MemoryWire, address: str) -> None:
+        self.address = address
+        self.device = build_device(f"sim-{address}", wire.link(address), progress="host")
+        self.ctx = Context(device=self.device)
+        self.pd = PD(self.ctx)
+        self.mr = MR(self.pd, SIZE * QPS, ACCESS)
+        self.cq = CQ(self.ctx, 2 * QPS)
+        cap = QPCap(max_send_wr=2, max_recv_wr=1)
+        self.qps = [QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+                    for _ in range(QPS)]  # fmt: skip
+
+    def connect(self, peer: Side) -> None:
+        for qp, remote in zip(self.qps, peer.qps):
+            attr = QPAttr(port_num=1, path_mtu=e.IBV_MTU_4096)
+            attr.dest_qp_num, attr.rq_psn, attr.sq_psn = remote.qp_num, 0, 0
+            gid = peer.ctx.query_gid(1, 1)
+            attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=1))
+            attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.min_rnr_timer = 14, 7, 7, 12
+            attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
+            attr.qp_access_flags = ACCESS
+            qp.to_rts(attr)
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.device.close()
+
+
+@pytest.fixture
+def sides() -> Iterator[tuple[Side, Side]]:
+    wire = MemoryWire()
+    requester, responder = Side(wire, "10.9.1.1"), Side(wire, "10.9.1.2")
+    requester.connect(responder)
+    responder.connect(requester)
+    yield requester, responder
+    requester.close()
+    responder.close()
+
+
+def post_writes(requester: Side, responder: Side) -> None:
+    """A 64 KiB WRITE on every QP, each from and to its own slot of the MRs."""
+    for index, qp in enumerate(requester.qps):
+        requester.mr.write(bytes([index]) * SIZE, SIZE, index * SIZE)
+        wr = SendWR(wr_id=index, opcode=e.IBV_WR_RDMA_WRITE, send_flags=e.IBV_SEND_SIGNALED,
+                    sg=[SGE(requester.mr.buf + index * SIZE, SIZE, requester.mr.lkey)])  # fmt: skip
+        wr.set_wr_rdma(responder.mr.rkey, responder.mr.buf + index * SIZE)
+        qp.post_send(wr)
+
+
+def run_until(requester: Side, responder: Side, completions: int) -> list[tuple[int, int]]:
+    """Step both NICs until ``completions`` WCs: their (wr_id, status)."""
+    done: list[tuple[int, int]] = []
+    for step in range(1, 1000):
+        requester.device.step(step * 1e-6)
+        responder.device.step(step * 1e-6)
+        done += [(wc.wr_id, wc.status) for wc in requester.cq.poll(2 * QPS)[1]]
+        if len(done) >= completions:
+            return done
+    raise AssertionError(f"{len(done)} of {completions} completions")
+
+
+def test_qps_to_one_peer_keep_its_window_and_all_complete(sides: tuple[Side, Side]) -> None:
+    requester, responder = sides
+    engine = requester.device.engine
+    post_writes(requester, responder)
+    requester.device.step(0.0)  # the doorbells' pass: what the window lets begin
+    sent = requester.device.stats()["sent_pkts"]
+    assert PEER_WINDOW <= sent < PEER_WINDOW + PSNS  # the message that reached the window, no more
+    assert engine.in_flight[responder.address] == sent
+    assert len(engine.window_waiting[responder.address]) == QPS - sent // PSNS
+    done = run_until(requester, responder, QPS)
+    assert sorted(done) == [(index, e.IBV_WC_SUCCESS) for index in range(QPS)]
+    assert all(responder.mr.read(SIZE, index * SIZE) == bytes([index]) * SIZE for index in range(QPS))
+    assert engine.in_flight[responder.address] == 0 and not engine.window_waiting[responder.address]
+    assert requester.device.stats().get("retransmitted_pkts", 0) == 0
+
+
+def test_qps_that_go_return_their_count_and_their_place(sides: tuple[Side, Side]) -> None:
+    """Every QP with PSNs in flight goes, and five waiting ones: no ACK will come to open the
+    window, so their going opens it, and the QPs left begin and complete."""
+    requester, responder = sides
+    engine = requester.device.engine
+    post_writes(requester, responder)
+    requester.device.step(0.0)
+    waiting = engine.window_waiting[responder.address]
+    sending = [qp for qp in requester.qps if engine.qps[qp.qp_num] not in waiting]
+    gone = sending + [qp for qp in requester.qps if engine.qps[qp.qp_num] in waiting][:5]
+    for qp in gone:
+        qp.close()
+    assert engine.in_flight[responder.address] == 0
+    left = QPS - len(gone)
+    done = run_until(requester, responder, left)
+    assert len(done) == left and all(status == e.IBV_WC_SUCCESS for _, status in done)
+    assert engine.in_flight[responder.address] == 0 and not waiting
