@@ -550,11 +550,14 @@ class Responder:
                 self._atomic_ack(pkt.bth.psn, orig)
 
     def _error(self, pkt: Packet, state: RespState) -> None:
-        """Answer a failed check of ``pkt`` (``_refuse``)."""
-        detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
-        if state is RespState.ERR_RECV_LENGTH and self.recv is not None and self.recv_data is not None:
-            detail = (f"incoming SEND of at least {self.offset + len(pkt.payload)} bytes is longer "
-                      f"than the {self.recv_data.length}-byte receive buffer")  # fmt: skip
+        """Answer a failed check of ``pkt`` (``_refuse``). Only a QP that goes to ERROR keeps a
+        detail, so an RNR or sequence NAK (a storm, when receives run short) builds none."""
+        detail = ""
+        if self.errors[state].fatal:
+            detail = f"refused {pkt.info.name} at PSN 0x{pkt.bth.psn:06x}: {state.value}"
+            if state is RespState.ERR_RECV_LENGTH and self.recv is not None and self.recv_data is not None:
+                detail = (f"incoming SEND of at least {self.offset + len(pkt.payload)} bytes is longer "
+                          f"than the {self.recv_data.length}-byte receive buffer")  # fmt: skip
         self._refuse(state, pkt.bth.psn, detail)
 
     def _refuse(self, state: RespState, psn: int, detail: str) -> None:
@@ -581,8 +584,7 @@ class Responder:
         if action.nak is not None:
             self._nak(psn, nak_syndrome(action.nak))
             self.answered_before_nak = len(self.out)
-        if action.fatal:
-            self.qp.enter_error()
+        self.qp.enter_error()
 
     # --- output -------------------------------------------------------------------------
 
