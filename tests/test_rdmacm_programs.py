@@ -76,16 +76,16 @@ def pair(server_argv: list[str], client_argv: list[str], env: dict[str, str], ag
          not_listening: re.Pattern[str] = NOT_LISTENING) -> tuple[int, str, int, str]:  # fmt: skip
     """The server started, its client run (again while the server is not listening yet: the
     client's words ``not_listening``), both to their ends: each one's exit status and output
-    (stdout and stderr). ``again_when``: words
-    of either program's output that say the run proves nothing (perftest's clock calibration
-    gave up): the pair runs again, ``ATTEMPTS`` times at most, without waiting for a server
-    whose client gave up. So does a pair whose client was refused (``NOT_LISTENING``) other than
-    as ``not_listening`` says (perftest's test QPs), or while the server ended: a client of several connections (ucmatose ``-c 2``) whose first request
-    came before the listen and its second after leaves, and the server's accepted connection
-    is rejected by the departed client's side (the server ends with REJECTED). A client still
-    running after ``TIMEOUT`` is stopped, and its server's words decide: a server whose clock
-    calibration gave up has ended and left its client waiting, so the pair runs again;
-    otherwise the failure shows both programs' output."""
+    (stdout and stderr). ``again_when``: words of either program's output that say the run
+    proves nothing (perftest's clock calibration gave up): the pair runs again, ``ATTEMPTS``
+    times at most, without waiting for a server whose client gave up. So does a pair whose
+    client was refused (``NOT_LISTENING``) in other words than ``not_listening`` (perftest's
+    test QPs) or while the server ended: a client of several connections (ucmatose ``-c 2``)
+    whose first request came before the listen and its second after leaves, and the server's
+    accepted connection is rejected by the departed client's side (the server ends with
+    REJECTED). A client still running after ``TIMEOUT`` is stopped, and its server's words
+    decide: a server whose clock calibration gave up has ended and left its client waiting, so
+    the pair runs again; otherwise the failure shows both programs' output."""
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
         server = subprocess.Popen(server_argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
