@@ -18,7 +18,7 @@ from pyroce.nic.device import NicDevice
 from pyroce.nic.memory import MemoryRegion
 from pyroce.nic.queues import HwCq
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
-from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, encode_send_wqe, write_recv_wqe
+from pyroce.nic.wqe import WQEBB, FmCeSe, SendWqe, Sge, WqeOpcode, write_recv_wqe
 from pyroce.wire.opcodes import Transport
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -47,7 +47,7 @@ class Host:
     def post(self, opcode: WqeOpcode, index: int, length: int, raddr: int = 0, rkey: int = 0) -> None:
         wqe = SendWqe(opcode, index, self.qpn, FmCeSe.CQ_UPDATE, raddr=raddr, rkey=rkey,
                       sges=(Sge(self.mr.addr, length, self.mr.key),))  # fmt: skip
-        self.produced = self.sq.post(self.produced, encode_send_wqe(wqe))
+        self.produced = self.sq.post(self.produced, wqe, self.sq.wqebb_count)
         self.doorbell.publish(DoorbellRecord.SEND, self.produced & 0xFFFF)
         self.device.ring_doorbell(self.qpn)
 

@@ -155,15 +155,33 @@ def test_a_recv_slot_written_again_in_place_holds_only_the_new_wqe():
 
 
 def test_send_ring_wraps_and_decodes_from_a_copy():
-    ring = SendRing(memoryview(bytearray(4 * WQEBB)), 4)
+    """WQEs are written in place over the bytes of earlier laps (or in two parts across the
+    ring's end): each WQE's basic blocks then hold exactly ``encode_send_wqe``'s bytes, zero
+    padding included, and decode back to what was posted."""
+    buf = bytearray(b"\xa5" * 4 * WQEBB)
+    ring = SendRing(memoryview(buf), 4)
     sges = tuple(Sge(i, i, i) for i in range(5))  # with them, 6 segments: 2 WQEBBs
     producer = consumer = 0
     for index in range(10):  # wraps the 4-block ring five times, with a WQE split across the end
         posted = SendWqe(WqeOpcode.SEND, index, 0x11, sges=sges if index % 2 else ())
-        producer = ring.post(producer, encode_send_wqe(posted))
+        start = producer % 4 * WQEBB
+        producer = ring.post(producer, posted, 4)
+        expected = encode_send_wqe(posted)
+        assert (buf + buf)[start : start + len(expected)] == expected
         got, consumer = ring.fetch(consumer)
         assert got == posted
     assert producer == consumer
+
+
+def test_a_wqe_the_ring_has_no_room_for_is_not_written():
+    """``post`` writes nothing and answers -1 when the WQE needs more basic blocks than are
+    free, in place or across the ring's end (the send queue then refuses it as full)."""
+    buf = bytearray(b"\xa5" * 4 * WQEBB)
+    ring = SendRing(memoryview(buf), 4)
+    two_blocks = SendWqe(WqeOpcode.SEND, 0, 0x11, sges=tuple(Sge(i, i, i) for i in range(5)))
+    assert ring.post(0, two_blocks, 1) == -1 and ring.post(3, two_blocks, 1) == -1
+    assert buf == b"\xa5" * 4 * WQEBB
+    assert ring.post(3, two_blocks, 2) == 5
 
 
 def test_cqe_round_trip_and_owner_bit():

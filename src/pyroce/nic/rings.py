@@ -40,6 +40,8 @@ from pyroce.nic.wqe import (
     WqeError,
     decode_recv_wqe,
     decode_send_wqe_at,
+    encode_send_wqe,
+    encode_send_wqe_into,
     write_recv_wqe,
 )
 
@@ -120,18 +122,22 @@ class SendRing:
         self.wqebb_count = wqebb_count
         self.size = wqebb_count * WQEBB
 
-    def post(self, producer: int, data: bytes | bytearray) -> int:
-        """Write a WQE's whole basic blocks (``encode_send_wqe``) at basic-block counter
-        ``producer``, in two parts if it runs past the ring's end; returns the next counter."""
+    def post(self, producer: int, wqe: SendWqe, free: int) -> int:
+        """Write ``wqe`` in whole basic blocks at basic-block counter ``producer``, if it fits
+        the ``free`` blocks the NIC has consumed: in place, or through a copy in two parts if it
+        runs past the ring's end; returns the next counter, or -1 (nothing written) if the
+        ring is too full for it."""
         start = (producer % self.wqebb_count) * WQEBB
-        end = start + len(data)
-        if end <= self.size:
-            self.buf[start:end] = data
-        else:
+        wqebbs = encode_send_wqe_into(self.buf, start, wqe, min(free * WQEBB, self.size - start))
+        if not wqebbs:
+            data = encode_send_wqe(wqe)
+            wqebbs = len(data) // WQEBB
+            if wqebbs > free:
+                return -1
             first = self.size - start
             self.buf[start:] = data[:first]
-            self.buf[: end - self.size] = data[first:]
-        return producer + len(data) // WQEBB
+            self.buf[: len(data) - first] = data[first:]
+        return producer + wqebbs
 
     def wqe_index(self, consumer: int) -> int:
         """The WQE index the control segment at basic-block counter ``consumer`` holds: a

@@ -156,6 +156,10 @@ _BIND: Final = struct.Struct(">QQII")
 BIND_SEGS: Final = -(-_BIND.size // SEG)
 _AV: Final = struct.Struct(">II I BBH 4x 6x BB I 16s")  # qkey, reserved, dqp_dct, stat_rate_sl, fl_mlid, rlid, ..., rgid
 AV_SEGS: Final = _AV.size // SEG
+# The one-call WQEs (``encode_send_wqe_into``) from the segments' own layouts, each in one basic
+# block: control and data (32 bytes), control, remote address and data (48)
+_CTRL_DATA: Final = struct.Struct(f"{_CTRL.format}{_DATA.format[1:]}32x")
+_CTRL_RADDR_DATA: Final = struct.Struct(f"{_CTRL.format}{_RADDR.format[1:]}{_DATA.format[1:]}16x")
 EXTENDED_AV: Final = 0x80000000  # MLX5_EXTENDED_UD_AV: in dqp_dct
 AV_GRH: Final = 1 << 30  # in grh_gid_fl: the AV carries a GRH (always, on RoCE)
 
@@ -164,6 +168,7 @@ RADDR_OPCODES: Final = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_IMM, WqeOpcod
 _HAS_ATOMIC: Final = {WqeOpcode.ATOMIC_CS, WqeOpcode.ATOMIC_FA}
 _WQE_OPCODES: Final = {int(opcode): opcode for opcode in WqeOpcode}  # a dict lookup, not an enum call per WQE
 MAX_DS: Final = 0x3F  # the ds field is 6 bits
+_MAX_WQE_BYTES: Final = -(-MAX_DS * SEG // WQEBB) * WQEBB  # the largest WQE a control segment can count
 _WORDS: Final = tuple(struct.Struct(f">{2 * ds}Q") for ds in range(MAX_DS + 1))  # a WQE's segments as u64 words
 _LOW32: Final = 0xFFFFFFFF
 _BIND_MW: Final = WqeOpcode.BIND_MW
@@ -182,8 +187,21 @@ def inline_room(fixed_segs: int, ds: int) -> int:
 def encode_send_wqe(wqe: SendWqe) -> bytearray:
     """The segments of ``wqe``, padded to whole basic blocks (``len // WQEBB`` of them: what
     the WQE takes in the ring). A fresh buffer, handed over as it is (no copy into ``bytes``)."""
+    buf = bytearray(_MAX_WQE_BYTES)
+    return buf[: encode_send_wqe_into(buf, 0, wqe, _MAX_WQE_BYTES) * WQEBB]
+
+
+def encode_send_wqe_into(buf: bytearray | memoryview, at: int, wqe: SendWqe, room: int) -> int:
+    """Write ``wqe`` at byte ``at`` of ``buf`` (a ring, or ``encode_send_wqe``'s buffer) through
+    its last basic block, the bytes after its segments zero, if it fits in ``room`` bytes;
+    returns the basic blocks it took, or 0 (nothing written) if it does not fit. Each field is
+    packed at its C width, so a value too wide for its field raises ``struct.error``. A WQE of
+    one data segment and no other but a remote address (a SEND, WRITE or READ of one buffer:
+    most that are posted) is one ``struct`` call (~2 000 instructions compiled, against ~7 000
+    segment by segment into a buffer of its own, then copied)."""
+    sges, av, inline = wqe.sges, wqe.av, wqe.inline
     ds = 1
-    if wqe.av is not None:
+    if av is not None:
         ds += AV_SEGS
     if wqe.raddr is not None:
         ds += 1
@@ -191,15 +209,26 @@ def encode_send_wqe(wqe: SendWqe) -> bytearray:
         ds += 1
     if wqe.bind is not None:
         ds += BIND_SEGS
-    ds += len(wqe.sges) if wqe.inline is None else -(-(_INLINE_HDR.size + len(wqe.inline)) // SEG)
+    ds += len(sges) if inline is None else -(-(_INLINE_HDR.size + len(inline)) // SEG)
     if ds > MAX_DS:
         raise WqeError(f"WQE of {ds} segments exceeds the {MAX_DS} a control segment can count")
-    buf = bytearray(-(-ds * SEG // WQEBB) * WQEBB)  # whole basic blocks (``wqe.wqebbs``)
-    _CTRL.pack_into(buf, 0, (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode,
-                    (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm)  # fmt: skip
-    offset = SEG
-    if wqe.av is not None:
-        av = wqe.av
+    wqebbs = -(-ds * SEG // WQEBB)
+    if wqebbs * WQEBB > room:
+        return 0
+    ctrl = (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode
+    if ds <= 3 and len(sges) == 1 and av is None and wqe.swap_add is None and wqe.bind is None and inline is None:
+        sge = sges[0]
+        if wqe.raddr is None:
+            _CTRL_DATA.pack_into(buf, at, ctrl, (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm, sge.length, sge.lkey,
+                                 sge.addr)  # fmt: skip
+        else:
+            _CTRL_RADDR_DATA.pack_into(buf, at, ctrl, (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm, wqe.raddr,
+                                       wqe.rkey or 0, 0, sge.length, sge.lkey, sge.addr)  # fmt: skip
+        return wqebbs
+    buf[at : at + wqebbs * WQEBB] = bytes(wqebbs * WQEBB)
+    _CTRL.pack_into(buf, at, ctrl, (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm)
+    offset = at + SEG
+    if av is not None:
         _AV.pack_into(buf, offset, av.qkey, 0, EXTENDED_AV | av.dqpn, (av.sl & 7) << 1, 0, av.sport, av.tclass,
                       av.hop_limit, AV_GRH | (av.sgid_index & 0xFF) << 20 | (av.flow_label & 0xFFFFF), av.rgid)  # fmt: skip
         offset += AV_SEGS * SEG
@@ -212,14 +241,14 @@ def encode_send_wqe(wqe: SendWqe) -> bytearray:
     if wqe.bind is not None:
         _BIND.pack_into(buf, offset, *wqe.bind)
         offset += BIND_SEGS * SEG
-    if wqe.inline is not None:
-        _INLINE_HDR.pack_into(buf, offset, len(wqe.inline) | INLINE_FLAG)
-        buf[offset + 4 : offset + 4 + len(wqe.inline)] = wqe.inline
+    if inline is not None:
+        _INLINE_HDR.pack_into(buf, offset, len(inline) | INLINE_FLAG)
+        buf[offset + 4 : offset + 4 + len(inline)] = inline
     else:
-        for sge in wqe.sges:
+        for sge in sges:
             _DATA.pack_into(buf, offset, sge.length, sge.lkey, sge.addr)
             offset += SEG
-    return buf
+    return wqebbs
 
 
 def decode_send_wqe(data: bytes | bytearray | memoryview, datagram: bool = False) -> SendWqe:

@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.nic.rings import DoorbellRecord, SendRing
-from pyroce.nic.wqe import WQEBB, AddressVector, FmCeSe, SendWqe, SgeLike, WqeOpcode, encode_send_wqe
+from pyroce.nic.wqe import AddressVector, FmCeSe, SendWqe, SgeLike, WqeOpcode
 from pyroce.verbs.enums import ibv_qp_state, ibv_qp_type, ibv_send_flags, ibv_wr_opcode
 from pyroce.verbs.mw import bind_segment
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -119,19 +119,22 @@ class SendQueue:
         state = qp._qp_state
         for wr in wrs:
             try:
-                data = encode_send_wqe(self.wqe(wr, state, qp))
+                wqe = self.wqe(wr, state, qp)
+                after = -1
+                if len(self.outstanding) < self.max_wr:
+                    # past the published counter: the NIC reads it once the doorbell record moves
+                    after = self.ring.post(self.producer, wqe, self.wqebbs - (self.producer - self.retired))
             except PyverbsRDMAError as refusal:
                 error = refusal
                 break
             except (struct.error, OverflowError) as too_wide:  # a value wider than its WQE field
                 error = overflow_in(wr) or too_wide
                 break
-            wqebbs = len(data) // WQEBB
-            if len(self.outstanding) >= self.max_wr or self.producer - self.retired + wqebbs > self.wqebbs:
+            if after < 0:
                 error = PyverbsRDMAError("Failed to post send: the send queue is full", errno.ENOMEM)
                 break
-            self.outstanding.append((self.producer, wqebbs, wr.wr_id))
-            self.producer = self.ring.post(self.producer, data)
+            self.outstanding.append((self.producer, after - self.producer, wr.wr_id))
+            self.producer = after
         if error is not None and all_or_none:  # written past the published counter: the NIC never reads it
             self.producer = first_producer
             while len(self.outstanding) > first_outstanding:
