@@ -275,7 +275,7 @@ class NicDevice:
             if len(pending) > cqe_count:
                 raise ValueError(f"{len(pending)} completions do not fit {cqe_count} entries")
             cq.ring = CqRing(buf, cqe_count)
-            cq.producer = 0
+            cq.producer = cq.consumer_seen = 0
             cq.consumer_record[:] = bytes(4)
             for cqe in pending:
                 cq.producer = cq.ring.produce(cq.producer, cqe)

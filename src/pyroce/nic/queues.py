@@ -27,6 +27,7 @@ class HwCq:
     events: EventQueue[AsyncEvent]  # its context's async events (CQ_ERR)
     channel: EventQueue[int] | None = None  # where its completion events go (CQNs)
     producer: int = 0
+    consumer_seen: int = 0  # the consumer record as ``push`` last read it
     overruns_injected: int = 0  # pushes still to fail as if full (a test's fault plan)
     armed: bool = False  # the next CQE (that qualifies) raises one completion event, then disarms
     solicited_only: bool = False  # armed for a solicited or failed completion only
@@ -35,9 +36,14 @@ class HwCq:
 
     def push(self, cqe: Cqe) -> bool:
         """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
-        An armed CQ then raises its event: the CQE is in the ring before the channel hears of it."""
-        consumer = int.from_bytes(self.consumer_record, "big")
-        if (self.producer - consumer) & CQ_COUNTER_MASK >= self.ring.cqe_count or self.overruns_injected:
+        An armed CQ then raises its event: the CQE is in the ring before the channel hears of it.
+        The driver's consumer record is read only when the CQ is full as last read (the
+        consumer only moves on, so an old value leaves less room, never more): a read of it is
+        ~1 500 instructions compiled, a completion's whole write ~6 000."""
+        count = self.ring.cqe_count
+        if (self.producer - self.consumer_seen) & CQ_COUNTER_MASK >= count:
+            self.consumer_seen = int.from_bytes(self.consumer_record, "big")
+        if (self.producer - self.consumer_seen) & CQ_COUNTER_MASK >= count or self.overruns_injected:
             self.overruns_injected -= bool(self.overruns_injected)
             return False
         self.producer = self.ring.produce(self.producer, cqe)
