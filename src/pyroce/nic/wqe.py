@@ -216,7 +216,7 @@ def encode_send_wqe_into(buf: bytearray | memoryview, at: int, wqe: SendWqe, roo
     if wqebbs * WQEBB > room:
         return 0
     ctrl = (wqe.opmod << 24) | ((wqe.wqe_index & 0xFFFF) << 8) | wqe.opcode
-    if ds <= 3 and len(sges) == 1 and av is None and wqe.swap_add is None and wqe.bind is None and inline is None:
+    if len(sges) == 1 and av is None and wqe.swap_add is None and wqe.bind is None and inline is None:
         sge = sges[0]
         if wqe.raddr is None:
             _CTRL_DATA.pack_into(buf, at, ctrl, (wqe.qpn << 8) | ds, 0, 0, wqe.fm_ce_se, wqe.imm, sge.length, sge.lkey,
