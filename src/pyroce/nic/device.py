@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pyroce.cm.manager import RdmaCm
 from pyroce.ib.counters import Counters
-from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS
+from pyroce.ib.enums import CQ_EVENTS, QP_EVENTS, SRQ_EVENTS, Access
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
 from pyroce.nic.capture import DEFAULT_KEEP, Capture, FrameSink
@@ -34,7 +34,6 @@ from pyroce.nic.mirrored import MirroredMemory
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
-from pyroce.transport.memory import Access
 from pyroce.transport.rc import QpConfig, QpState, RcQp
 from pyroce.transport.ud import UdQp
 from pyroce.wire.opcodes import Transport
@@ -218,7 +217,7 @@ class NicDevice:
     def rereg_mr(self, region: MemoryRegion, pdn: int, access: Access) -> None:
         """Change an MR's PD and access in place (its key stays, as rxe keeps it)."""
         with self._lock:
-            region.pdn, region.access = pdn, access
+            region.pdn, region.access = pdn, int(access)
 
     def retranslate_mr(self, region: MemoryRegion, view: memoryview, addr: int,
                        mirrored: MirroredMemory | None = None) -> None:  # fmt: skip

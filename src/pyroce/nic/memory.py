@@ -45,7 +45,10 @@ MAX_MR_INDEX: Final = 1 << 24
 _REMOTE: Final = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 _WRITES: Final = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)  # accesses that may write
 _EMPTY: Final = memoryview(bytearray(0))
-_WINDOW_GRANTS: Final = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC  # a window's key is an rkey only
+_WINDOW_GRANTS: Final = _REMOTE  # a window's key is an rkey only
+_MW_BIND: Final = int(Access.MW_BIND)
+_LOCAL_WRITE: Final = int(Access.LOCAL_WRITE)
+_REMOTE_WRITES: Final = int(Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
 
 
 def _holder(mirror: Mirror, start: int, length: int) -> tuple[ctypes.Array[ctypes.c_char], int]:
@@ -68,7 +71,7 @@ class MemoryRegion:
     pdn: int
     addr: int
     length: int
-    access: Access
+    access: int  # ``Access`` flags, a plain int: IntFlag operators build an enum member each
     view: memoryview
     mirrored: MirroredMemory | None = None  # another process's memory: ``view`` is its mirror
 
@@ -97,7 +100,7 @@ class MemoryWindow:
     region: MemoryRegion | None = None
     addr: int = 0
     length: int = 0
-    access: Access = Access.LOCAL_READ  # nothing granted
+    access: int = 0  # ``Access`` flags, a plain int: nothing granted
     qpn: int = 0  # type 2: the QP that bound it
 
 
@@ -176,7 +179,7 @@ class MrTable:
                  mirrored: MirroredMemory | None = None) -> MemoryRegion:  # fmt: skip
         """Register ``view`` (a writable byte view) at address ``addr`` for ``pdn``; with
         ``mirrored``, ``view`` is its mirror (one region per ``MirroredMemory``)."""
-        region = MemoryRegion(self._new_key(), pdn, addr, len(view), access, view, mirrored)
+        region = MemoryRegion(self._new_key(), pdn, addr, len(view), int(access), view, mirrored)
         self._by_index[region.key >> 8] = region
         return region
 
@@ -231,14 +234,14 @@ class MrTable:
                 raise BindError("the MR is not registered")
             if region.pdn != window.pdn:
                 raise BindError("the MR and the window belong to different protection domains")
-            if not region.access & Access.MW_BIND:
+            if not region.access & _MW_BIND:
                 raise BindError("the MR was registered without IBV_ACCESS_MW_BIND")
-            if int(access) & int(Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not region.access & Access.LOCAL_WRITE:
+            if int(access) & _REMOTE_WRITES and not region.access & _LOCAL_WRITE:
                 raise BindError("remote write or atomic access through a window needs local write on the MR")
             if addr < region.addr or length < 0 or addr + length > region.addr + region.length:
                 raise BindError("the window's range lies outside the MR")
         window.region = region if length else None
-        window.addr, window.length, window.access, window.qpn = addr, length, access & _WINDOW_GRANTS, qpn
+        window.addr, window.length, window.access, window.qpn = addr, length, int(access) & _WINDOW_GRANTS, qpn
         window.key = (window.key & ~0xFF) | (key_byte & 0xFF)
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:
@@ -253,7 +256,7 @@ class MrTable:
         window.length = 0
         return None
 
-    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int,
+    def lookup(self, key: int, addr: int, length: int, access: int, pdn: int,
                placing: bool = False) -> memoryview | MemFault:  # fmt: skip
         if length == 0:
             return _EMPTY  # IBA 9.4.3/9.4.4: a zero-length access checks no key and touches nothing
@@ -264,7 +267,7 @@ class MrTable:
             return self._through_window(region, addr, length, access, pdn, placing)
         if region.pdn != pdn:
             return MemFault.BAD_PD
-        if int(access) & ~int(region.access):  # ints: IntFlag operators build enum members
+        if access & ~region.access:
             return MemFault.ACCESS
         start = addr - region.addr
         if start < 0 or length < 0 or start + length > region.length:
@@ -273,16 +276,16 @@ class MrTable:
             return self._mirrored(region.mirrored, start, length, access, placing)
         return region.view[start : start + length]
 
-    def _through_window(self, window: MemoryWindow, addr: int, length: int, access: Access, pdn: int,
+    def _through_window(self, window: MemoryWindow, addr: int, length: int, access: int, pdn: int,
                         placing: bool) -> memoryview | MemFault:  # fmt: skip
         region = window.region
         if region is None or self._by_index.get(region.key >> 8) is not region:
             return MemFault.BAD_KEY  # unbound, invalidated, or its MR is gone
-        if not int(access) & _REMOTE:
+        if not access & _REMOTE:
             return MemFault.BAD_KEY  # a window's key is an R_Key: an SGE's L_Key names an MR (IBA 10.6.7)
         if window.pdn != pdn:
             return MemFault.BAD_PD
-        if int(access) & ~int(window.access):
+        if access & ~window.access:
             return MemFault.ACCESS
         start = addr - window.addr
         if start < 0 or length < 0 or start + length > window.length:
@@ -294,12 +297,12 @@ class MrTable:
 
     # --- mirrored regions (another process's memory) ---------------------------------------
 
-    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: Access,
+    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: int,
                   placing: bool) -> memoryview | MemFault:  # fmt: skip
         """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
         while the view lives if the access may write (what it changes is pushed back). A
         ``placing`` range that may be written is not pulled: what ``placed`` names is pushed."""
-        writes = int(access) & _WRITES
+        writes = access & _WRITES
         placing = placing and bool(writes)  # a range the transport only reads is pulled whole
         if not placing:
             overlapping = self._push_overlapping(memory, start, length) if self.dirty else []  # the NIC's bytes first

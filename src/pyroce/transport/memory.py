@@ -12,8 +12,6 @@ import enum
 from collections.abc import Mapping
 from typing import Protocol
 
-from pyroce.ib.enums import Access
-
 
 class MemFault(enum.Enum):
     """Why a memory access was refused."""
@@ -30,10 +28,11 @@ class MemoryTable(Protocol):
     # empty when none is (memory the NIC addresses itself), and then ``placed`` has nothing to do.
     dirty: Mapping[int, object]
 
-    def lookup(self, key: int, addr: int, length: int, access: Access, pdn: int,
+    def lookup(self, key: int, addr: int, length: int, access: int, pdn: int,
                placing: bool = False) -> memoryview | MemFault:  # fmt: skip
         """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
-        the reason the access is refused. ``length`` 0 is always allowed and touches nothing.
+        the reason the access is refused. ``access``: the ``Access`` flags asked for, as a
+        plain int (per packet: an ``IntFlag`` operator builds an enum member). ``length`` 0 is always allowed and touches nothing.
         ``placing``: the view is a message's destination (an RDMA WRITE's target, a receive
         buffer, a READ's or an atomic's local buffer), which the transport fills in order from
         its start and hands back with ``placed``: until then none of it need reach the memory

@@ -63,7 +63,7 @@ WC_OPCODES: Final = {
     WorkOp.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
 }
 # What the local buffers of each operation need: reads and atomics write into them.
-LOCAL_ACCESS: Final = {op: Access.LOCAL_WRITE if op in READS_AND_ATOMICS else Access.LOCAL_READ for op in WorkOp}
+LOCAL_ACCESS: Final = {op: int(Access.LOCAL_WRITE if op in READS_AND_ATOMICS else Access.LOCAL_READ) for op in WorkOp}
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
 _RTS: Final = QpState.RTS
 _SUCCESS: Final = WcStatus.SUCCESS

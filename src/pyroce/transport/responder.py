@@ -103,8 +103,10 @@ UC_ERRORS[RespState.ERR_RECV_PROT] = ERRORS[RespState.ERR_RECV_PROT]._replace(na
 OP_ACCESS: Final = {Flag.WRITE: Access.REMOTE_WRITE, Flag.READ: Access.REMOTE_READ, Flag.ATOMIC: Access.REMOTE_ATOMIC}
 NOT_EXECUTED: Final = Flag.FLUSH | Flag.ATOMIC_WRITE  # IBA 1.5 operations pyroce does not execute yet
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
-_REMOTE_READ: Final = Access.REMOTE_READ
-_REMOTE_WRITE: Final = Access.REMOTE_WRITE
+_REMOTE_READ: Final = int(Access.REMOTE_READ)  # the memory table's access flags: plain ints (MemoryTable.lookup)
+_REMOTE_WRITE: Final = int(Access.REMOTE_WRITE)
+_REMOTE_ATOMIC: Final = int(Access.REMOTE_ATOMIC)
+_LOCAL_WRITE: Final = int(Access.LOCAL_WRITE)
 _SUCCESS: Final = WcStatus.SUCCESS
 _NO_WC_FLAGS: Final = WcFlag.NONE
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
@@ -362,7 +364,7 @@ class Responder:
             return self._check_rkey(pkt.reth, len(pkt.payload), flags)  # type: ignore[arg-type]
         if flags & Flag.ATMETH:
             atomic = pkt.atomiceth  # the key and its 8 bytes first: a range leaving the MR is an R_Key
-            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, Access.REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
+            view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, _REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
             if isinstance(view, MemFault):  # violation even when misaligned too (rxe checks in this order)
                 return RespState.ERR_RKEY_VIOLATION
             if atomic.va & 7:  # type: ignore[union-attr]
@@ -442,7 +444,7 @@ class Responder:
 
     def _resolve_recv(self, recv: RecvWork) -> ScatterGather | MemFault:
         """The buffers of receive WQE ``recv``, which a SEND writes: local write access, this PD."""
-        return ScatterGather.resolve(self.qp.memory, recv.sges, Access.LOCAL_WRITE, self.qp.config.pdn, True)
+        return ScatterGather.resolve(self.qp.memory, recv.sges, _LOCAL_WRITE, self.qp.config.pdn, True)
 
     def _placed(self, flags: int, psn: int, length: int, ackreq: bool, pkt: Packet | None) -> None:
         """A SEND or WRITE packet's payload is in place: move past it, end the message (and
@@ -532,7 +534,7 @@ class Responder:
             self._ack(psn_add(self.epsn, -1))  # C9-105: ACK again, do nothing else
         elif flags & Flag.READ:
             reth = pkt.reth
-            view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, Access.REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
+            view = self.qp.memory.lookup(reth.rkey, reth.va, reth.dma_len, _REMOTE_READ, self.qp.config.pdn)  # type: ignore[union-attr]
             if not isinstance(view, MemFault) and reth.dma_len <= self.qp.config.max_msg_sz:  # type: ignore[union-attr]
                 # The retried range replaces what is still queued of the first execution; a
                 # duplicate that replaces nothing is answered only while resources are free.

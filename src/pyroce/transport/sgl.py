@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from itertools import accumulate
 
-from pyroce.ib.enums import Access
 from pyroce.transport.memory import MemFault, MemoryTable
 from pyroce.transport.work import Sge
 
@@ -22,7 +21,7 @@ class ScatterGather:
         self.length = self.starts[-1]
 
     @classmethod
-    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: Access, pdn: int,
+    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: int, pdn: int,
                 placing: bool = False) -> ScatterGather | MemFault:  # fmt: skip
         """Check every SGE against the memory table; the first refusal is returned.
         ``placing``: a message's destination, handed back with ``placed`` (``MemoryTable.lookup``)."""

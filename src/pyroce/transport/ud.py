@@ -44,6 +44,8 @@ from pyroce.wire.packet import Packet
 from pyroce.wire.psn import psn_add
 
 CONTROLLED_QKEY: Final = 0x80000000  # a WR's Q_Key with this bit set means "use the QP's own" (IBA 10.2.5)
+_LOCAL_READ: Final = int(Access.LOCAL_READ)  # the memory table's access flags: plain ints (MemoryTable.lookup)
+_LOCAL_WRITE: Final = int(Access.LOCAL_WRITE)
 UD_OPCODES: Final = {WorkOp.SEND: Opcode.UD_SEND_ONLY, WorkOp.SEND_WITH_IMM: Opcode.UD_SEND_ONLY_WITH_IMMEDIATE}
 
 Route = Callable[[bytes], str | None]  # a destination GID to the link's address for it (None: unreachable)
@@ -119,7 +121,7 @@ class UdQp:
             self.counters["drop_no_recv_wqe"] += 1  # UD has no RNR: the datagram is lost
             return
         recv = self.recv_queue.popleft()
-        data = ScatterGather.resolve(self.memory, recv.sges, Access.LOCAL_WRITE, self.config.pdn)
+        data = ScatterGather.resolve(self.memory, recv.sges, _LOCAL_WRITE, self.config.pdn)
         if isinstance(data, MemFault):
             self.error_detail = f"receive WQE {recv.wqe_counter}: {data.value}"
             self.completions.append(Completion(True, recv.wqe_counter, WcStatus.LOC_PROT_ERR, WcOpcode.RECV,
@@ -183,7 +185,7 @@ class UdQp:
         if work.inline is not None:
             payload: bytes | memoryview = work.inline
         else:
-            data = ScatterGather.resolve(self.memory, work.sges, Access.LOCAL_READ, config.pdn)
+            data = ScatterGather.resolve(self.memory, work.sges, _LOCAL_READ, config.pdn)
             if isinstance(data, MemFault):
                 sges = ", ".join(f"lkey 0x{s.lkey:x} addr 0x{s.addr:x} len {s.length}" for s in work.sges)
                 self.error_detail = f"WQE {work.wqe_counter}: {data.value}: {sges}"
