@@ -8,13 +8,14 @@ import os
 import struct
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from pyroce.host.assembly import build_device
 from pyroce.link.memory import MemoryLink, MemoryWire
 from pyroce.link.udp import UdpLink
+from pyroce.nic.capture import Capture
 from pyroce.nic.port import Port
 from pyroce.nic.tx import TxBatch
 from pyroce.verbs.enums import ibv_send_flags, ibv_wc_status, ibv_wr_opcode
@@ -35,32 +36,29 @@ def test_a_datagram_the_kernel_refuses_is_a_drop_not_an_exception() -> None:
         link.close()
 
 
-class RefusingLink:
-    """A link whose first send fails with an error the engine does not expect; the rest is
-    the memory link it wraps (a wrapper: the compiled build's links take no Python subclass)."""
+def refusing_once() -> Callable[[tuple[float, bytes]], None]:
+    """A capture's sink whose first write fails (as a full disk's would): an error the
+    engine does not expect, raised on its way to the link."""
+    writes = []
 
-    def __init__(self, link: MemoryLink) -> None:
-        self.link = link
-        self.sends = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.link, name)
-
-    def send(self, data: memoryview | bytes, peer: str) -> bool:
-        self.sends += 1
-        if self.sends == 1:
+    def sink(frame: tuple[float, bytes]) -> None:
+        writes.append(frame)
+        if len(writes) == 1:
             raise OSError("refused")
-        return self.link.send(data, peer)
+
+    return sink
 
 
 def test_a_failed_send_is_not_sent_again_by_the_next_batch() -> None:
     wire = MemoryWire()
-    link = RefusingLink(MemoryLink(wire, "10.7.0.1"))
+    link = MemoryLink(wire, "10.7.0.1")
     receiver = wire.link("10.7.0.2")
-    batch = TxBatch(memoryview(bytearray(4096)), Port(link, None, Counter(), time.monotonic), Counter())
+    port = Port(link, None, Counter(), time.monotonic)
+    port.capture = Capture(sink=refusing_once())
+    batch = TxBatch(memoryview(bytearray(4096)), port, Counter())
     path = link.tx_path("10.7.0.2")
     with pytest.raises(OSError, match="refused"):
-        batch.send("10.7.0.2", 0x11, path, [b"first"])  # not GSO: the packet leaves at once, and the link raises
+        batch.send("10.7.0.2", 0x11, path, [b"first"])  # not GSO: the packet leaves at once, and its send raises
     assert batch.segments == 0 and batch.end == 0  # nothing left behind to be sent again
     batch.send("10.7.0.2", 0x11, path, [b"second"])
     buf = bytearray(64)

@@ -7,8 +7,8 @@ Two rules, both read from the source (``TYPE_CHECKING`` and function-level impor
   no entry and fails; an import of a package not listed fails, so a new dependency between
   layers is declared here, on purpose.
 - ``PURE`` are the layers that do no I/O: the vocabulary (``ib``), packets (``wire``), the
-  sans-IO transport and the device model (``nic``), and the one module of ``link`` the device
-  model uses (its fault injector). They import none of ``NO_IO`` (sockets, threads, processes,
+  sans-IO transport and the device model (``nic``), and the modules of ``link`` the device
+  model uses (the links' base class and their paths, its fault injector, the engines' steering). They import none of ``NO_IO`` (sockets, threads, processes,
   signals, clocks, the OS's files and memory) and no pyroce module outside ``PURE``: threads,
   fds, files and clocks are the host's (``pyroce.host``), which gives the device what it needs.
 """
@@ -31,8 +31,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cm": frozenset({"ib", "wire", "nic.events", "nic.timers"}),  # the connection manager on QP1, sans-IO
     "link": frozenset({"ib", "wire"}),  # sockets, the in-memory wire, Ethernet frames, fault injection
     "nic": frozenset(
-        {"ib", "wire", "transport", "cm", "link.faults", "link.steering"}
-    ),  # the device model: the host gives it the rest
+        {"ib", "wire", "transport", "cm", "link.base", "link.paths", "link.faults", "link.steering"}
+    ),  # the device model: the host gives it the rest (a link, as its base class says: ``link.base``)
     "host": frozenset({"wire", "link", "nic"}),  # threads, fds, files, the environment: a process's device
     # never the transport or the link (only the host's registry); the shared NIC's device as a client of it
     "verbs": frozenset({"ib", "wire", "nic", "host", "cm", "nicd.remote_device"}),
@@ -57,7 +57,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "": frozenset(),  # pyroce/__init__.py
 }
 
-PURE = ("ib", "wire", "transport", "cm", "nic", "link.faults", "link.steering")
+PURE = ("ib", "wire", "transport", "cm", "nic", "link.base", "link.paths", "link.faults", "link.steering")
 NO_IO = frozenset({
     "socket", "ssl", "select", "selectors", "asyncio",  # sockets and waiting on fds
     "threading", "_thread", "multiprocessing", "concurrent", "queue", "subprocess", "signal",  # threads, processes

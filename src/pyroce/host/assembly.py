@@ -18,11 +18,12 @@ from pyroce.host.handoff import Handoff
 from pyroce.host.notify import EventFdQueue, EventFdQueues
 from pyroce.host.progress import Progress
 from pyroce.host.stats_file import StatsFile
+from pyroce.link.base import Link
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.nic.device import NicDevice
 from pyroce.nic.engine import MAX_EVENTS, Engine
 from pyroce.nic.events import AsyncEvent
-from pyroce.nic.port import Clock, Link
+from pyroce.nic.port import Clock
 
 
 def build_device(name: str, link: Link, *, verify_icrc: bool = True, progress: str = "inline",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from pyroce.link.paths import RocePaths
+from pyroce.link.base import Link
 
 
 class MemoryWire:
@@ -30,14 +30,11 @@ class MemoryWire:
         return link
 
 
-class QueuedLink(RocePaths):
+class QueuedLink(Link):
     """A link whose datagrams arrive in a queue this process fills (no socket, no GSO): the
     inbox, its fd (readable while a datagram waits, so an engine thread can wait on it), and
     the receive side the engine reads. Subclasses say where ``send`` puts datagrams and how a
     multicast group's come in (``join``)."""
-
-    gso = False
-    steering = None  # one device per address
 
     def __init__(self, address: str) -> None:
         super().__init__(address)
@@ -63,15 +60,6 @@ class QueuedLink(RocePaths):
         self._inbox.append((data, sender, dest or self.address))
         os.eventfd_write(self._ready, 1)
         self._signalled += 1  # after the write: a reader that sees it finds the fd readable
-
-    def send(self, data: memoryview | bytes, peer: str) -> bool:
-        raise NotImplementedError
-
-    def join(self, group: str) -> None:
-        raise NotImplementedError
-
-    def leave(self, group: str) -> None:
-        raise NotImplementedError
 
     def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool:
         for start in range(0, len(data), segment_size):

@@ -37,8 +37,8 @@ import socket
 import struct
 from typing import Final
 
+from pyroce.link.base import Link
 from pyroce.link.errors import LinkError
-from pyroce.link.paths import RocePaths
 from pyroce.link.steering import Steering, steering_program
 from pyroce.wire.framing import ROCE_UDP_PORT
 
@@ -59,7 +59,7 @@ _SIOCGIFMTU: Final = 0x8921
 _SIOCGIFADDR: Final = 0x8915
 
 
-class UdpLink(RocePaths):
+class UdpLink(Link):
     """A non-blocking UDP socket bound to ``address``:4791, with one ``RocePath`` per peer."""
 
     def __init__(self, address: str, port: int = ROCE_UDP_PORT, batching: bool = True,

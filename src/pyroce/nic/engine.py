@@ -46,13 +46,14 @@ from pyroce.cm.manager import RdmaCm
 from pyroce.ib.counters import Counters
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
+from pyroce.link.base import Link
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import cqe_from_completion, work_from_wqe
 from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
 from pyroce.nic.multicast import Multicast
-from pyroce.nic.port import Clock, Link, Port
+from pyroce.nic.port import Clock, Port
 from pyroce.nic.queues import HwCq, HwQp
 from pyroce.nic.rings import DoorbellRecord
 from pyroce.nic.timers import Timers

@@ -20,37 +20,17 @@ import ipaddress
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final
 
 from pyroce.ib.addressing import IPV4_MAPPED, ipv4_of_link_local
+from pyroce.link.base import Link
 from pyroce.link.faults import FaultInjector
-from pyroce.link.steering import Steering
 from pyroce.nic.capture import Capture
 from pyroce.wire.bth import peek_dqpn
 from pyroce.wire.framing import RocePath
 
 Clock = Callable[[], float]
 _LINK_LOCAL: Final = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
-
-
-class Link(Protocol):
-    """What the engine needs of a link (``pyroce.link.udp.UdpLink`` is one)."""
-
-    address: str
-    port: int
-    gso: bool
-
-    steering: Steering | None  # one engine of several on ``address``: which QPs are this one's
-
-    def fileno(self) -> int: ...
-    def tx_path(self, peer: str) -> RocePath: ...
-    def rx_path(self, peer: str, sport: int, dest: str | None = None) -> RocePath: ...
-    def send(self, data: memoryview | bytes, peer: str) -> bool: ...
-    def send_segments(self, data: memoryview, segment_size: int, peer: str) -> bool: ...
-    def recv_into(self, buf: bytearray) -> tuple[int, tuple[str, int], int, str] | None: ...
-    def join(self, group: str) -> None: ...
-    def leave(self, group: str) -> None: ...
-    def close(self) -> None: ...
 
 
 class Port:
