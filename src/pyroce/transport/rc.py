@@ -42,6 +42,7 @@ SENDING_STATES: Final = frozenset({QpState.RTS, QpState.SQD})  # where requests 
 ACK_LEN: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: ignore[union-attr]  # BTH, AETH, ICRC
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
 _RTR: Final = QpState.RTR
+_ERR: Final = QpState.ERR
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
 _unpack_reth: Final = CODECS[OpFlag.RETH].unpack  # a predicted WRITE's RETH, by the header's one codec
 
@@ -120,14 +121,14 @@ class RcQp:
             self.flush()
 
     def post_send(self, work: SendWork) -> None:
-        if self.state is QpState.ERR:
+        if self.state is _ERR:
             self.completions.append(Completion(False, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WC_OPCODES[work.op],
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
         self.requester.queue.append(SendEntry(work, self.config.pmtu))
 
     def post_recv(self, work: RecvWork) -> None:
-        if self.state is QpState.ERR:
+        if self.state is _ERR:
             self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
@@ -250,7 +251,7 @@ class RcQp:
         a message not begun begins only if ``start``. Returns them and how many packets they hold."""
         out: list[Packet | PacketRun | bytes] = []
         count = 0
-        if self.responder.out and (self.state in RECEIVING_STATES or self.state is QpState.ERR):
+        if self.responder.out and (self.state in RECEIVING_STATES or self.state is _ERR):
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.requester.queue and self.state in SENDING_STATES:
             count += self.requester.emit(out, budget - count, now, start)

@@ -46,6 +46,8 @@ from pyroce.wire.psn import psn_add
 CONTROLLED_QKEY: Final = 0x80000000  # a WR's Q_Key with this bit set means "use the QP's own" (IBA 10.2.5)
 _LOCAL_READ: Final = int(Access.LOCAL_READ)  # the memory table's access flags: plain ints (MemoryTable.lookup)
 _LOCAL_WRITE: Final = int(Access.LOCAL_WRITE)
+_RTS: Final = QpState.RTS  # enum members read per message, as constants (docs/architecture.md, "Compiled with mypyc")
+_ERR: Final = QpState.ERR
 UD_OPCODES: Final = {WorkOp.SEND: Opcode.UD_SEND_ONLY, WorkOp.SEND_WITH_IMM: Opcode.UD_SEND_ONLY_WITH_IMMEDIATE}
 
 Route = Callable[[bytes], str | None]  # a destination GID to the link's address for it (None: unreachable)
@@ -88,13 +90,13 @@ class UdQp:
             self.flush()
 
     def post_send(self, work: SendWork) -> None:
-        if self.state is QpState.ERR:
+        if self.state is _ERR:
             self._fail(work, WcStatus.WR_FLUSH_ERR, Reason.FLUSHED)
             return
         self.send_queue.append(work)
 
     def post_recv(self, work: RecvWork) -> None:
-        if self.state is QpState.ERR:
+        if self.state is _ERR:
             self.completions.append(Completion(True, work.wqe_counter, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
                                                vendor_err=Reason.FLUSHED))  # fmt: skip
             return
@@ -154,7 +156,7 @@ class UdQp:
         stays in RTS)."""
         out: list[Datagram] = []
         queue = self.send_queue
-        while queue and len(out) < budget and self.state is QpState.RTS:
+        while queue and len(out) < budget and self.state is _RTS:
             datagram = self._datagram(queue.popleft(), route)
             if datagram is not None:
                 out.append(datagram)
@@ -209,7 +211,7 @@ class UdQp:
 
     @property
     def has_output(self) -> bool:
-        return bool(self.send_queue) and self.state is QpState.RTS
+        return bool(self.send_queue) and self.state is _RTS
 
     # --- errors -------------------------------------------------------------------------
 
