@@ -62,17 +62,24 @@ class Handoff:
         (non-blocking: on EAGAIN it waits for the fd to be writable and writes again)."""
         return self._write_fd
 
+    # ``ring``, ``post_receives`` and ``take`` run per message: they take the lock with
+    # ``acquire`` and ``release`` (nothing in them raises), where compiled code would look up
+    # and call a ``with``'s ``__enter__`` and ``__exit__`` generically (~1 100 instructions,
+    # twice the two calls)
+
     def ring(self, qpn: int) -> None:
         """The QP's send doorbell record moved."""
-        with self._lock:
-            self._rung.add(qpn)
-            self.pending = True
+        self._lock.acquire()
+        self._rung.add(qpn)
+        self.pending = True
+        self._lock.release()
 
     def post_receives(self, qpn: int) -> None:
         """The QP's receive doorbell record moved."""
-        with self._lock:
-            self._receives.add(qpn)
-            self.pending = True
+        self._lock.acquire()
+        self._receives.add(qpn)
+        self.pending = True
+        self._lock.release()
 
     def wake(self) -> None:
         """Make the engine thread's wait return (one record however many calls)."""
@@ -114,13 +121,15 @@ class Handoff:
 
     def take(self) -> tuple[set[int], set[int]]:
         """The QPNs rung since the last take: (send queues, receive queues)."""
-        with self._lock:
-            if not (self._rung or self._receives):
-                return _EMPTY, _EMPTY
-            rung, receives = self._rung, self._receives
+        self._lock.acquire()
+        rung, receives = self._rung, self._receives
+        if rung or receives:
             self._rung, self._receives = set(), set()
-            self.pending = False
-            return rung, receives
+        else:
+            rung = receives = _EMPTY
+        self.pending = False
+        self._lock.release()
+        return rung, receives
 
     def close(self) -> None:
         with self._lock:
