@@ -39,7 +39,7 @@ from typing import Final
 from pyroce.ib.counters import Counters
 from pyroce.ib.enums import Access
 from pyroce.nic.mirrored import Mirror, MirroredMemory
-from pyroce.transport.memory import MemFault
+from pyroce.transport.memory import MemFault, MemoryTable
 
 MAX_MR_INDEX: Final = 1 << 24
 _REMOTE: Final = int(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
@@ -155,15 +155,15 @@ class BusyError(ValueError):
     """An MR a window is bound to cannot change its memory (rxe refuses to deregister it, EINVAL)."""
 
 
-class MrTable:
+class MrTable(MemoryTable[DirtyRange]):
     def __init__(self, counters: Counter[str] | None = None) -> None:
+        super().__init__()
         self._by_index: dict[int, MemoryRegion | MemoryWindow] = {}
         self._next_index = secrets.randbelow(MAX_MR_INDEX >> 1) + 1
         self.counters: Counter[str] = Counters() if counters is None else counters
-        # Ranges of mirrored regions looked up for an access that may write, while their view
-        # lives, by the id of the ctypes array their views are made from (``view.obj``, alive
-        # as long as they are). Empty when nothing is mirrored.
-        self.dirty: dict[int, DirtyRange] = {}
+        # ``dirty``: ranges of mirrored regions looked up for an access that may write, while
+        # their view lives, by the id of the ctypes array their views are made from
+        # (``view.obj``, alive as long as they are). Empty when nothing is mirrored.
 
     def __len__(self) -> int:
         return len(self._by_index)

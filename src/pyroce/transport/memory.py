@@ -9,8 +9,7 @@ outside a registered region can be touched whatever a peer sends.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Protocol
+from typing import Generic, TypeVar
 
 
 class MemFault(enum.Enum):
@@ -23,21 +22,32 @@ class MemFault(enum.Enum):
     UNMAPPED = "the MR's memory is no longer mapped"  # another process's memory (the shared NIC's client)
 
 
-class MemoryTable(Protocol):
-    # Ranges the owner writes back to memory it mirrors, while the transport holds their views:
-    # empty when none is (memory the NIC addresses itself), and then ``placed`` has nothing to do.
-    dirty: Mapping[int, object]
+Held = TypeVar("Held")
+
+
+class MemoryTable(Generic[Held]):
+    """What the transport asks of memory's owner, the base class of the owner's table
+    (``pyroce.nic.memory.MrTable``). A class, not a protocol: the transport calls it per
+    message, and compiled code calls a compiled base class's methods directly, where it looks
+    a protocol's up by name and boxes every argument."""
+
+    def __init__(self) -> None:
+        # Ranges the owner writes back to memory it mirrors, while the transport holds their
+        # views (by the owner's key, ``Held`` the owner's record of each): empty when none is
+        # (memory the NIC addresses itself), and then ``placed`` has nothing to do.
+        self.dirty: dict[int, Held] = {}
 
     def lookup(self, key: int, addr: int, length: int, access: int, pdn: int,
                placing: bool = False) -> memoryview | MemFault:  # fmt: skip
         """A writable view of ``length`` bytes at ``addr`` in the region named by ``key``, or
         the reason the access is refused. ``access``: the ``Access`` flags asked for, as a
-        plain int (per packet: an ``IntFlag`` operator builds an enum member). ``length`` 0 is always allowed and touches nothing.
+        plain int (per packet: an ``IntFlag`` operator builds an enum member). ``length`` 0 is
+        always allowed and touches nothing.
         ``placing``: the view is a message's destination (an RDMA WRITE's target, a receive
         buffer, a READ's or an atomic's local buffer), which the transport fills in order from
         its start and hands back with ``placed``: until then none of it need reach the memory
         (memory the NIC mirrors is written back only as far as ``placed`` says)."""
-        ...
+        raise NotImplementedError
 
     def placed(self, view: memoryview, length: int) -> bool:
         """The transport is done with a ``placing`` view: its first ``length`` bytes were
@@ -46,8 +56,8 @@ class MemoryTable(Protocol):
         memory as it was. False if they could not reach the memory (mirrored memory its
         program unmapped, or a program gone, which ``lookup`` does not probe for a
         ``placing`` view): the message fails as one whose destination ``lookup`` refused."""
-        ...
+        raise NotImplementedError
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:
         """Invalidate the memory window ``key`` bound by ``qpn`` (IBA 10.6.7.2.5), or say why not."""
-        ...
+        raise NotImplementedError
