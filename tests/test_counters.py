@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pyroce.apps.rc_endpoint import RcEndpoint
-from pyroce.ib.counters import Counters
+from pyroce.ib.counters import Counters, folded
 from pyroce.transport import QpConfig, RcQp
 
 
@@ -37,3 +37,10 @@ def test_the_per_packet_counters_are_counters() -> None:
         assert type(RcQp(QpConfig(qpn=0x11), engine.mrs).counters) is Counters
     finally:
         endpoint.close()
+
+
+def test_folded_adds_the_counts_kept_outside() -> None:
+    counters = Counters({"drop_pkey": 2, "sent_pkts": 1})
+    total = folded(counters, sent_pkts=3, rcvd_pkts=0)
+    assert total == {"drop_pkey": 2, "sent_pkts": 4} and type(total) is Counters
+    assert counters == {"drop_pkey": 2, "sent_pkts": 1}  # the counters themselves unchanged

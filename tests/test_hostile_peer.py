@@ -95,7 +95,7 @@ def deliver_run(qp: RcQp, run: memoryview, step: int, now: float) -> int:
     demux = Demux(_raise)
     demux.qps[qp.config.qpn] = qp
     demux.receive(run, step, None, now)
-    return demux.counters["predicted_pkts"]
+    return demux.predicted_pkts
 
 
 def _raise(qpn: int, exc: Exception) -> None:
@@ -186,7 +186,7 @@ def test_hostile_request_gets_rxes_answer_and_touches_nothing(target: Target, ca
     if expected_nak is not None and expected_nak != NakCode.PSN_SEQ_ERR:
         assert bytes(target.guarded) == region_before  # refused before a byte was written
         assert target.qp.state is QpState.ERR  # RC class C/D errors are fatal (IBA 9.9.3)
-    assert sum(target.qp.counters.values()) > 0
+    assert sum(target.qp.counts().values()) > 0
 
 
 SURPRISES = {  # (opcode, PSN after the FIRST, payload length, BTH byte 1 bits, the general path's NAK)

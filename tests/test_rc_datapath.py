@@ -289,8 +289,17 @@ def test_cq_resize_keeps_unpolled_completions(pair: tuple[Endpoint, Endpoint]) -
     assert [wc.wr_id for wc in first + a.poll(4)] == [0, 1, 2, 3, 4]
 
 
-def test_counters_per_qp_and_per_device(pair: tuple[Endpoint, Endpoint]) -> None:
-    a, b = pair
+def test_counters_per_qp_and_per_device() -> None:
+    """A pair of its own: it closes a QP."""
+    a, b = connected_pair()
+    try:
+        check_counters(a, b)
+    finally:
+        a.close()
+        b.close()
+
+
+def check_counters(a: Endpoint, b: Endpoint) -> None:
     before = a.ctx.device.qp_stats(a.qp.qp_num).get("sent_pkts", 0)
     device_before = a.ctx.device.stats()
     b.qp.post_recv(RecvWR(wr_id=1, sg=[SGE(b.mr.buf, 5000, b.mr.lkey)]))
@@ -303,7 +312,10 @@ def test_counters_per_qp_and_per_device(pair: tuple[Endpoint, Endpoint]) -> None
     # both QPs are on this one device: three SEND packets and b's ACK, each counted once
     assert device["sent_pkts"] - device_before.get("sent_pkts", 0) == 4
     assert device["rcvd_pkts"] - device_before.get("rcvd_pkts", 0) == 4
-    assert device["sent_bytes"] > 3000
+    sent_bytes = device["sent_bytes"] - device_before.get("sent_bytes", 0)
+    assert sent_bytes > 3000 and device["rcvd_bytes"] - device_before.get("rcvd_bytes", 0) == sent_bytes
+    a.qp.close()  # a QP's per-packet counts are its own: the device keeps them when it goes
+    assert a.ctx.device.stats()["sent_pkts"] == device["sent_pkts"]
 
 
 @pytest.mark.parametrize("sg", ["no SGE", "a zero-length SGE"])

@@ -71,7 +71,7 @@ def assert_same(twins: tuple[Node, Node]) -> None:
     assert [_coalescable(p) for p in predicted] == [_coalescable(p) for p in general]
     for ours, theirs in zip(predicted, general):
         assert ours == theirs or psn_diff(ours.bth.psn, theirs.bth.psn) > 0, (ours, theirs)
-    assert a.qp.counters == b.qp.counters
+    assert a.qp.counts() == b.qp.counts()
     assert a.qp.error_detail == b.qp.error_detail
 
 
@@ -160,7 +160,7 @@ def test_the_middle_and_last_of_a_message_take_the_predicted_path(transport: Tra
     sender.qp.post_send(SendWork(0, WorkOp.RDMA_WRITE, (Sge(sender.mr.addr, 10 * 256, sender.mr.key),),
                                  raddr=pair[0].mr.addr, rkey=pair[0].mr.key))  # fmt: skip
     demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
-    assert demux.counters["predicted_pkts"] == 10  # the FIRST too, its RETH checked
+    assert demux.predicted_pkts == 10  # the FIRST too, its RETH checked
     assert_same(pair)
 
 
@@ -190,7 +190,7 @@ def test_a_write_only_takes_the_predicted_path_when_its_reth_reaches_the_mr(tran
                                      raddr=pair[0].mr.addr + offset + 256 * counter * (target != "past_the_mr"),
                                      rkey=pair[0].mr.key ^ key_change))  # fmt: skip
     demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
-    assert demux.counters["predicted_pkts"] == predicted
+    assert demux.predicted_pkts == predicted
     assert_same(pair)
 
 
@@ -212,7 +212,7 @@ def test_a_send_only_takes_the_predicted_path_when_its_receive_wqe_holds_it(tran
     for counter in range(3):
         sender.qp.post_send(SendWork(counter, WorkOp.SEND, (Sge(sender.mr.addr + 10 * counter, 100, sender.mr.key),)))
     demux = through_both(pair, datagrams(sender.qp.packets_to_send(NOW, 1 << 20)))
-    assert demux.counters["predicted_pkts"] == predicted
+    assert demux.predicted_pkts == predicted
     assert_same(pair)
 
 

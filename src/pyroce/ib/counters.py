@@ -1,5 +1,9 @@
 """The counters a QP, a port and the NIC keep (rxe's ``hw_counters``, ``rdma statistic``):
-named event counts, most of them incremented per packet."""
+named event counts. The few counted per packet (``sent_pkts``, ``rcvd_pkts``, ``sent_bytes``,
+``rcvd_bytes``, ``predicted_pkts``) are int attributes of the objects that count them, folded
+in when the counters are read (``folded``): compiled, ``self.sent_pkts += n`` is one machine
+add, where ``counters["sent_pkts"] += n`` on a dict subclass is a generic get, add and set
+(~600 instructions; 11 of them were 3% of a 2-byte SEND's round)."""
 
 from __future__ import annotations
 
@@ -15,3 +19,13 @@ class Counters(Counter[str]):
     there raises ``KeyError``, as a dict does."""
 
     __delitem__ = dict.__delitem__  # type: ignore[assignment]
+
+
+def folded(counters: Counter[str], **counts: int) -> Counters:
+    """A copy of ``counters`` with the counts kept outside it added; a zero is left out, as a
+    Counter leaves out a name never counted."""
+    total = Counters(counters)
+    for name, count in counts.items():
+        if count:
+            total[name] += count
+    return total

@@ -185,6 +185,7 @@ class NicDevice:
 
     @property
     def counters(self) -> Counter[str]:
+        """Where the device's parts count their events by name; ``stats()`` reads every count."""
         return self.engine.counters
 
     @property
@@ -406,7 +407,7 @@ class NicDevice:
             qp = engine.remove_qp(qpn)
             self.qp_owners.pop(qpn, None)
             if qp is not None:
-                self._retired.update(qp.rc.counters)
+                self._retired.update(qp.rc.counts())
                 if qp.srq is not None:
                     qp.srq.qps -= 1
         if qp is not None:
@@ -514,10 +515,10 @@ class NicDevice:
 
     def _stats(self) -> dict[str, int]:
         engine = self.engine
-        total = Counter(engine.counters)
+        total = engine.counts()
         total.update(self._retired)
         for qp in engine.qps.values():
-            total.update(qp.rc.counters)
+            total.update(qp.rc.counts())
         faults = engine.port.faults
         if faults is not None:
             total.update({f"injected_{name}": n for name, n in faults.counters.items()})
@@ -553,12 +554,12 @@ class NicDevice:
     def qp_stats(self, qpn: int) -> dict[str, int]:
         """One QP's counters (``KeyError`` if there is no such QP)."""
         with self._lock:
-            return dict(sorted(self.engine.qps[qpn].rc.counters.items()))
+            return dict(sorted(self.engine.qps[qpn].rc.counts().items()))
 
     def stats_snapshot(self) -> tuple[dict[str, int], dict[int, dict[str, int]]]:
         """``stats()`` and every QP's ``qp_stats`` by QPN, read at one moment (the counters file)."""
         with self._lock:
-            return self._stats(), {qpn: dict(sorted(qp.rc.counters.items())) for qpn, qp in self.engine.qps.items()}
+            return self._stats(), {qpn: dict(sorted(qp.rc.counts().items())) for qpn, qp in self.engine.qps.items()}
 
     def end_connections(self) -> None:
         """The device's users are gone or going (``close``, or the program's end with the device

@@ -44,7 +44,7 @@ from typing import Final
 from pyroce.cm.exchanges import NEVER, Exchanges
 from pyroce.cm.ids import CmId
 from pyroce.cm.manager import RdmaCm
-from pyroce.ib.counters import Counters
+from pyroce.ib.counters import Counters, folded
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.base import Link
@@ -85,7 +85,7 @@ class Engine:
 
     def __init__(self, link: Link, event_queues: EventQueues[AsyncEvent], *, verify_icrc: bool = True,
                  faults: FaultInjector | None = None, clock: Clock) -> None:  # fmt: skip
-        self.counters: Counter[str] = Counters()
+        self.counters: Counter[str] = Counters()  # the device's events by name; ``counts()`` reads them all
         self.mrs = MrTable(self.counters)
         # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
         # the end of a pass; an empty dict, one test, when no MR is another process's.
@@ -127,6 +127,13 @@ class Engine:
         self._cm_outbox, self._cm_exchanges = cm.qp1.outbox, cm.exchanges
         self.demux.datagram_qps[QP1] = cm.qp1
         cm.attach(self.port.route)
+
+    def counts(self) -> Counter[str]:
+        """The device's counters, with those its receive demux and transmit batch count per
+        packet folded in (QPs count their own: ``RcQp.counts``)."""
+        demux = self.demux
+        return folded(self.counters, rcvd_bytes=demux.rcvd_bytes, predicted_pkts=demux.predicted_pkts,
+                      sent_bytes=self._tx_batch.sent_bytes)  # fmt: skip
 
     # --- queues ---------------------------------------------------------------------------
 

@@ -26,14 +26,15 @@ class TxBatch:
     """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
 
     __slots__ = ("_counters", "_dqpn", "_peer", "_port", "_transmit", "end", "gso", "segment_size", "segments",
-                 "view")  # fmt: skip
+                 "sent_bytes", "view")  # fmt: skip
 
     def __init__(self, view: memoryview, port: Port, counters: Counter[str]) -> None:
         self.view = view  # the engine's transmit buffer
         self._port = port  # sends the device's way (faults, loopback, capture, link)
         # one datagram out: through the fault injector if the port has one (set at its making)
         self._transmit = port.put if port.faults is None else port.transmit
-        self._counters = counters  # the device's: sent_bytes, drop_tx_full
+        self._counters = counters  # the device's: drop_tx_full
+        self.sent_bytes = 0  # counted per send, kept as an int (``pyroce.ib.counters``)
         self._peer = ""
         self._dqpn = -1
         self.gso = False
@@ -70,7 +71,7 @@ class TxBatch:
                 if not gso:  # a datagram of its own, straight out (the batch holds nothing)
                     view[: len(item)] = item
                     size = path.seal(view, 0, len(item))
-                    self._counters["sent_bytes"] += size
+                    self.sent_bytes += size
                     self._transmit(peer, view[:size])
                     continue
                 offset, segment, _ = self.slot(len(item) + ICRC_LEN)
@@ -118,7 +119,7 @@ class TxBatch:
         if not self.segments:
             return
         data = self.view[: self.end]
-        self._counters["sent_bytes"] += self.end
+        self.sent_bytes += self.end
         try:
             if self.segments == 1:
                 self._transmit(self._peer, data)

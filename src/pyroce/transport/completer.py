@@ -150,7 +150,7 @@ class Completer:
             entry.placed += count
             req.comp_psn = psn_add(psn, count)
             req.progress(now)
-            self.qp.counters["rcvd_pkts"] += count
+            self.qp.rcvd_pkts += count
         return count * step
 
     def _ack_through(self, psn: int) -> bool:

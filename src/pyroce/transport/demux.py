@@ -51,6 +51,8 @@ class Demux:
         self.peers: dict[int, str] = {}  # the address each connected QP takes packets from
         self.groups: dict[bytes, list[int]] = {}  # multicast groups: MGID -> the UD QPs attached, in order
         self.counters: Counter[str] = Counters() if counters is None else counters
+        self.rcvd_bytes = 0  # the per-packet counts, kept as ints (``pyroce.ib.counters``)
+        self.predicted_pkts = 0  # how much header prediction takes
         self.touched: set[int] = set()
         self.on_error = on_error
 
@@ -105,9 +107,8 @@ class Demux:
             self._receive_one(good[:step], now, network)
             start += step
         if predicted:
-            counters = self.counters
-            counters["rcvd_bytes"] += predicted_bytes
-            counters["predicted_pkts"] += predicted  # how much header prediction takes
+            self.rcvd_bytes += predicted_bytes
+            self.predicted_pkts += predicted
 
     def _receive_one(self, data: memoryview, now: float, network: IpHeader | None) -> None:
         """One packet, ICRC checked, through the general path: parse, then the QP's rules."""
@@ -127,7 +128,7 @@ class Demux:
         if qp is None and datagram_qp is None:
             self.counters["drop_unknown_qpn"] += 1
             return
-        self.counters["rcvd_bytes"] += len(data)
+        self.rcvd_bytes += len(data)
         try:
             if datagram_qp is not None:
                 datagram_qp.receive(pkt, now, None if network is None else network_header(network, len(data)))
@@ -146,7 +147,7 @@ class Demux:
         if not group:
             self.counters["drop_mcast_no_group"] += 1
             return
-        self.counters["rcvd_bytes"] += length
+        self.rcvd_bytes += length
         header = network_header(network, length)  # type: ignore[arg-type]
         for qpn in group:
             try:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
-from pyroce.ib.counters import Counters
+from pyroce.ib.counters import Counters, folded
 from pyroce.ib.enums import Access, EventType, QpState, WcOpcode, WcStatus
 from pyroce.ib.limits import MAX_MSG_SZ
 from pyroce.ib.reasons import Reason
@@ -91,7 +91,9 @@ class RcQp:
         self.events: list[tuple[EventType, str]] = []  # async events raised (COMM_EST, SQ_DRAINED), one line each
         self.established = False  # a packet arrived while in RTR: COMM_EST was raised (once until a reset)
         self.sq_draining = False  # entered SQD from RTS and started WQEs are not all done (query's sq_draining)
-        self.counters: Counter[str] = Counters()
+        self.counters: Counter[str] = Counters()  # its events by name; ``counts()`` reads them all
+        self.sent_pkts = 0  # the per-packet counts, kept as ints (``pyroce.ib.counters``)
+        self.rcvd_pkts = 0
         self.error_detail = ""  # one line on why the QP's last failed work request failed
         # config.timeout in seconds, kept as a value (read per message and per ACK): set by ``modify``
         self.ack_timeout_s = ack_timeout_s(config.timeout)
@@ -147,7 +149,7 @@ class RcQp:
             # another transport's opcodes (RC at a UC QP, UD, CNP): not for this QP (rxe check_type_state)
             self.counters["drop_wrong_transport"] += 1
             return
-        self.counters["rcvd_pkts"] += 1
+        self.rcvd_pkts += 1
         if self.state is _RTR and not self.established:
             # IBA 11.6.3: the first packet in RTR (header prediction takes none there: a message
             # it would continue began on this path)
@@ -218,7 +220,7 @@ class RcQp:
             else:
                 placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
         if placed:
-            self.counters["rcvd_pkts"] += 1
+            self.rcvd_pkts += 1
         return placed
 
     def receive_run(self, segments: memoryview, step: int, now: float) -> int:
@@ -255,7 +257,7 @@ class RcQp:
             count = self.responder.emit(out, budget)  # in ERROR: the NAK that reported the error still goes
         if self.requester.queue and self.state in SENDING_STATES:
             count += self.requester.emit(out, budget - count, now, start)
-        self.counters["sent_pkts"] += count
+        self.sent_pkts += count
         if self.sq_draining and not self.requester.started:
             self._drained()
         return out, count
@@ -291,6 +293,10 @@ class RcQp:
             return bool(requester.queue), None
         # waiting out an RNR NAK, else the local ACK timer
         return bool(requester.queue), requester.rnr_until if requester.rnr_until is not None else requester.ack_deadline
+
+    def counts(self) -> Counter[str]:
+        """Every count of this QP, the per-packet ones folded in (``qp_stats``)."""
+        return folded(self.counters, sent_pkts=self.sent_pkts, rcvd_pkts=self.rcvd_pkts)
 
     @property
     def has_output(self) -> bool:

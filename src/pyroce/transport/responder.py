@@ -285,7 +285,7 @@ class Responder:
         if count:
             self.offset = offset
             self.epsn = psn_add(self.epsn, count)
-            self.qp.counters["rcvd_pkts"] += count
+            self.qp.rcvd_pkts += count
             if ackreq:  # one ACK, for the last PSN placed, answers them all
                 self._ack(psn_add(self.epsn, -1))
         return count * step

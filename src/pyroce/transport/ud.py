@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Final
 
 from pyroce.ib.addressing import is_multicast_gid
-from pyroce.ib.counters import Counters
+from pyroce.ib.counters import Counters, folded
 from pyroce.ib.enums import Access, EventType, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion
@@ -64,7 +64,9 @@ class UdQp:
         self.memory = memory
         self.state = QpState.RESET
         self.completions: list[Completion] = []
-        self.counters: Counter[str] = Counters()
+        self.counters: Counter[str] = Counters()  # its events by name; ``counts()`` reads them all
+        self.sent_pkts = 0  # the per-packet counts, kept as ints (``pyroce.ib.counters``)
+        self.rcvd_pkts = 0
         self.error_detail = ""
         self.events: list[tuple[EventType, str]] = []  # async events raised (SQ_DRAINED), one line each
         self.sq_draining = False  # a UD send is done once handed to the wire: SQD is drained at once
@@ -118,7 +120,7 @@ class UdQp:
         if deth.qkey != self.config.qkey:
             self.counters["drop_qkey"] += 1  # a Q_Key violation (IBA 10.2.5): silently dropped
             return
-        self.counters["rcvd_pkts"] += 1
+        self.rcvd_pkts += 1
         if not self.recv_queue and not self.refill():
             self.counters["drop_no_recv_wqe"] += 1  # UD has no RNR: the datagram is lost
             return
@@ -160,7 +162,7 @@ class UdQp:
             datagram = self._datagram(queue.popleft(), route)
             if datagram is not None:
                 out.append(datagram)
-        self.counters["sent_pkts"] += len(out)
+        self.sent_pkts += len(out)
         return out, len(out)
 
     def _datagram(self, work: SendWork, route: Route) -> Datagram | None:
@@ -208,6 +210,10 @@ class UdQp:
     def send_state(self) -> tuple[bool, float | None]:
         """Send WQEs taken but not yet completed (they wait for RTS), and no timer."""
         return bool(self.send_queue), None
+
+    def counts(self) -> Counter[str]:
+        """Every count of this QP, the per-packet ones folded in (``qp_stats``)."""
+        return folded(self.counters, sent_pkts=self.sent_pkts, rcvd_pkts=self.rcvd_pkts)
 
     @property
     def has_output(self) -> bool:
