@@ -174,11 +174,8 @@ LAYOUTS: tuple[Layout, ...] = (
     _layout("struct mlx5_wqe_inl_data_seg", wqe, "_INLINE_HDR", ("byte_count",)),
     BIND_SEG,
     _layout("struct mlx5_cqe64", cqe, "CQE_BODY",
-            ("flags_rqpn", "srqn_uidx", "imm_inval_pkey", "byte_cnt", "timestamp", "sop_drop_qpn"),
+            ("flags_rqpn", "srqn_uidx", "imm_inval_pkey", "byte_cnt", "timestamp", "sop_drop_qpn", "wqe_counter"),
             size=lambda: cqe.CQE_SIZE),
-    _layout("struct mlx5_cqe64", cqe, "CQE_TAIL", ("wqe_counter", "signature", "op_own"), at="CQE_TAIL_AT",
-            size=lambda: cqe.CQE_SIZE),
-    _layout("struct mlx5_cqe64", cqe, "CQE_COUNTER", ("wqe_counter", "signature"), at="CQE_TAIL_AT"),
     _layout("struct mlx5_err_cqe", cqe, "CQE_ERROR", ("vendor_err_synd", "syndrome"), at="CQE_ERROR_AT",
             size=lambda: cqe.CQE_SIZE),
 )  # fmt: skip

@@ -1,5 +1,5 @@
 """Between ring entries and transport values: a send WQE to the transport's ``SendWork``, a
-transport ``Completion`` to the mlx5 CQE that reports it."""
+transport ``Completion`` to the mlx5 CQE that reports it (written into its CQ's ring)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from pyroce.nic.cqe import (
     ROCE_PKT_SHIFT,
     ROCE_PKT_UDP,
     SYNDROME_OF_STATUS,  # fmt: skip
-    Cqe,
     CqeOpcode,
-    new_cqe,
 )
+from pyroce.nic.queues import HwCq
 from pyroce.nic.wqe import SendWqe, WqeError, WqeOpcode
 from pyroce.transport.completion import Completion, WcFlag, WcOpcode, WcStatus
 from pyroce.transport.work import SendWork, Sge, UdDest, WorkOp
@@ -61,31 +60,41 @@ _WITH_INV: Final = int(WcFlag.WITH_INV)
 _GRH: Final = int(WcFlag.GRH)
 _SUCCESS: Final = WcStatus.SUCCESS
 _RECV_RDMA_WITH_IMM: Final = WcOpcode.RECV_RDMA_WITH_IMM
+_REQ: Final = int(CqeOpcode.REQ)
+_REQ_ERR: Final = int(CqeOpcode.REQ_ERR)
+_RESP_ERR: Final = int(CqeOpcode.RESP_ERR)
+_RESP_SEND: Final = int(CqeOpcode.RESP_SEND)
+_RESP_SEND_IMM: Final = int(CqeOpcode.RESP_SEND_IMM)
+_RESP_SEND_INV: Final = int(CqeOpcode.RESP_SEND_INV)
+_RESP_WR_IMM: Final = int(CqeOpcode.RESP_WR_IMM)
 
 
-def cqe_from_completion(qpn: int, completion: Completion) -> Cqe:
-    """The mlx5 CQE that reports ``completion``."""
+def write_completion(cq: HwCq, qpn: int, completion: Completion) -> bool:
+    """Write the mlx5 CQE that reports ``completion`` into ``cq`` (``HwCq.push``: False if
+    the CQ is full)."""
     status = completion.status
     if status is not _SUCCESS:
-        opcode = CqeOpcode.RESP_ERR if completion.is_recv else CqeOpcode.REQ_ERR
         syndrome = SYNDROME_OF_STATUS.get(status, GENERAL_ERR_SYNDROME)
-        wqe_opcode = 0 if completion.is_recv else REQ_WQE_OPCODE.get(completion.opcode, 0)  # a failed WRITE says WRITE
-        return Cqe(opcode, qpn, completion.wqe_counter, s_wqe_opcode=wqe_opcode, syndrome=syndrome,
-                   vendor_err=completion.vendor_err)  # fmt: skip
+        if completion.is_recv:
+            return cq.push(_RESP_ERR, qpn, completion.wqe_counter, 0, 0, 0, 0, syndrome, completion.vendor_err, False)
+        wqe_opcode = REQ_WQE_OPCODE.get(completion.opcode, 0)  # a failed WRITE says WRITE
+        return cq.push(
+            _REQ_ERR, qpn, completion.wqe_counter, 0, 0, 0, wqe_opcode, syndrome, completion.vendor_err, False
+        )
     if completion.is_recv:
         flags = int(completion.flags)  # plain ints: IntFlag operators build enum members
         if completion.opcode is _RECV_RDMA_WITH_IMM:
-            opcode = CqeOpcode.RESP_WR_IMM
+            opcode = _RESP_WR_IMM
         elif flags & _WITH_IMM:
-            opcode = CqeOpcode.RESP_SEND_IMM
+            opcode = _RESP_SEND_IMM
         elif flags & _WITH_INV:
-            opcode = CqeOpcode.RESP_SEND_INV
+            opcode = _RESP_SEND_INV
         else:
-            opcode = CqeOpcode.RESP_SEND
+            opcode = _RESP_SEND
         grh = 0
         if flags & _GRH:  # RoCEv2's packet type beside the flag, as a ConnectX reports it
             grh = GRH_FLAG | (ROCE_PKT_UDP | (ROCE_PKT_IPV4 if completion.ipv4 else ROCE_PKT_IPV6)) << ROCE_PKT_SHIFT
-        return new_cqe((opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm, 0,
-                        grh | completion.src_qp, 0, 0, 0, 0, completion.solicited))  # fmt: skip
-    return new_cqe((CqeOpcode.REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, 0, 0,
-                    REQ_WQE_OPCODE[completion.opcode], 0, 0, False))  # fmt: skip
+        return cq.push(opcode, qpn, completion.wqe_counter, completion.byte_len, completion.imm,
+                       grh | completion.src_qp, 0, 0, 0, completion.solicited)  # fmt: skip
+    return cq.push(_REQ, qpn, completion.wqe_counter, completion.byte_len, 0, 0, REQ_WQE_OPCODE[completion.opcode], 0,
+                   0, False)  # fmt: skip

@@ -85,10 +85,10 @@ class Cqe(NamedTuple):
 
 new_cqe: Final = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
 
-CQE_BODY: Final = struct.Struct(">24xIxxxxIIxxxxIQI")  # flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56
-CQE_ERROR: Final = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55
-CQE_TAIL: Final = struct.Struct(">HBB")  # wqe_counter@60, signature@62, op_own@63: read once op_own is valid
-CQE_COUNTER: Final = struct.Struct(">HB")  # wqe_counter@60, signature@62: written before op_own, on its own
+# Bytes 0-62, everything but ``op_own``: written before it and read after it, in one call each
+# (flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56 wqe_counter@60 signature@62)
+CQE_BODY: Final = struct.Struct(">24xIxxxxIIxxxxIQIHx")
+CQE_ERROR: Final = struct.Struct(">BB")  # vendor_err_synd@54, syndrome@55: over the timestamp, in error CQEs
 # Byte offsets of the fields above, for readers that load a CQE word by word in place (a GPU
 # kernel, pyroce.gpu.helpers): ``byte_cnt``, the error word (vendor error, syndrome in its low
 # byte), ``s_wqe_opcode``/QPN, and the last word (``wqe_counter``, signature, ``op_own``).

@@ -49,7 +49,7 @@ from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
 from pyroce.link.base import Link
 from pyroce.link.faults import FaultInjector
-from pyroce.nic.convert import cqe_from_completion, work_from_wqe
+from pyroce.nic.convert import work_from_wqe, write_completion
 from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
 from pyroce.nic.local_ops import execute_local
 from pyroce.nic.memory import MrTable
@@ -499,7 +499,7 @@ class Engine:
             self.mrs.flush()
         for completion in qp.rc.completions:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq
-            if not cq.push(cqe_from_completion(qp.qpn, completion)):
+            if not write_completion(cq, qp.qpn, completion):
                 self.counters["cq_overflow"] += 1
                 cq.events.put(AsyncEvent(CQ_ERR, cq.cqn, f"CQ overrun: a completion of QP 0x{qp.qpn:x} was lost"))
         qp.rc.completions.clear()

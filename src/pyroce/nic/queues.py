@@ -6,7 +6,7 @@ from __future__ import annotations
 from builtins import memoryview  # mypyc finds a dataclass field's type among the module's globals
 from dataclasses import dataclass
 
-from pyroce.nic.cqe import Cqe
+from pyroce.nic.cqe import ERROR_OPCODES
 from pyroce.nic.events import AsyncEvent, EventQueue, Poller
 from pyroce.nic.rings import CQ_COUNTER_MASK, CqRing, DoorbellRecord, RecvRing, SendRing
 from pyroce.nic.srq import HwSrq
@@ -34,8 +34,10 @@ class HwCq:
     uar: memoryview | None = None  # the register page mlx5dv_init_obj gave its program (unread)
     poller: Poller | None = None  # a driver that sleeps while the CQ is empty (``NicDevice.wake_poller``)
 
-    def push(self, cqe: Cqe) -> bool:
-        """Write ``cqe``; False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
+    def push(self, opcode: int, qpn: int, wqe_counter: int, byte_cnt: int, imm_inval: int, flags_rqpn: int,
+             s_wqe_opcode: int, syndrome: int, vendor_err: int, solicited: bool) -> bool:  # fmt: skip
+        """Write a CQE of these fields (``CqRing.write``'s; the NIC's have no SRQ number and no
+        timestamp); False if the CQ is full (IBA 11.4.2.1: an overrun, the CQE is lost).
         An armed CQ then raises its event: the CQE is in the ring before the channel hears of it.
         The driver's consumer record is read only when the CQ is full as last read (the
         consumer only moves on, so an old value leaves less room, never more): a read of it is
@@ -46,12 +48,13 @@ class HwCq:
         if (self.producer - self.consumer_seen) & CQ_COUNTER_MASK >= count or self.overruns_injected:
             self.overruns_injected -= bool(self.overruns_injected)
             return False
-        self.producer = self.ring.produce(self.producer, cqe)
+        self.producer = self.ring.write(self.producer, opcode, qpn, wqe_counter, byte_cnt, imm_inval, 0, flags_rqpn,
+                                        s_wqe_opcode, syndrome, vendor_err, solicited)  # fmt: skip
         poller = self.poller
         if poller is not None and poller.napping[0]:
             poller.napping[0] = 0  # one wake-up however many CQEs the pass adds
             poller.wake()
-        if self.armed and (not self.solicited_only or cqe.solicited or cqe.is_error):
+        if self.armed and (not self.solicited_only or solicited or opcode in ERROR_OPCODES):
             self.armed = False
             if self.channel is not None:
                 self.channel.put(self.cqn)

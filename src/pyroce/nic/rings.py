@@ -16,14 +16,11 @@ from typing import Final
 
 from pyroce.nic.cqe import (
     CQE_BODY,
-    CQE_COUNTER,
     CQE_ERROR,
     CQE_ERROR_AT,
     CQE_OP_OWN_AT,
     CQE_OPCODES,
     CQE_SIZE,
-    CQE_TAIL,
-    CQE_TAIL_AT,
     ERROR_OPCODES,
     Cqe,
     CqeOpcode,
@@ -201,40 +198,46 @@ class CqRing:
         self.buf[CQE_SIZE - 1 : cqe_count * CQE_SIZE : CQE_SIZE] = bytes([CqeOpcode.INVALID << 4]) * cqe_count
 
     def produce(self, producer: int, cqe: Cqe) -> int:
-        """Write ``cqe`` at counter ``producer``; returns the next counter. The caller checks
-        first that the consumer has room (``producer - consumer < cqe_count``).
+        """Write ``cqe`` at counter ``producer``; returns the next counter (``write``)."""
+        return self.write(producer, cqe.opcode, cqe.qpn, cqe.wqe_counter, cqe.byte_cnt, cqe.imm_inval, cqe.srqn,
+                          cqe.flags_rqpn, cqe.s_wqe_opcode, cqe.syndrome, cqe.vendor_err, cqe.solicited, cqe.timestamp)  # fmt: skip
 
-        The body first, ``op_own`` last, as a store of its own: ``struct.pack_into`` zeroes its
-        bytes before it fills them, so packing ``op_own`` with other fields would show a reader
-        without the GIL (the C driver) a zero ``op_own`` for a moment: REQ with owner 0, a
-        valid-looking CQE on every even pass. (The codec lives here, one call per CQE.)"""
+    def write(self, producer: int, opcode: int, qpn: int, wqe_counter: int, byte_cnt: int, imm_inval: int, srqn: int,
+              flags_rqpn: int, s_wqe_opcode: int, syndrome: int, vendor_err: int, solicited: bool,
+              timestamp: int = 0) -> int:  # fmt: skip
+        """Write a CQE of these fields (``Cqe``'s) at counter ``producer``; returns the next
+        counter. The caller checks first that the consumer has room (``producer - consumer <
+        cqe_count``). The engine writes its completions' fields straight here (``nic.convert``):
+        no ``Cqe`` in between.
+
+        The rest first (one pack), ``op_own`` last, as a store of its own: ``struct.pack_into``
+        zeroes its bytes before it fills them, so packing ``op_own`` with other fields would
+        show a reader without the GIL (the C driver) a zero ``op_own`` for a moment: REQ with
+        owner 0, a valid-looking CQE on every even pass. (The codec lives here, one call per CQE.)"""
         buf, offset = self.buf, (producer % self.cqe_count) * CQE_SIZE
-        opcode_qpn = (cqe.s_wqe_opcode << 24) | (cqe.qpn & 0xFFFFFF)
-        error = cqe.opcode in ERROR_OPCODES  # is_error, without a property call per CQE
-        CQE_BODY.pack_into(buf, offset, cqe.flags_rqpn, cqe.srqn, cqe.imm_inval, cqe.byte_cnt,
-                           0 if error else cqe.timestamp, opcode_qpn)  # fmt: skip
+        error = opcode in ERROR_OPCODES
+        CQE_BODY.pack_into(buf, offset, flags_rqpn, srqn, imm_inval, byte_cnt, 0 if error else timestamp,
+                           (s_wqe_opcode << 24) | (qpn & 0xFFFFFF), wqe_counter & 0xFFFF)  # fmt: skip
         if error:
-            CQE_ERROR.pack_into(buf, offset + CQE_ERROR_AT, cqe.vendor_err, cqe.syndrome)
-        CQE_COUNTER.pack_into(buf, offset + CQE_TAIL_AT, cqe.wqe_counter & 0xFFFF, 0)
-        buf[offset + CQE_OP_OWN_AT] = (cqe.opcode << 4) | (cqe.solicited << 1) | ((producer >> self._shift) & 1)
+            CQE_ERROR.pack_into(buf, offset + CQE_ERROR_AT, vendor_err, syndrome)
+        buf[offset + CQE_OP_OWN_AT] = (opcode << 4) | (solicited << 1) | ((producer >> self._shift) & 1)
         return producer + 1
 
     def poll(self, consumer: int) -> Cqe | None:
         """The CQE at counter ``consumer`` if the engine has written it on this pass. The owner
         byte is looked at first, so an empty poll decodes nothing.
 
-        ``op_own`` is read first, then the rest of the last word, then the body: the mirror of
-        ``produce``'s order, so an entry whose ``op_own`` is already valid has a whole CQE
-        behind it (libmlx5 reads the owner bit, then a read barrier, then the CQE). Reading
-        the body first tore CQEs when the engine thread wrote between the two reads."""
+        ``op_own`` is read first, then the rest: the mirror of ``produce``'s order, so an entry
+        whose ``op_own`` is already valid has a whole CQE behind it (libmlx5 reads the owner
+        bit, then a read barrier, then the CQE). Reading the body first tore CQEs when the
+        engine thread wrote between the two reads."""
         buf, offset = self.buf, (consumer % self.cqe_count) * CQE_SIZE
         op_own = buf[offset + CQE_OP_OWN_AT]
         if op_own >> 4 == CqeOpcode.INVALID or op_own & 1 != (consumer >> self._shift) & 1:
             return None
         wqe_counter: int  # the CQE's fields typed: compiled, machine ints from here on
         opcode_qpn: int
-        wqe_counter, _, _ = CQE_TAIL.unpack_from(buf, offset + CQE_TAIL_AT)
-        flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn = CQE_BODY.unpack_from(buf, offset)
+        flags_rqpn, srqn, imm, byte_cnt, timestamp, opcode_qpn, wqe_counter = CQE_BODY.unpack_from(buf, offset)
         opcode = CQE_OPCODES.get(op_own >> 4, CqeOpcode.INVALID)
         syndrome = vendor_err = 0
         if opcode in ERROR_OPCODES:
