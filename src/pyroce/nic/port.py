@@ -28,6 +28,7 @@ from pyroce.link.faults import FaultInjector
 from pyroce.nic.capture import Capture
 from pyroce.wire.bth import peek_dqpn
 from pyroce.wire.framing import RocePath
+from pyroce.wire.icrc import MEMORYVIEW
 
 Clock = Callable[[], float]
 _LINK_LOCAL: Final = b"\xfe\x80"  # fe80::/10 as GIDs carry it (the default GIDs): needs a scope to be an address
@@ -146,7 +147,7 @@ class Port:
         if self._loopback:
             data, dest, step = self._loopback.popleft()
             path = self._self_path if dest == self.address else self.link.rx_path(self.address, self.link.port, dest)
-            return memoryview(data), step, path, self.address, self.faults is None
+            return MEMORYVIEW(data), step, path, self.address, self.faults is None
         if not socket:
             return None
         got = self.link.recv_into(buf)

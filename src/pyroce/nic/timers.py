@@ -10,9 +10,8 @@ timer armed, however long the traffic runs.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Hashable
+from heapq import heapify, heappop, heappush  # module globals: compiled, ``heapq.x`` is a generic lookup
 from typing import Final, Generic, TypeVar
 
 Key = TypeVar("Key", bound=Hashable)
@@ -27,7 +26,7 @@ class Timers(Generic[Key]):
         self.heap: list[
             tuple[float, int, Key]
         ] = []  # (deadline, order, key); some stale: its top is no later than the next deadline
-        self._order = itertools.count()
+        self._order = 0  # the last entry's order (ties between equal deadlines go first in, first out)
 
     def __len__(self) -> int:
         """Entries held, stale ones included (what the bound is about)."""
@@ -45,7 +44,8 @@ class Timers(Generic[Key]):
         if self.deadlines.get(key) == deadline:
             return
         self.deadlines[key] = deadline
-        heapq.heappush(self.heap, (deadline, next(self._order), key))
+        self._order += 1
+        heappush(self.heap, (deadline, self._order, key))
         if len(self.heap) > 2 * len(self.deadlines) + SWEEP_SLACK:
             self._sweep()
 
@@ -56,7 +56,7 @@ class Timers(Generic[Key]):
         """The earliest live deadline, or None."""
         heap = self.heap
         while heap and self.deadlines.get(heap[0][2]) != heap[0][0]:
-            heapq.heappop(heap)  # stale: its key's deadline moved or was cancelled
+            heappop(heap)  # stale: its key's deadline moved or was cancelled
         return heap[0][0] if heap else None
 
     def due(self, now: float) -> list[Key]:
@@ -64,7 +64,7 @@ class Timers(Generic[Key]):
         keys: list[Key] = []
         heap, live = self.heap, self.deadlines
         while heap and heap[0][0] <= now:
-            deadline, _, key = heapq.heappop(heap)
+            deadline, _, key = heappop(heap)
             if live.get(key) == deadline:
                 del live[key]
                 keys.append(key)
@@ -73,4 +73,4 @@ class Timers(Generic[Key]):
     def _sweep(self) -> None:
         live = self.deadlines
         self.heap = [entry for entry in self.heap if live.get(entry[2]) == entry[0]]
-        heapq.heapify(self.heap)
+        heapify(self.heap)

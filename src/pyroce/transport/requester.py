@@ -21,6 +21,7 @@ from pyroce.transport.sgl import ScatterGather
 from pyroce.transport.work import ATOMICS, READS_AND_ATOMICS, SendWork, WorkOp
 from pyroce.wire.bth import BTH, new_bth
 from pyroce.wire.headers import AtomicEth, Reth
+from pyroce.wire.icrc import MEMORYVIEW
 from pyroce.wire.opcodes import OPCODE_FLAGS, Flag, Opcode
 from pyroce.wire.packet import BthTemplate, Packet, PacketRun, new_packet, new_run
 from pyroce.wire.psn import psn_add, psn_diff, psn_in_window
@@ -208,9 +209,9 @@ class Requester:
         index = self.send_pkt
         offset = index * pmtu
         if work.inline is not None:
-            payload = memoryview(work.inline)[offset : offset + count * pmtu]
+            payload = MEMORYVIEW(work.inline)[offset : offset + count * pmtu]
         else:
-            payload = memoryview(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
+            payload = MEMORYVIEW(entry.data.read(offset, count * pmtu))  # type: ignore[union-attr]
         last = index + count == entry.npsn  # the run ends the message: its LAST asks for the ACK
         ackreq = ackreq or last or self.noack_pkts + count >= MAX_PKTS_PER_ACK
         opcodes = self.qp.service.segments[work.op]

@@ -109,6 +109,10 @@ _REMOTE_ATOMIC: Final = int(Access.REMOTE_ATOMIC)
 _LOCAL_WRITE: Final = int(Access.LOCAL_WRITE)
 _SUCCESS: Final = WcStatus.SUCCESS
 _NO_WC_FLAGS: Final = WcFlag.NONE
+_WITH_IMM: Final = WcFlag.WITH_IMM  # members read per completion, as constants (an enum attribute
+_WITH_INV: Final = WcFlag.WITH_INV  # read is a generic lookup, compiled)
+_RECV: Final = WcOpcode.RECV
+_RECV_RDMA_WITH_IMM: Final = WcOpcode.RECV_RDMA_WITH_IMM
 _ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
 _EXECUTE: Final = RespState.EXECUTE
 
@@ -490,17 +494,17 @@ class Responder:
         None for a predicted packet, which carries none)."""
         if flags & Flag.WRITE:  # RDMA WRITE with immediate consumes a receive WQE here
             self.recv = self.recv_queue.popleft()
-        recv = self.recv
+        recv: RecvWork = self.recv  # type: ignore[assignment]  # there is one (typed: its fields read natively)
         self.recv = self.recv_data = None
         wc_flags = _NO_WC_FLAGS
         imm = 0
         if pkt is not None and pkt.immdt is not None:
-            wc_flags, imm = WcFlag.WITH_IMM, pkt.immdt
+            wc_flags, imm = _WITH_IMM, pkt.immdt
         elif pkt is not None and pkt.ieth is not None:
-            wc_flags, imm = WcFlag.WITH_INV, pkt.ieth
-        opcode = WcOpcode.RECV_RDMA_WITH_IMM if flags & Flag.WRITE else WcOpcode.RECV
+            wc_flags, imm = _WITH_INV, pkt.ieth
+        opcode = _RECV_RDMA_WITH_IMM if flags & Flag.WRITE else _RECV
         solicited = pkt is not None and pkt.bth.se
-        self.qp.completions.append(new_completion((True, recv.wqe_counter, _SUCCESS, opcode, self.offset,  # type: ignore[union-attr]
+        self.qp.completions.append(new_completion((True, recv.wqe_counter, _SUCCESS, opcode, self.offset,
                                                    imm, wc_flags, 0, 0, solicited, False)))  # fmt: skip
 
     def _read(self, view: memoryview, psn: int) -> None:

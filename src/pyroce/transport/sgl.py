@@ -10,6 +10,7 @@ from itertools import accumulate
 
 from pyroce.transport.memory import MemFault, MemoryTable
 from pyroce.transport.work import Sge
+from pyroce.wire.icrc import MEMORYVIEW
 
 
 class ScatterGather:
@@ -80,7 +81,7 @@ class ScatterGather:
         length = len(data)
         if length == 0:
             return
-        source = memoryview(data)
+        source = MEMORYVIEW(data)
         index = 0 if offset < self.starts[1] else self._locate(offset)  # most often in the first SGE
         start = offset - self.starts[index]
         done = 0

@@ -19,6 +19,7 @@ from pyroce.wire.icrc import (
     ICRC_LEN,
     IPV4_UDP_LEN,
     IPV6_UDP_LEN,
+    MEMORYVIEW,
     RESIDUE,
     byte4_correction,
     compute_icrc,
@@ -216,7 +217,7 @@ class RocePath:
         GSO ``segment``; returns the UDP payload length."""
         size = written + ICRC_LEN
         seed = self._seeds.get(size * MAX_GSO_SEGMENTS + segment)  # runs per packet: the cache is read inline
-        view = buf if isinstance(buf, memoryview) else memoryview(buf)
+        view = buf if isinstance(buf, MEMORYVIEW) else MEMORYVIEW(buf)
         icrc = icrc_from_seed(self.seed(size, segment) if seed is None else seed, view[offset : offset + written])
         _ICRC.pack_into(buf, offset + written, icrc)
         return size

@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 from pyroce.wire.bth import BTH, DEFAULT_PKEY, pack_bth, unpack_bth
 from pyroce.wire.errors import BadPadCount, BuildError, LengthMismatch, TruncatedPacket, UnknownOpcode
 from pyroce.wire.headers import CODECS, Aeth, AtomicAckEth, AtomicEth, Buffer, Deth, Feth, Reth
-from pyroce.wire.icrc import ICRC_LEN
+from pyroce.wire.icrc import ICRC_LEN, MEMORYVIEW
 from pyroce.wire.opcodes import BTH_LEN, OPCODES, Flag, Opcode, OpInfo, PayloadRule
 from pyroce.wire.psn import psn_add
 
@@ -126,7 +126,7 @@ def parse_packet(data: Buffer) -> Packet:
 
     Raises ``TruncatedPacket``, ``UnknownOpcode``, ``BadTransportVersion``, ``BadPadCount``
     or ``LengthMismatch``."""
-    view = memoryview(data)
+    view = MEMORYVIEW(data)
     size = len(view)
     if size < BTH_LEN + ICRC_LEN:
         raise TruncatedPacket(f"{size} bytes is shorter than a BTH and ICRC ({BTH_LEN + ICRC_LEN})")
