@@ -67,19 +67,21 @@ class Demux:
         qps, touched, peers = self.qps, self.touched, self.peers
         predicted = predicted_bytes = 0
         end = len(datagrams) or 1  # an empty datagram is looked at (and counted)
+        alone = end <= step  # one datagram: it is its own segment (no slice made of it, ~280 instructions each)
         start = checked = 0  # the segments before ``checked`` passed their ICRC check
         while start < end:
             if path is None:
                 checked = end
             elif start >= checked:
                 checked = start
-                while checked < end and path.verify(datagrams[checked : checked + step], checked // step):
+                while checked < end and path.verify(datagrams if alone else datagrams[checked : checked + step],
+                                                    checked // step):  # fmt: skip
                     checked += step
                 if checked == start:
                     self.counters["icrc_errors"] += 1
                     start += step
                     continue
-            good = datagrams[start:checked]
+            good = datagrams if alone else datagrams[start:checked]
             if len(good) >= BTH_LEN:
                 # BTH DestQP, byte by byte: int.from_bytes is a call of ~1 500 instructions compiled
                 qpn = good[5] << 16 | good[6] << 8 | good[7]
