@@ -10,6 +10,8 @@ programs subclass, stays interpreted and hands its polls here.
 from __future__ import annotations
 
 import sys
+import weakref
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from pyroce.ib.enums import WcFlag, WcOpcode, WcStatus
@@ -86,19 +88,23 @@ class WC:
                 f"vendor_err={self.vendor_err}{', reason=' + repr(self.reason) if self.reason else ''})")  # fmt: skip
 
 
-class CompletingQp(Protocol):
-    """What a CQE asks of its QP: where its ``wr_id`` is kept, and why a failed WR failed."""
+class CompletingQp:
+    """What a CQE asks of its QP: where its ``wr_id`` is kept, which of its CQEs a reset left
+    behind, and why a failed WR failed. The verbs' QP (pyverbs' class, which programs subclass:
+    interpreted) makes one and its CQs' readers hold it: compiled, they read it at fixed
+    offsets, where each read of the QP was a lookup by name. ``explain`` is held weakly, so
+    that the QP is not kept alive by its own CQs (it closes when its last reference goes)."""
 
-    @property
-    def reset_at(self) -> dict[int, int]: ...
+    def __init__(self, rq: RecvQueue, send_queue: SendQueue, explain: Callable[[int], str]) -> None:
+        self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset
+        self.rq = rq
+        self.send_queue = send_queue
+        self._explain = weakref.WeakMethod(explain)  # type: ignore[arg-type]
 
-    @property
-    def rq(self) -> RecvQueue: ...
-
-    @property
-    def send_queue(self) -> SendQueue: ...
-
-    def explain(self, vendor_err: int) -> str: ...
+    def explain(self, vendor_err: int) -> str:
+        """One line on a failed completion (the QP's ``explain``; "" once the QP is gone)."""
+        explain = self._explain()
+        return explain(vendor_err) if explain is not None else ""
 
 
 class Polled(Protocol):
@@ -107,6 +113,10 @@ class Polled(Protocol):
     def poll_empty(self) -> object: ...  # what they return is not looked at
 
     def poll_found(self) -> object: ...
+
+
+# ``WC.__new__`` held: compiled, ``WC.__new__(WC)`` looks ``__new__`` up on the class per call
+_new_wc: Final = WC.__new__
 
 
 class CompletionReader:
@@ -167,7 +177,7 @@ class CompletionReader:
             return None
         opcode: int = cqe.opcode  # a plain int, compiled without a call (int() of the enum is one)
         is_recv = opcode in RECV_OPCODES
-        wc = WC.__new__(WC)
+        wc = _new_wc(WC)
         wc.qp_num = cqe.qpn
         if qp is not None:
             wc.wr_id = qp.rq.retire(cqe.wqe_counter) if is_recv else qp.send_queue.retire(cqe.wqe_counter)

@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import errno
 import weakref
-from typing import TYPE_CHECKING
 
 from pyroce.host.notify import PollerWakeup
 from pyroce.nic.cqe import CQE_SIZE
 from pyroce.nic.events import EventQueue
 from pyroce.nic.rings import CqRing
 from pyroce.verbs.base import PyverbsObject, check_injected
-from pyroce.verbs.completions import WC, CompletionReader
+from pyroce.verbs.completions import WC, CompletingQp, CompletionReader
 from pyroce.verbs.device import Context
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
-
-if TYPE_CHECKING:
-    from pyroce.verbs.qp import QP
 
 
 class CompChannel(PyverbsObject):
@@ -100,10 +96,9 @@ class CQ(PyverbsObject):
                                            channel.events if channel is not None else None,
                                            creator.async_queue)  # fmt: skip
         self.cqe = count - 1
-        self.qps: dict[int, QP] = {}
-        # the QPs as the reader's protocol: a dict it only reads (the type: ignore is dict's invariance)
+        self.qps: dict[int, CompletingQp] = {}  # its QPs by number, as its reader reads them
         self.reader = CompletionReader(CqRing(memoryview(self._buf), count), memoryview(self._consumer_record),
-                                       self.hw.cqn, self.qps, creator.device)  # type: ignore[arg-type]  # fmt: skip
+                                       self.hw.cqn, self.qps, creator.device)  # fmt: skip
         self._poller: PollerWakeup | None = None  # what a driver without the GIL sleeps on
         creator.add_ref(self)
         if channel is not None:

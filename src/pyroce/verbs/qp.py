@@ -34,6 +34,7 @@ from pyroce.nic.wqe import (
 from pyroce.verbs.addr import GID, AHAttr
 from pyroce.verbs.ah import AH
 from pyroce.verbs.base import PyverbsObject, check_injected
+from pyroce.verbs.completions import CompletingQp
 from pyroce.verbs.cq import CQ
 from pyroce.verbs.enums import ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_wr_opcode
 from pyroce.verbs.enums import ibv_qp_attr_mask as M
@@ -219,7 +220,6 @@ class QP(PyverbsObject):
                                                                       ctx.driver_memory.alloc)  # fmt: skip
         rq_ring = NO_RECV_RING if srq is not None else self.rq.ring
         self.peer_address = ""  # IPv4 address of the connected peer, once the AV is set
-        self.reset_at: dict[int, int] = {}  # CQ number -> CQEs before this index belong to before a reset
         device = ctx.device
         self.device = device
         self.qp_num = device.create_qp(creator.pdn, scq.hw, rcq.hw, memoryview(self._sq_buf), self.sq_wqebbs,
@@ -230,8 +230,12 @@ class QP(PyverbsObject):
                                     self.cap.max_inline_data, self.sq_sig_all, device)  # fmt: skip
         self._qp_state = ibv_qp_state.IBV_QPS_RESET
         self.attr = QPAttr(qp_state=ibv_qp_state.IBV_QPS_RESET)
-        scq.qps[self.qp_num] = self
-        rcq.qps[self.qp_num] = self
+        # what its CQs' readers ask of it per CQE (its reset_at: CQ number -> CQEs before this
+        # index belong to before a reset)
+        self.completing = CompletingQp(self.rq, self.send_queue, self.explain)
+        self.reset_at = self.completing.reset_at
+        scq.qps[self.qp_num] = self.completing
+        rcq.qps[self.qp_num] = self.completing
         for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
             parent.add_ref(self)
         if qp_attr is not None:  # as pyverbs: a connected QP to INIT, a UD QP (needing no peer) to RTS
