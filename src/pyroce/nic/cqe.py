@@ -78,10 +78,6 @@ class Cqe(NamedTuple):
     vendor_err: int = 0  # error CQEs only: pyroce's reason code
     solicited: bool = False  # the message's last packet asked for a solicited event (BTH SE)
 
-    @property
-    def is_error(self) -> bool:
-        return self.opcode in ERROR_OPCODES
-
 
 new_cqe: Final = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
 
