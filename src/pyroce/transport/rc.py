@@ -28,9 +28,9 @@ from pyroce.transport.service import SERVICES
 from pyroce.transport.work import RecvWork, SendWork
 from pyroce.wire.aeth import SYNDROME_KINDS, AethKind
 from pyroce.wire.bth import BTH_STRUCT, DEFAULT_PKEY, PAD_MASK, SE_MASK, TVER_MASK
-from pyroce.wire.headers import CODECS
+from pyroce.wire.headers import RETH_STRUCT
 from pyroce.wire.icrc import ICRC_LEN
-from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODES, Flag, Opcode, OpFlag, Transport
+from pyroce.wire.opcodes import BTH_LEN, OPCODE_FLAGS, OPCODE_HDR_LEN, OPCODES, Flag, Opcode, Transport
 from pyroce.wire.packet import Packet, PacketRun, parse_packet
 from pyroce.wire.psn import PSN_MASK
 
@@ -43,8 +43,7 @@ ACK_LEN: Final = OPCODES[Opcode.RC_ACKNOWLEDGE].hdr_len + ICRC_LEN  # type: igno
 # enum members read per packet, as constants (docs/architecture.md, "Compiled with mypyc")
 _RTR: Final = QpState.RTR
 _ERR: Final = QpState.ERR
-_ACKNOWLEDGE: Final = Opcode.RC_ACKNOWLEDGE
-_unpack_reth: Final = CODECS[OpFlag.RETH].unpack  # a predicted WRITE's RETH, by the header's one codec
+_ACKNOWLEDGE: Final = int(Opcode.RC_ACKNOWLEDGE)  # an int: compiled, compared as a machine int
 
 
 @dataclass
@@ -175,24 +174,31 @@ class RcQp:
         ``Packet``, and an ACK retires what it acknowledges (RC).
         False when anything is not as predicted: the caller then parses the packet and calls
         ``receive``, so every rule and every error stays in the general path."""
-        config = self.config
-        size = len(data)
+        if len(data) < BTH_LEN:
+            return False
         opcode: int  # the BTH's fields typed: compiled, they are tested as machine ints
         flags: int
         pkey: int
         psn: int
-        if size == ACK_LEN and data[0] == _ACKNOWLEDGE:
+        opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
+        return self.receive_predicted_bth(data, opcode, flags, pkey, psn, now)
+
+    def receive_predicted_bth(self, data: memoryview | bytes, opcode: int, flags: int, pkey: int, psn: int,
+                              now: float) -> bool:  # fmt: skip
+        """``receive_predicted`` with the packet's BTH read already (``Demux`` reads it to find
+        the QP): its opcode, flags byte, P_Key and AckReq|PSN word."""
+        config = self.config
+        size = len(data)
+        if size == ACK_LEN and opcode == _ACKNOWLEDGE:
             # An ACK whose AETH says ACK, for a QP that sends requests: the completer retires
             # what it acknowledges (``Completer.positive_ack``).
-            _, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
             if (not self.service.acked or flags & (TVER_MASK | PAD_MASK) or pkey != config.pkey
                     or self.state not in ACKED_STATES or SYNDROME_KINDS[data[BTH_LEN]] is not AethKind.ACK):  # fmt: skip
                 return False
             placed = self.completer.positive_ack(psn & PSN_MASK, now)
         else:
-            if size <= BTH_LEN + ICRC_LEN or data[0] not in self.service.predicted:
+            if size <= BTH_LEN + ICRC_LEN or opcode not in self.service.predicted:
                 return False
-            opcode, flags, pkey, _, psn = BTH_STRUCT.unpack_from(data)
             if flags & TVER_MASK or pkey != config.pkey or self.state not in RECEIVING_STATES:
                 return False
             if self.state is _RTR and not self.established:
@@ -200,7 +206,7 @@ class RcQp:
             pad = flags >> 4 & 3
             end = size - ICRC_LEN - pad
             op_flags = OPCODE_FLAGS[opcode]
-            start = OPCODES[opcode].hdr_len  # type: ignore[union-attr]  # BTH, and a READ response's AETH
+            start = OPCODE_HDR_LEN[opcode]  # BTH, and a READ response's AETH
             if op_flags & Flag.END:  # LAST: 1..PMTU bytes, padded to 4; a solicited one goes the
                 if flags & SE_MASK:  # general way, which reports the SE in its completion
                     return False
@@ -215,8 +221,12 @@ class RcQp:
                     psn & PSN_MASK, data[start:end], bool(op_flags & Flag.END), now
                 )
             elif op_flags & Flag.RETH:  # a WRITE's FIRST or ONLY: its RETH after the BTH
-                placed = self.responder.receive_write_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK,
-                                                                _unpack_reth(data, BTH_LEN), data, data[start:end])  # fmt: skip
+                va: int
+                rkey: int
+                dma_len: int
+                va, rkey, dma_len = RETH_STRUCT.unpack_from(data, BTH_LEN)
+                placed = self.responder.receive_write_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, va, rkey,
+                                                                dma_len, data, data[start:end])  # fmt: skip
             else:
                 placed = self.responder.receive_predicted(op_flags, psn & PSN_MASK, psn > PSN_MASK, data[start:end])
         if placed:

@@ -245,10 +245,10 @@ class Responder:
         self._placed(flags, psn, len(payload), ackreq, None)
         return True
 
-    def receive_write_predicted(self, flags: int, psn: int, ackreq: bool, reth: Reth, packet: memoryview | bytes,
-                                payload: memoryview | bytes) -> bool:  # fmt: skip
+    def receive_write_predicted(self, flags: int, psn: int, ackreq: bool, va: int, rkey: int, dma_len: int,
+                                packet: memoryview | bytes, payload: memoryview | bytes) -> bool:  # fmt: skip
         """Place a WRITE's FIRST or ONLY (no immediate) at the expected PSN with no message
-        open, its RETH checked as the general path checks it (``_check_rkey``); False leaves
+        open, its RETH (``va``, ``rkey``, ``dma_len``) checked as the general path checks it (``_check_rkey``); False leaves
         the packet (``packet``, whole) to ``receive`` (``RcQp.receive_predicted``). A RETH the
         check refuses is answered here, as ``receive`` would answer it after the same checks
         (``_error``): the check pulls a mirrored region's bytes, and a failed pull counts once."""
@@ -256,7 +256,7 @@ class Responder:
             return False
         if flags & (self._refused if self._refused_for == self.qp.config.access else self._refused_ops()):
             return False
-        state = self._check_rkey(reth, len(payload), flags)
+        state = self._check_rkey(va, rkey, dma_len, len(payload), flags)
         if state is not _EXECUTE:
             self._error(parse_packet(packet), state)
             return True
@@ -365,7 +365,8 @@ class Responder:
         if not OPCODE_PAYLOAD[pkt.bth.opcode].allows(len(pkt.payload), self.qp.config.pmtu):
             return RespState.ERR_LENGTH
         if flags & Flag.RETH:
-            return self._check_rkey(pkt.reth, len(pkt.payload), flags)  # type: ignore[arg-type]
+            reth: Reth = pkt.reth  # type: ignore[assignment]
+            return self._check_rkey(reth.va, reth.rkey, reth.dma_len, len(pkt.payload), flags)
         if flags & Flag.ATMETH:
             atomic = pkt.atomiceth  # the key and its 8 bytes first: a range leaving the MR is an R_Key
             view = self.qp.memory.lookup(atomic.rkey, atomic.va, 8, _REMOTE_ATOMIC, self.qp.config.pdn)  # type: ignore[union-attr]
@@ -395,15 +396,15 @@ class Responder:
         """READ responses queued and not fully sent: the responder resources in use."""
         return sum(isinstance(item, ReadJob) for item in self.out)
 
-    def _check_rkey(self, reth: Reth, length: int, flags: int) -> RespState:
+    def _check_rkey(self, va: int, rkey: int, dma_len: int, length: int, flags: int) -> RespState:
         """CHK_RKEY of a READ or of a WRITE's first packet (``length`` bytes of payload): the
-        RETH's range in an MR this QP may reach, and a WRITE's payload within it."""
-        dma_len = reth.dma_len
+        RETH's range (``va``, ``rkey``, ``dma_len``) in an MR this QP may reach, and a WRITE's
+        payload within it."""
         if dma_len > self.qp.config.max_msg_sz:
             return RespState.ERR_LENGTH
         access = _REMOTE_READ if flags & Flag.READ else _REMOTE_WRITE
         placing = not flags & Flag.READ  # a WRITE's target, handed back at its end (``placed``)
-        view = self.qp.memory.lookup(reth.rkey, reth.va, dma_len, access, self.qp.config.pdn, placing)
+        view = self.qp.memory.lookup(rkey, va, dma_len, access, self.qp.config.pdn, placing)
         if isinstance(view, MemFault):
             return RespState.ERR_RKEY_VIOLATION
         if flags & Flag.WRITE:

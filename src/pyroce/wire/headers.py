@@ -29,6 +29,11 @@ class Reth(NamedTuple):
     dma_len: int
 
 
+RETH_STRUCT: Final = struct.Struct(">QII")
+"""The RETH's layout (va, rkey, dma_len): its codec's, and header prediction's, which reads a
+WRITE's RETH as three ints (a ``Reth`` built per packet cost ~1 500 instructions compiled)."""
+
+
 class Aeth(NamedTuple):
     """ACK Extended Transport Header: syndrome (see ``pyroce.wire.aeth``) and MSN."""
 
@@ -75,8 +80,7 @@ class HeaderCodec(NamedTuple):
     pack: Callable[[bytearray | memoryview, int, Any], None]  # raises struct.error or ValueError
 
 
-def _tuple_codec(flag: OpFlag, field: str, fmt: str, cls: type) -> HeaderCodec:
-    layout = struct.Struct(fmt)
+def _tuple_codec(flag: OpFlag, field: str, layout: struct.Struct, cls: type) -> HeaderCodec:
     assert layout.size == HEADER_LEN[flag]
 
     new = functools.partial(tuple.__new__, cls)  # NamedTuple.__new__ without its Python frame
@@ -156,10 +160,10 @@ def _pack_cnp(buf: bytearray | memoryview, offset: int, reserved: bytes) -> None
 CODECS: Final[dict[OpFlag, HeaderCodec]] = {
     OpFlag.DETH: HeaderCodec(OpFlag.DETH, "deth", 8, _unpack_deth, _pack_deth),
     OpFlag.FETH: HeaderCodec(OpFlag.FETH, "feth", 4, _unpack_feth, _pack_feth),
-    OpFlag.RETH: _tuple_codec(OpFlag.RETH, "reth", ">QII", Reth),
-    OpFlag.ATMETH: _tuple_codec(OpFlag.ATMETH, "atomiceth", ">QIQQ", AtomicEth),
+    OpFlag.RETH: _tuple_codec(OpFlag.RETH, "reth", RETH_STRUCT, Reth),
+    OpFlag.ATMETH: _tuple_codec(OpFlag.ATMETH, "atomiceth", struct.Struct(">QIQQ"), AtomicEth),
     OpFlag.AETH: HeaderCodec(OpFlag.AETH, "aeth", 4, _unpack_aeth, _pack_aeth),
-    OpFlag.ATMACK: _tuple_codec(OpFlag.ATMACK, "atomicacketh", ">Q", AtomicAckEth),
+    OpFlag.ATMACK: _tuple_codec(OpFlag.ATMACK, "atomicacketh", struct.Struct(">Q"), AtomicAckEth),
     OpFlag.IMMDT: HeaderCodec(OpFlag.IMMDT, "immdt", 4, _unpack_u32, _pack_u32),
     OpFlag.IETH: HeaderCodec(OpFlag.IETH, "ieth", 4, _unpack_u32, _pack_u32),
     OpFlag.CNP: HeaderCodec(OpFlag.CNP, "cnp", 16, _unpack_cnp, _pack_cnp),

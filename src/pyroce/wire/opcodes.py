@@ -234,6 +234,10 @@ OPCODE_FLAGS: Final[tuple[int, ...]] = tuple(int(info.flags) if info is not None
 """Each opcode's ``OpFlag`` bits as a plain int, for per-packet code: arithmetic on an
 ``IntFlag`` builds a new enum member each time (about 1 µs here), an int does not."""
 
+OPCODE_HDR_LEN: Final[tuple[int, ...]] = tuple(info.hdr_len if info is not None else 0 for info in OPCODES)
+"""Each opcode's ``hdr_len``, indexed by opcode: an int read from a tuple (a NamedTuple's field
+read by name is a generic attribute lookup, compiled)."""
+
 OPCODE_PAYLOAD: Final[tuple[PayloadRule, ...]] = tuple(
     info.payload if info is not None else PayloadRule.NONE for info in OPCODES
 )
