@@ -31,12 +31,14 @@ NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py", "link/
 HOST = ("progress", "handoff")
 # The verbs' per-message work (their classes are pyverbs', which programs subclass: interpreted)
 VERBS = ("send_queue", "recv_queue", "completions")
+# The CM's clock, whose deadline the engine reads on every pass (the CM itself runs per MAD: interpreted)
+CM = ("exchanges",)
 NIC = ("engine", "rings", "wqe", "cqe", "port", "tx", "memory", "queues", "timers", "convert")
 COMPILED = sorted(
     path
     for path in [*PACKAGE.glob("wire/*.py"), *PACKAGE.glob("transport/*.py"), *(PACKAGE / f"nic/{n}.py" for n in NIC),
                  *PACKAGE.glob("link/*.py"), *(PACKAGE / f"host/{n}.py" for n in HOST),
-                 *(PACKAGE / f"verbs/{n}.py" for n in VERBS)]
+                 *(PACKAGE / f"verbs/{n}.py" for n in VERBS), *(PACKAGE / f"cm/{n}.py" for n in CM)]
     if path.relative_to(PACKAGE).as_posix() not in NOT_HOT
 )
 HOW_TO_COMPILE = "install gcc and Python's headers (python3-dev) and reinstall for the compiled build"

@@ -10,9 +10,8 @@ with the layouts below (``produce``, ``poll``).
 from __future__ import annotations
 
 import enum
-import functools
 import struct
-from typing import Final, NamedTuple
+from typing import Final
 
 from pyroce.ib.enums import WcStatus
 
@@ -61,25 +60,50 @@ class CqeSyndrome(enum.IntEnum):
     REMOTE_ABORTED_ERR = 0x22
 
 
-class Cqe(NamedTuple):
+_CQE_FIELDS: Final = ("opcode", "qpn", "wqe_counter", "byte_cnt", "imm_inval", "srqn", "flags_rqpn", "timestamp",
+                      "s_wqe_opcode", "syndrome", "vendor_err", "solicited")  # fmt: skip
+
+
+class Cqe:
     """One completion. For requester CQEs ``s_wqe_opcode`` is the send WQE's opcode; for
-    responder CQEs ``flags_rqpn`` carries the source QP (UD) and the GRH flag."""
+    responder CQEs ``flags_rqpn`` carries the source QP (UD) and the GRH flag.
 
-    opcode: CqeOpcode
-    qpn: int
-    wqe_counter: int
-    byte_cnt: int = 0
-    imm_inval: int = 0  # immediate data (network order as a big-endian int) or invalidated rkey
-    srqn: int = 0
-    flags_rqpn: int = 0
-    timestamp: int = 0
-    s_wqe_opcode: int = 0
-    syndrome: int = 0  # error CQEs only
-    vendor_err: int = 0  # error CQEs only: pyroce's reason code
-    solicited: bool = False  # the message's last packet asked for a solicited event (BTH SE)
+    A class of fixed fields, not a NamedTuple, as ``SendWqe``: one is read per completion
+    polled, and the compiled build makes a native class in ~300 instructions where a
+    NamedTuple took ~1 200. Equal when every field is."""
 
+    __slots__ = _CQE_FIELDS
 
-new_cqe: Final = functools.partial(tuple.__new__, Cqe)  # Cqe from all twelve fields, without NamedTuple.__new__'s frame
+    def __init__(self, opcode: CqeOpcode, qpn: int, wqe_counter: int, byte_cnt: int = 0, imm_inval: int = 0,
+                 srqn: int = 0, flags_rqpn: int = 0, timestamp: int = 0, s_wqe_opcode: int = 0, syndrome: int = 0,
+                 vendor_err: int = 0, solicited: bool = False) -> None:  # fmt: skip
+        """``imm_inval``: immediate data (network order as a big-endian int) or the invalidated
+        rkey; ``syndrome``, ``vendor_err``: error CQEs only (``vendor_err`` is pyroce's reason
+        code); ``solicited``: the message's last packet asked for a solicited event (BTH SE)."""
+        self.opcode = opcode
+        self.qpn = qpn
+        self.wqe_counter = wqe_counter
+        self.byte_cnt = byte_cnt
+        self.imm_inval = imm_inval
+        self.srqn = srqn
+        self.flags_rqpn = flags_rqpn
+        self.timestamp = timestamp
+        self.s_wqe_opcode = s_wqe_opcode
+        self.syndrome = syndrome
+        self.vendor_err = vendor_err
+        self.solicited = solicited
+
+    def fields(self) -> tuple[object, ...]:
+        """Every field, in the constructor's order."""
+        return (self.opcode, self.qpn, self.wqe_counter, self.byte_cnt, self.imm_inval, self.srqn, self.flags_rqpn,
+                self.timestamp, self.s_wqe_opcode, self.syndrome, self.vendor_err, self.solicited)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cqe) and self.fields() == other.fields()
+
+    def __repr__(self) -> str:
+        return "Cqe(" + ", ".join(f"{name}={value!r}" for name, value in zip(_CQE_FIELDS, self.fields())) + ")"
+
 
 # Bytes 0-62, everything but ``op_own``: written before it and read after it, in one call each
 # (flags_rqpn@24 srqn@32 imm@36 byte_cnt@44 timestamp@48 opcode_qpn@56 wqe_counter@60 signature@62)

@@ -439,7 +439,8 @@ class Engine:
         if sending is not qp.sending:
             self._note_sending(qp, sending)
         timers = self.timers
-        if timers.deadlines.get(qp) != deadline:  # no call when the timer stays as it is (none, often)
+        armed = timers.deadlines.get(qp)
+        if armed is not deadline and armed != deadline:  # no call when the timer stays as it is (none, often)
             timers.arm(qp, deadline)
         if sent < TX_BUDGET:
             # Nothing more can go now (done, or waiting for an ACK, credits or a timer): a

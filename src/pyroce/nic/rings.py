@@ -24,7 +24,6 @@ from pyroce.nic.cqe import (
     ERROR_OPCODES,
     Cqe,
     CqeOpcode,
-    new_cqe,
 )
 from pyroce.nic.wqe import (
     CTRL_DS_AT,
@@ -50,6 +49,7 @@ UAR_SIZE: Final = 4096
 BF_OFFSET: Final = 0x800  # mlx5's MLX5_BF_OFFSET: the page's BlueFlame register
 BF_SIZE: Final = 256  # each of the register's two halves, which a program's BlueFlame stores alternate
 
+_INVALID_CQE: Final = int(CqeOpcode.INVALID)  # an int: compiled, compared as a machine int per poll
 BIG_ENDIAN_HOST: Final = sys.byteorder == "big"  # a big-endian host stores a be32 word as it is
 
 
@@ -233,7 +233,7 @@ class CqRing:
         engine thread wrote between the two reads."""
         buf, offset = self.buf, (consumer % self.cqe_count) * CQE_SIZE
         op_own = buf[offset + CQE_OP_OWN_AT]
-        if op_own >> 4 == CqeOpcode.INVALID or op_own & 1 != (consumer >> self._shift) & 1:
+        if op_own >> 4 == _INVALID_CQE or op_own & 1 != (consumer >> self._shift) & 1:
             return None
         wqe_counter: int  # the CQE's fields typed: compiled, machine ints from here on
         opcode_qpn: int
@@ -243,5 +243,5 @@ class CqRing:
         if opcode in ERROR_OPCODES:
             vendor_err, syndrome = CQE_ERROR.unpack_from(buf, offset + CQE_ERROR_AT)
             timestamp = 0
-        return new_cqe((opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp,
-                        opcode_qpn >> 24, syndrome, vendor_err, bool(op_own & 2)))  # fmt: skip
+        return Cqe(opcode, opcode_qpn & 0xFFFFFF, wqe_counter, byte_cnt, imm, srqn, flags_rqpn, timestamp, opcode_qpn >> 24,
+                   syndrome, vendor_err, bool(op_own & 2))  # fmt: skip

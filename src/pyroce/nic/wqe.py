@@ -299,7 +299,8 @@ def decode_send_wqe_at(data: bytes | bytearray | memoryview, at: int, ds: int, d
         if word + 2 > end:
             raise WqeError(f"{opcode.name} WQE has no remote address segment")
         raddr = words[word]
-        rkey = words[word + 1] >> 32
+        rkey_word: int = words[word + 1]  # typed: compiled, shifted as a machine int
+        rkey = rkey_word >> 32
         word += 2
     if opcode in _HAS_ATOMIC:
         if word + 2 > end:
@@ -315,7 +316,8 @@ def decode_send_wqe_at(data: bytes | bytearray | memoryview, at: int, ds: int, d
         word += 2 * BIND_SEGS
     sges: list[Sge] = []
     inline = None
-    head: int = words[word] >> 32 if word < end else 0
+    head_word: int = words[word] if word < end else 0  # typed, as ``rkey_word``
+    head = head_word >> 32
     if head & INLINE_FLAG:
         length = head & ~INLINE_FLAG
         offset = word * 8 + 4

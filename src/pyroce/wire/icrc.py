@@ -82,7 +82,8 @@ def icrc_from_seed(seed: int, roce: Buffer) -> int:
     """ICRC of ``roce`` (BTH through padding, no ICRC) after headers summarised by ``seed``."""
     length, byte4 = len(roce), roce[_BTH_BYTE4]
     correction = _corrections.get(length << 8 | byte4)  # byte4_correction's cache, read inline: once per packet
-    return crc32(roce, seed) ^ (byte4_correction(length, byte4) if correction is None else correction)
+    crc: int = crc32(roce, seed)  # typed: compiled, the XOR below is on machine ints
+    return crc ^ (byte4_correction(length, byte4) if correction is None else correction)
 
 
 def compute_icrc(ip_udp: Buffer, roce: Buffer) -> int:
@@ -102,7 +103,8 @@ def residue_from_seed(seed: int, udp_payload: Buffer) -> int:
         return ~RESIDUE & 0xFFFFFFFF
     byte4 = udp_payload[_BTH_BYTE4]
     correction = _corrections.get(size << 8 | byte4)  # byte4_correction's cache, read inline: once per packet
-    return crc32(udp_payload, seed) ^ (byte4_correction(size, byte4) if correction is None else correction)
+    crc: int = crc32(udp_payload, seed)  # typed: compiled, the XOR below is on machine ints
+    return crc ^ (byte4_correction(size, byte4) if correction is None else correction)
 
 
 def verify_icrc_from_seed(seed: int, udp_payload: Buffer) -> bool:
