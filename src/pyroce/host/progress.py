@@ -149,7 +149,8 @@ class Progress:
         self._lock.acquire()
         try:
             if self._handoff.pending:
-                self.engine.doorbells(*self._handoff.take())
+                rung, receives = self._handoff.take()  # two arguments, not ``*``: a native call, compiled
+                self.engine.doorbells(rung, receives)
             try:
                 self.engine.step(now)
             except Exception as exc:  # noqa: BLE001 - never into the host
@@ -179,7 +180,8 @@ class Progress:
     def _pass(self, receive: bool = True) -> None:
         engine = self.engine
         if self._handoff.pending:
-            engine.doorbells(*self._handoff.take())
+            rung, receives = self._handoff.take()
+            engine.doorbells(rung, receives)
         try:
             engine.run(self._clock, receive)
         except Exception as exc:  # noqa: BLE001 - never into the caller; the engine goes on

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from pyroce.transport.work import Sge, SgeLike, new_sge  # a data segment: byte_count, lkey, addr
+from pyroce.transport.work import Sge, SgeLike  # a data segment: byte_count, lkey, addr
 
 WQEBB: Final = 64  # bytes in a send-queue basic block
 SEG: Final = 16  # bytes in a segment; the control segment's ``ds`` counts these
@@ -327,7 +327,7 @@ def decode_send_wqe_at(data: bytes | bytearray | memoryview, at: int, ds: int, d
     else:
         while word < end:
             data_seg: int = words[word]
-            sges.append(new_sge((words[word + 1], data_seg >> 32, data_seg & _LOW32)))
+            sges.append(Sge(words[word + 1], data_seg >> 32, data_seg & _LOW32))
             word += 2
     word1: int = words[1]
     return SendWqe(opcode, (ctrl >> 40) & 0xFFFF, (ctrl >> 8) & 0xFFFFFF, (word1 >> 32) & 0xFF, word1 & _LOW32, raddr,
@@ -354,5 +354,5 @@ def decode_recv_wqe(data: bytes | bytearray | memoryview) -> tuple[Sge, ...]:
         length, lkey, addr = _DATA.unpack_from(data, offset)
         if lkey == MLX5_INVALID_LKEY:
             break
-        sges.append(new_sge((addr, length, lkey)))
+        sges.append(Sge(addr, length, lkey))
     return tuple(sges)

@@ -11,17 +11,31 @@ import functools
 from typing import Final, NamedTuple, Protocol
 
 
-class Sge(NamedTuple):
-    """A scatter/gather entry: ``length`` bytes at ``addr`` in the MR named by ``lkey``."""
+class Sge:
+    """A scatter/gather entry: ``length`` bytes at ``addr`` in the MR named by ``lkey``.
 
-    addr: int
-    length: int
-    lkey: int
+    A class of fixed fields, not a NamedTuple, as ``nic.wqe.SendWqe``: one is decoded per data
+    segment of every WQE fetched, and the compiled build makes a native class in ~300
+    instructions where a NamedTuple took ~1 200. Equal when every field is."""
+
+    __slots__ = ("addr", "length", "lkey")
+
+    def __init__(self, addr: int, length: int, lkey: int) -> None:
+        self.addr = addr
+        self.length = length
+        self.lkey = lkey
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Sge) and self.addr == other.addr and self.length == other.length
+                and self.lkey == other.lkey)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"Sge(addr={self.addr:#x}, length={self.length}, lkey={self.lkey:#x})"
 
 
 class SgeLike(Protocol):
     """What a data segment is written from: a transport ``Sge``, or a verbs ``SGE`` as posted
-    (read only: a NamedTuple's fields are)."""
+    (read only)."""
 
     @property
     def addr(self) -> int: ...
@@ -123,5 +137,4 @@ class RecvWork(NamedTuple):
 
 # Built once per WQE on the fast path: the tuples NamedTuple.__new__ would make, from all their
 # fields, without its Python frame
-new_sge: Final = functools.partial(tuple.__new__, Sge)
 new_recv_work: Final = functools.partial(tuple.__new__, RecvWork)
