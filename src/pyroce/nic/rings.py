@@ -179,9 +179,8 @@ class RecvRing:
         write_recv_wqe(self.buf, (producer % self.count) * self.stride, sges, self.stride)
 
     def fetch(self, consumer: int) -> tuple[Sge, ...]:
-        """The scatter list of the WQE at ``consumer``, decoded from a copy of its bytes."""
-        start = (consumer % self.count) * self.stride
-        return decode_recv_wqe(bytes(self.buf[start : start + self.stride]))
+        """The scatter list of the WQE at ``consumer``, decoded in place."""
+        return decode_recv_wqe(self.buf, (consumer % self.count) * self.stride, self.stride)
 
 
 class CqRing:

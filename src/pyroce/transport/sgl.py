@@ -21,11 +21,12 @@ class ScatterGather:
         self.starts = [0, len(views[0])] if len(views) == 1 else [0, *accumulate(len(v) for v in views)]
         self.length = self.starts[-1]
 
-    @classmethod
-    def resolve(cls, memory: MemoryTable, sges: tuple[Sge, ...], access: int, pdn: int,
+    @staticmethod
+    def resolve(memory: MemoryTable, sges: tuple[Sge, ...], access: int, pdn: int,
                 placing: bool = False) -> ScatterGather | MemFault:  # fmt: skip
         """Check every SGE against the memory table; the first refusal is returned.
-        ``placing``: a message's destination, handed back with ``placed`` (``MemoryTable.lookup``)."""
+        ``placing``: a message's destination, handed back with ``placed`` (``MemoryTable.lookup``).
+        (A static method naming its class: compiled, ``cls(views)`` was a generic call.)"""
         views = []
         for sge in sges:
             view = memory.lookup(sge.lkey, sge.addr, sge.length, access, pdn, placing)
@@ -33,7 +34,7 @@ class ScatterGather:
                 return view
             if sge.length:
                 views.append(view)
-        return cls(views)
+        return ScatterGather(views)
 
     def one_view(self) -> memoryview | None:
         """The message's memory as one view when it is one SGE: a run of packets is then
