@@ -199,6 +199,37 @@ def test_no_doorbell_is_lost_between_threads() -> None:
     assert taken == set(range(count))
 
 
+def test_the_pending_hint_never_hides_a_doorbell() -> None:
+    """Host mode takes only when ``pending`` says so (``Progress.step``): with threads ringing
+    send and receive doorbells while this one takes on the hint alone, once they stop and the
+    hint is down nothing is left queued (it is set after each append, cleared before a take)."""
+    handoff = Handoff()
+    count = 5000
+    rung: set[int] = set()
+    receives: set[int] = set()
+
+    def ring_all(base: int) -> None:
+        for qpn in range(base, base + count):
+            handoff.ring(qpn)
+            handoff.post_receives(qpn)
+
+    ringers = [threading.Thread(target=ring_all, args=(base,)) for base in (0, count, 2 * count)]
+    for ringer in ringers:
+        ringer.start()
+    try:
+        while any(ringer.is_alive() for ringer in ringers) or handoff.pending:
+            if handoff.pending:
+                sends, recvs = handoff.take()
+                rung |= sends
+                receives |= recvs
+        assert handoff.take() == (set(), set()), "doorbells were queued with the hint down"
+    finally:
+        for ringer in ringers:
+            ringer.join()
+        handoff.close()
+    assert rung == receives == set(range(3 * count))
+
+
 def test_doorbell_records_from_drivers_without_the_gil_are_all_taken() -> None:
     """What the C driver writes to ``doorbell_fd`` (4-byte records, send and receive, from two
     threads at once, with Python's own wake-ups between them): every QPN reaches its set."""
