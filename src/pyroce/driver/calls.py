@@ -317,7 +317,8 @@ def modify_qp(qp: QP, mask: int, fields: dict[str, Any]) -> tuple[int, int] | No
         attr.ah_attr = _ah_attr(ah)
     qp.modify(attr, mask)
     if qp.qp_state == 0:  # IBV_QPS_RESET
-        return qp.reset_at[qp.scq.hw.cqn], qp.reset_at[qp.rcq.hw.cqn]
+        reset_at = qp.completing.reset_at
+        return reset_at[qp.scq.hw.cqn], reset_at[qp.rcq.hw.cqn]
     return None
 
 

@@ -233,7 +233,6 @@ class QP(PyverbsObject):
         # what its CQs' readers ask of it per CQE (its reset_at: CQ number -> CQEs before this
         # index belong to before a reset)
         self.completing = CompletingQp(self.rq, self.send_queue, self.explain)
-        self.reset_at = self.completing.reset_at
         scq.qps[self.qp_num] = self.completing
         rcq.qps[self.qp_num] = self.completing
         for parent in (creator, scq, rcq):  # not the SRQ: it is busy while the QP lives (EBUSY)
@@ -296,7 +295,7 @@ class QP(PyverbsObject):
         if self.srq is None:
             self.rq.reset()
         for cq in (self.scq, self.rcq):
-            self.reset_at[cq.hw.cqn] = cq.hw.producer
+            self.completing.reset_at[cq.hw.cqn] = cq.hw.producer
 
     def _changes(self, attr: QPAttr, mask: int, state_name: str) -> tuple[dict[str, object], str | None]:
         """The transport settings an attribute mask asks for, after the limits rxe checks."""
