@@ -13,8 +13,11 @@ import errno
 import gc
 import ipaddress
 import mmap
+import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -368,6 +371,60 @@ def test_mr_dropped_without_close_is_deregistered(pd):
     gc.collect()
     buf.extend(b"x")  # BufferError while a registration still exports the buffer
     assert len(buf) == 65
+
+
+# A QP and its CQ nobody closed, reachable only through a reference cycle, and a collection in
+# the middle of an engine pass (a capture sink runs there, under the device's lock): the
+# collection must not wait for the lock its own thread holds, and the QP is still destroyed.
+COLLECTED_IN_A_PASS = """
+import gc, time
+import pyroce.verbs.enums as e
+from pyroce.apps.rc_endpoint import RcEndpoint
+from pyroce.verbs.cq import CQ
+from pyroce.verbs.qp import QP, QPCap, QPInitAttr
+from pyroce.verbs.wr import SGE, SendWR
+
+a, b = RcEndpoint.open(4096), RcEndpoint.open(4096)
+a.connect(b.info())
+b.connect(a.info())
+
+class Cycle:
+    pass
+
+def orphan():
+    cycle = Cycle()
+    cycle.itself = cycle
+    cycle.cq = CQ(a.ctx, 4)
+    cycle.qp = QP(a.pd, QPInitAttr(qp_type=e.ibv_qp_type.IBV_QPT_RC, scq=cycle.cq, rcq=cycle.cq, cap=QPCap()))
+    return cycle.qp.qp_num
+
+gc.disable()
+qpn = orphan()
+engine = a.ctx.device.engine
+assert qpn in engine.qps
+found = []
+a.ctx.device.start_capture(sink=lambda frame: found.append(gc.collect()))
+wr = SendWR(opcode=e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, sg=[SGE(a.mr.buf, 8, a.mr.lkey)])
+wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+a.qp.post_send(wr)
+(done,) = a.poll()
+a.ctx.device.stop_capture()
+deadline = time.monotonic() + 10
+while qpn in engine.qps and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(done.status, sum(found) > 0, qpn in engine.qps)
+"""
+
+
+def test_an_object_collected_in_an_engine_pass_is_closed_without_a_deadlock() -> None:
+    env = {**os.environ, "PYROCE_NIC": "own"}
+    try:
+        run = subprocess.run([sys.executable, "-c", COLLECTED_IN_A_PASS], check=False, capture_output=True,
+                             text=True, timeout=60, env=env)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("the collection waited for the device's lock its own thread held")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "True", "False"]  # the WRITE completed; the QP is gone
 
 
 # --- memory regions -------------------------------------------------------------------------------------------------

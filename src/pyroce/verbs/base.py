@@ -1,11 +1,20 @@
 """Object lifetimes as pyverbs has them (``base.pyx``): every object is a context manager, its
 ``close()`` may be called twice, a child holds its parent, and a parent closes its children
-first. Using a closed object raises ``PyverbsRDMAError`` with EBADF."""
+first. Using a closed object raises ``PyverbsRDMAError`` with EBADF.
+
+An object dropped without ``close()`` is closed by its ``__del__``, at once when its last
+reference goes. One the garbage collector finds in a reference cycle is closed by a thread of its
+own instead: a collection runs wherever an allocation sets it off, in an engine pass or a command
+under the device's lock, whose holder would wait for itself in the release."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gc
+import os
+import queue
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +58,9 @@ class PyverbsObject:
     def __del__(self) -> None:
         """Like pyverbs' ``__dealloc__``: an object dropped without ``close()`` still lets go
         of what it holds on the device (an MR's registration above all)."""
+        if _collecting and not getattr(self, "closed", True):
+            _orphans.put(self)  # kept alive until the closer thread has closed it
+            return
         with contextlib.suppress(Exception):  # interpreter shutdown, or a half-built object
             self.close()
 
@@ -73,3 +85,34 @@ def check_injected(device: NicDevice, verb: str, action: str) -> None:
         code = plan(verb)
         if code:
             raise PyverbsRDMAError(f"Failed to {action}: injected by a fault plan", code)
+
+
+# --- objects the garbage collector finalizes ----------------------------------------------------
+
+_collecting = False  # a cyclic collection is running (in whatever thread set it off)
+_orphans: queue.SimpleQueue[PyverbsObject] = queue.SimpleQueue()  # a put is safe in ``__del__``
+
+
+def _note_collection(phase: str, info: dict[str, int]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+def _close_orphans() -> None:
+    """The closer thread: close each object a collection found, waiting for the locks it
+    takes as any command does (the collecting thread held them, or not)."""
+    while True:
+        orphan = _orphans.get()
+        with contextlib.suppress(Exception):
+            orphan.close()
+        del orphan
+
+
+def _start_closer() -> None:
+    """Started with the module, and again in a forked child (which has no threads but its own)."""
+    threading.Thread(target=_close_orphans, name="pyroce-verbs-closer", daemon=True).start()
+
+
+gc.callbacks.append(_note_collection)
+_start_closer()
+os.register_at_fork(after_in_child=_start_closer)
