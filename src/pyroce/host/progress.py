@@ -28,6 +28,7 @@ from __future__ import annotations
 import select
 import threading
 import time
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from pyroce.host.handoff import Handoff
@@ -69,6 +70,10 @@ class Progress:
         self.inline = mode == "inline"
         self._handoff = handoff
         self._lock = lock
+        # Bound once: compiled, ``self._lock.acquire()`` looks the method up on every call (a
+        # pass takes the lock twice; an inline program's every empty poll is a pass)
+        self._acquire: Callable[[], bool] = lock.acquire
+        self._release: Callable[[], None] = lock.release
         self._clock = clock
         self._name = name
         self._idle: IdleWork | None = None
@@ -123,13 +128,13 @@ class Progress:
         the GIL from the engine thread for a whole switch interval. (``acquire`` and
         ``release``, not ``with``: compiled, a ``with`` looks up and calls the lock's
         ``__enter__`` and ``__exit__`` generically, ~1 100 instructions, twice the two calls.)"""
-        self._lock.acquire()
+        self._acquire()
         try:
             self._pass(receive)
             if receive:
                 self._inline_at = self._clock()
         finally:
-            self._lock.release()
+            self._release()
 
     def poll_empty(self) -> None:
         """A driver found its CQ empty: inline, run the engine; thread, yield to its thread."""
@@ -146,7 +151,7 @@ class Progress:
 
     def step(self, now: float) -> None:
         """Host mode: one engine pass at the host's time ``now`` (the lock taken as ``run_inline`` takes it)."""
-        self._lock.acquire()
+        self._acquire()
         try:
             if self._handoff.pending:
                 rung, receives = self._handoff.take()  # two arguments, not ``*``: a native call, compiled
@@ -156,7 +161,7 @@ class Progress:
             except Exception as exc:  # noqa: BLE001 - never into the host
                 self.engine.fail_device(exc)
         finally:
-            self._lock.release()
+            self._release()
 
     def halt(self) -> None:
         """Stop the engine thread, and wait for it: from now on only inline and host passes
