@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from pyroce.driver import abi, build
-from pyroce.host import handoff
-from pyroce.nic import wqe
+from pyroce.nic import engine, wqe
 
 INCLUDE = os.environ.get("PYROCE_VERBS_INCLUDE") or build.DEFAULT_INCLUDE
 MISSING = [what for what, present in (("a C compiler (cc)", shutil.which(os.environ.get("CC") or "cc")),
@@ -123,7 +122,7 @@ def test_a_python_change_the_c_side_does_not_follow_is_caught(printed: dict[str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The C side built before a Python value changed: each kind of change shows as a mismatch."""
     assert mismatches(printed) == []
-    monkeypatch.setattr(handoff, "RECV_DOORBELL", 4 << 24)  # pyroce's own: the rendered header had 2 << 24
+    monkeypatch.setattr(engine, "RECV_DOORBELL", 4 << 24)  # pyroce's own: the rendered header had 2 << 24
     monkeypatch.setattr(wqe, "INLINE_FLAG", 0x40000000)  # mlx5's: MLX5_INLINE_SEG stays 0x80000000
     monkeypatch.setattr(wqe, "_RADDR", struct.Struct(">QHxxI"))  # a layout: rkey is a __be32, not 16 bits
     monkeypatch.setattr(wqe, "BIND_SEGS", 3)  # the bind segment grows to 48 bytes
@@ -158,10 +157,10 @@ def test_the_build_renders_the_header_and_rebuilds_on_a_change(tmp_path: Path, m
     assert (first / abi.HEADER).read_text() == abi.render()
     assert any(f"-I{first.parent}" in part for part in commands[0])  # the work folder, renamed to `first`
     assert build.library_dir() == first and len(commands) == len(build.STUB_LIBRARIES) + 2  # cached
-    monkeypatch.setattr(handoff, "SEND_DOORBELL", 4 << 24)
+    monkeypatch.setattr(engine, "SEND_DOORBELL", 4 << 24)
     second = build.library_dir()
     assert second != first
-    assert "#define PYROCE_SEND_DOORBELL        0x4000000u /* host/handoff.py SEND_DOORBELL */" in \
+    assert "#define PYROCE_SEND_DOORBELL        0x4000000u /* nic/engine.py SEND_DOORBELL */" in \
         (second / abi.HEADER).read_text()  # fmt: skip
 
 

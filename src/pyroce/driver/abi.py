@@ -28,7 +28,7 @@ from types import ModuleType
 
 from pyroce.host import handoff
 from pyroce.ib import limits
-from pyroce.nic import cqe, rings, wqe
+from pyroce.nic import cqe, engine, rings, wqe
 from pyroce.verbs import mw
 
 HEADER = "pyroce_abi.h"
@@ -127,9 +127,9 @@ BIND_SEG = _layout("struct pyroce_bind_seg", wqe, "_BIND", wqe.MwBindSeg._fields
 # pyroce's own: rendered into pyroce_abi.h
 OWN: tuple[Constant, ...] = (
     _attr("PYROCE_DOORBELL_RECORD_SIZE", handoff, "RECORD_SIZE"),
-    _attr("PYROCE_SEND_DOORBELL", handoff, "SEND_DOORBELL"),
-    _attr("PYROCE_RECV_DOORBELL", handoff, "RECV_DOORBELL"),
-    _attr("PYROCE_QPN_MASK", handoff, "QPN_MASK"),
+    _attr("PYROCE_SEND_DOORBELL", engine, "SEND_DOORBELL"),
+    _attr("PYROCE_RECV_DOORBELL", engine, "RECV_DOORBELL"),
+    _attr("PYROCE_QPN_MASK", engine, "QPN_MASK"),
     _attr("PYROCE_COUNTER_MASK", rings, "COUNTER_MASK"),
     _attr("PYROCE_CQ_COUNTER_MASK", rings, "CQ_COUNTER_MASK"),
     _attr("PYROCE_SEND_WQE_DS", wqe, "SEG"),

@@ -31,10 +31,9 @@ import threading
 from collections import deque
 from typing import Final
 
+from pyroce.nic.engine import RECV_DOORBELL, SEND_DOORBELL
+
 RECORD_SIZE: Final = 4  # bytes of one record in the wake-up pipe (a native-order u32)
-SEND_DOORBELL: Final = 1 << 24  # the QP's send doorbell record moved
-RECV_DOORBELL: Final = 2 << 24  # the QP's receive doorbell record moved
-QPN_MASK: Final = 0xFFFFFF
 _WAKE: Final = bytes(RECORD_SIZE)  # the record of a plain wake-up
 _READ_SIZE: Final = 65536  # bytes a drain asks of the pipe at a time (its default capacity)
 
@@ -111,29 +110,19 @@ class Handoff:
             with self._lock:
                 self._signalled = False
 
-    def take(self) -> tuple[set[int], set[int]]:
-        """The QPNs rung since the last take: (send queues, receive queues), each once however
-        often rung. The queue is popped, not swapped for an empty one: a doorbell that read the
-        old one and appended after the swap would be lost."""
+    def take(self) -> list[int]:
+        """The doorbell records queued since the last take, oldest first (``Engine.doorbells``
+        reads them). The queue is popped, not swapped for an empty one: a doorbell that read
+        the old one and appended after the swap would be lost."""
         self.pending = False
         records = self._records
-        if not records:
-            return _EMPTY, _EMPTY
-        rung: set[int] = set()
-        receives: set[int] = set()
+        taken: list[int] = []
         while records:
-            record = records.popleft()
-            if record & SEND_DOORBELL:
-                rung.add(record & QPN_MASK)
-            if record & RECV_DOORBELL:
-                receives.add(record & QPN_MASK)
-        return rung, receives
+            taken.append(records.popleft())
+        return taken
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             os.close(self._read_fd)
             os.close(self._write_fd)
-
-
-_EMPTY: Final[set[int]] = set()  # never written: ``take`` with nothing rung

@@ -154,8 +154,7 @@ class Progress:
         self._acquire()
         try:
             if self._handoff.pending:
-                rung, receives = self._handoff.take()  # two arguments, not ``*``: a native call, compiled
-                self.engine.doorbells(rung, receives)
+                self.engine.doorbells(self._handoff.take())
             try:
                 self.engine.step(now)
             except Exception as exc:  # noqa: BLE001 - never into the host
@@ -185,8 +184,7 @@ class Progress:
     def _pass(self, receive: bool = True) -> None:
         engine = self.engine
         if self._handoff.pending:
-            rung, receives = self._handoff.take()
-            engine.doorbells(rung, receives)
+            engine.doorbells(self._handoff.take())
         try:
             engine.run(self._clock, receive)
         except Exception as exc:  # noqa: BLE001 - never into the caller; the engine goes on

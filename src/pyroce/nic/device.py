@@ -62,8 +62,8 @@ class Doorbells(Protocol):
         """Take in the records written to ``doorbell_fd`` so far."""
         ...
 
-    def take(self) -> tuple[set[int], set[int]]:
-        """The QPNs rung since the last take: (send queues, receive queues)."""
+    def take(self) -> list[int]:
+        """The doorbell records queued since the last take (``Engine.doorbells`` reads them)."""
         ...
 
     def close(self) -> None: ...
@@ -379,7 +379,7 @@ class NicDevice:
                 qp.peer = engine.demux.peers[qpn] = peer
                 qp.tx_path = engine.port.link.tx_path(peer)
             # Doorbells handed over but not yet taken belong to the queues as they are now.
-            engine.doorbells(*self._doorbells.take())
+            engine.doorbells(self._doorbells.take())
             if state is QpState.RESET:
                 # IBA 10.3.1: a reset QP starts with empty queues; what it had not reported is gone
                 qp.rc.completions.clear()
@@ -402,7 +402,7 @@ class NicDevice:
         with self._lock:
             engine = self.engine
             self._doorbells.drain()
-            engine.doorbells(*self._doorbells.take())
+            engine.doorbells(self._doorbells.take())
             engine.send_posted(qpn)
             qp = engine.remove_qp(qpn)
             self.qp_owners.pop(qpn, None)
@@ -439,7 +439,7 @@ class NicDevice:
     @property
     def doorbell_fd(self) -> int:
         """The doorbell register for a driver holding no GIL: a pipe taking 4-byte records
-        (``host.handoff``: ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
+        (``nic.engine``'s ``SEND_DOORBELL | qpn``, ``RECV_DOORBELL | qpn``)."""
         return self._doorbells.doorbell_fd
 
     def kick(self) -> None:
@@ -470,7 +470,7 @@ class NicDevice:
         with self._lock:
             engine = self.engine
             qp = engine.qps[qpn]
-            engine.doorbells(*self._doorbells.take())
+            engine.doorbells(self._doorbells.take())
             if qp in engine.rung or qp in engine.receives:
                 engine.fetch(qp)  # the work posted before the error is the work it fails
             engine.fail_qp(qp, detail, Reason.INJECTED)

@@ -75,6 +75,11 @@ TX_BUDGET: Final = 64  # packets one QP may send per pass
 PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
 MAX_PASSES: Final = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS: Final = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
+# The doorbell register's records, as the drivers write them (``host.handoff`` carries them): the
+# kind of doorbell in the top byte, the QPN below
+SEND_DOORBELL: Final = 1 << 24  # the QP's send doorbell record moved
+RECV_DOORBELL: Final = 2 << 24  # the QP's receive doorbell record moved
+QPN_MASK: Final = 0xFFFFFF
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
 CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
 PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED
@@ -187,18 +192,18 @@ class Engine:
         qp.direct = True
         self.direct.add(qp)
 
-    def doorbells(self, rung: set[int], receives: set[int]) -> None:
-        """Doorbells handed over by the driver: QPs with new send WQEs, and with new receive
-        WQEs (fetched before the next packet is read, as a NIC reads its receive queue)."""
+    def doorbells(self, records: list[int]) -> None:
+        """Doorbell records handed over by the drivers: QPs with new send WQEs, and with new
+        receive WQEs (fetched before the next packet is read, as a NIC reads its receive queue).
+        A QP rung twice is in each set once; a QPN no longer a QP's is ignored."""
         qps = self.qps
-        for qpn in rung:
-            qp = qps.get(qpn)
+        for record in records:
+            qp = qps.get(record & QPN_MASK)
             if qp is not None:
-                self.rung.add(qp)
-        for qpn in receives:
-            qp = qps.get(qpn)
-            if qp is not None:
-                self.receives.add(qp)
+                if record & SEND_DOORBELL:
+                    self.rung.add(qp)
+                if record & RECV_DOORBELL:
+                    self.receives.add(qp)
 
     @property
     def has_work(self) -> bool:

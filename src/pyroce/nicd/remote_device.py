@@ -25,8 +25,8 @@ import struct
 import time
 from typing import Any
 
-from pyroce.host.handoff import RECV_DOORBELL, SEND_DOORBELL
 from pyroce.ib.enums import QpState
+from pyroce.nic.engine import RECV_DOORBELL, SEND_DOORBELL
 from pyroce.nic.events import AsyncEvent
 from pyroce.nic.memory import BindError, BusyError
 from pyroce.nic.rings import CqRing, RecvRing
