@@ -18,10 +18,11 @@ class RocePaths:
         self.port = port
         self._tx_paths: dict[str, RocePath] = {}
         self._rx_paths: dict[tuple[str, int, str], RocePath] = {}
-        # The path of the last unicast datagram: the next is most often from the same peer and
-        # port, found with two compares (a lookup builds and hashes a tuple: ~550 instructions)
+        # The path of the last datagram received: the next is most often from the same peer and
+        # port, to the same address, found with three compares (a lookup builds and hashes a
+        # tuple: ~550 instructions)
         self._last_rx: RocePath | None = None
-        self._last_peer = ""
+        self._last_peer = self._last_dest = ""
         self._last_sport = -1
 
     def tx_path(self, peer: str) -> RocePath:
@@ -34,13 +35,13 @@ class RocePaths:
     def rx_path(self, peer: str, sport: int, dest: str | None = None) -> RocePath:
         """Headers of datagrams from ``peer``:``sport`` as they arrived (ID 0, DF assumed), to
         this link's address or to ``dest`` (a multicast group it joined)."""
+        to = dest or self.address
         last = self._last_rx
-        if dest is None and last is not None and sport == self._last_sport and peer == self._last_peer:
+        if last is not None and sport == self._last_sport and peer == self._last_peer and to == self._last_dest:
             return last
-        key = (peer, sport, dest or self.address)
+        key = (peer, sport, to)
         path = self._rx_paths.get(key)
         if path is None:
-            path = self._rx_paths[key] = RocePath(ip_header(peer, key[2]), UdpHeader(sport, self.port))
-        if dest is None:
-            self._last_rx, self._last_peer, self._last_sport = path, peer, sport
+            path = self._rx_paths[key] = RocePath(ip_header(peer, to), UdpHeader(sport, self.port))
+        self._last_rx, self._last_peer, self._last_sport, self._last_dest = path, peer, sport, to
         return path
