@@ -41,7 +41,7 @@ class Port:
     def __init__(self, link: Link, faults: FaultInjector | None, counters: Counter[str], clock: Clock) -> None:
         self.link = link
         self.address = link.address
-        self.faults = faults  # fixed for the port's life (``TxBatch`` chooses its way out once)
+        self.faults = faults  # fixed for the port's life
         self.gso = link.gso and faults is None  # GSO batches, never through faults (they hit single datagrams)
         self.loopback_runs = faults is None  # the loopback's runs (``send_segments``): not through faults either
         self._counters = counters

@@ -25,14 +25,15 @@ _NO_ICRC: Final = bytes(ICRC_LEN)  # an unsealed packet's ICRC
 class TxBatch:
     """The engine's transmit buffer as one GSO send being gathered (``view[:end]``)."""
 
-    __slots__ = ("_counters", "_dqpn", "_peer", "_port", "_transmit", "end", "gso", "segment_size", "segments",
-                 "sent_bytes", "view")  # fmt: skip
+    __slots__ = ("_counters", "_dqpn", "_peer", "_port", "end", "gso", "segment_size", "segments", "sent_bytes",
+                 "view")  # fmt: skip
 
     def __init__(self, view: memoryview, port: Port, counters: Counter[str]) -> None:
         self.view = view  # the engine's transmit buffer
-        self._port = port  # sends the device's way (faults, loopback, capture, link)
-        # one datagram out: through the fault injector if the port has one (set at its making)
-        self._transmit = port.put if port.faults is None else port.transmit
+        # Sends the device's way (loopback, capture, link): a datagram of its own through the
+        # fault injector if the port has one (``transmit``), else straight out (``put``: a native
+        # call, compiled, where a bound method stored here was a generic one)
+        self._port = port
         self._counters = counters  # the device's: drop_tx_full
         self.sent_bytes = 0  # counted per send, kept as an int (``pyroce.ib.counters``)
         self._peer = ""
@@ -72,7 +73,10 @@ class TxBatch:
                     view[: len(item)] = item
                     size = path.seal(view, 0, len(item))
                     self.sent_bytes += size
-                    self._transmit(peer, view[:size])
+                    if port.faults is None:
+                        port.put(peer, view[:size])
+                    else:
+                        port.transmit(peer, view[:size])
                     continue
                 offset, segment, _ = self.slot(len(item) + ICRC_LEN)
                 view[offset : offset + len(item)] = item
@@ -122,7 +126,11 @@ class TxBatch:
         self.sent_bytes += self.end
         try:
             if self.segments == 1:
-                self._transmit(self._peer, data)
+                port = self._port
+                if port.faults is None:
+                    port.put(self._peer, data)
+                else:
+                    port.transmit(self._peer, data)
             elif not self._port.send_segments(data, self.segment_size, self._peer):
                 self._counters["drop_tx_full"] += self.segments
         finally:  # whatever happened to them, these packets are not sent again
