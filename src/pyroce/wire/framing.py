@@ -240,9 +240,9 @@ class RocePath:
         # is big-endian): the BTH's first 8 bytes (opcode, flags, P_Key, DestQP), AckReq|PSN.
         # Compiled, the callables are locals (no global or method lookup per packet) and the
         # three first words are three locals (a tuple indexed by a variable is boxed per read).
-        head = (run.pkey << 32) | run.dqpn
-        first_head, middle_head, last_head = (_swap64(run.first_opcode << 56 | head),
-                                              _swap64(run.opcode << 56 | head), _swap64(run.last_opcode << 56 | head))  # fmt: skip
+        # The opcode is the word's top byte: swapped, its lowest (one swap for the three).
+        head = _swap64((run.pkey << 32) | run.dqpn)
+        first_head, middle_head, last_head = head | run.first_opcode, head | run.opcode, head | run.last_opcode
         pack_icrc, pack_icrc_bth, checksum = _ICRC.pack_into, _ICRC_BTH.pack_into, crc32
         stop = first + count
         word = psn_add(psn, first) | (ACKREQ if first == ackreq_at else 0)

@@ -71,6 +71,8 @@ def byte4_correction(length: int, byte4: int) -> int:
     CRC-32 is affine: two inputs of one length differ in CRC by the raw CRC of their XOR,
     which here is zero but for byte 4. So one CRC call covers BTH through padding, with no
     slicing and no copy; the correction is cached per (length, byte 4)."""
+    if byte4 == 0 and length < _ZERO_BYTE4_LEN and _ZERO_BYTE4[length] >= 0:
+        return _ZERO_BYTE4[length]
     key = (length << 8) | byte4
     value = _corrections.get(key)
     if value is None:
