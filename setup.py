@@ -29,8 +29,9 @@ MANIFEST = "compiled.sha256"  # "<sha256>  <path under pyroce/>" per compiled mo
 # operation passes through them; nor the steering of several engines (link/steering.py: set up once).
 NOT_HOT = {"wire/cm.py", "wire/mad.py", "wire/pcap.py", "link/errors.py", "link/steering.py"}
 HOST = ("progress", "handoff")
-# The verbs' per-message work (their classes are pyverbs', which programs subclass: interpreted)
-VERBS = ("send_queue", "recv_queue", "completions")
+# The verbs' per-message work and the work requests it reads field by field (the other verbs
+# classes are pyverbs', which programs subclass: interpreted)
+VERBS = ("send_queue", "recv_queue", "completions", "wr")
 # The CM's clock, whose deadline the engine reads on every pass (the CM itself runs per MAD: interpreted)
 CM = ("exchanges",)
 NIC = ("engine", "rings", "wqe", "cqe", "port", "tx", "memory", "queues", "timers", "convert")

@@ -19,8 +19,8 @@ _SEND_FIELDS = (("remote_addr", _U64), ("rkey", _U32), ("compare_add", _U64), ("
 
 def overflow_in(wr: SendWR | RecvWR) -> OverflowError | None:
     """The first of ``wr``'s values its C field cannot hold, as the OverflowError pyverbs'
-    Cython classes raise when such a value is set. pyroce's WRs are plain Python, so the post
-    looks for it when writing the WQE failed: no check on the fast path."""
+    Cython classes raise when such a value is set. pyroce's WRs hold any int, so the post looks
+    for it when writing the WQE failed: no check on the fast path."""
     named = [(f"sg[{index}].{name}", getattr(sge, name), top)
              for index, sge in enumerate(wr.sg) for name, top in _SGE_FIELDS]  # fmt: skip
     if isinstance(wr, SendWR):
