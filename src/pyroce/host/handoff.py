@@ -87,7 +87,7 @@ class Handoff:
                 pass  # the pipe is full: it is readable, which is all a wake-up needs
 
     def drain(self) -> None:
-        """Empty the pipe (its doorbell records join the sets), then let the next ``wake`` write
+        """Empty the pipe (its doorbell records join the queue ``take`` pops), then let the next ``wake`` write
         again: the engine thread when it wakes, or a command that must see every doorbell rung
         before it (destroying a QP). Drains take turns reading, so none splits another's record."""
         with self._read_lock:
