@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pyroce.nicd.client import NicError, connect
+from pyroce.nicd.engines import STOP_WAIT_S
 from pyroce.nicd.place import NicPlace
 
 _numbers = itertools.count(1)
@@ -43,10 +45,27 @@ def shared_nic(folder: Path, idle_s: float = 0,
         wait_serving(place, process)
         yield place, env, process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(10)
         log.close()
+        stop(process, folder / "nicd.log")
+
+
+def stop(process: subprocess.Popen[str], log: Path) -> None:
+    """SIGTERM, as a user's Ctrl-C. A NIC that has not ended in time (it gives a stuck engine
+    ``STOP_WAIT_S``, then has it print its stacks and kills it) prints its own stacks
+    (SIGUSR1) and is killed; either fails the test with the NIC's log."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_WAIT_S + 10)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            process.kill()
+            process.wait()
+            raise AssertionError(f"pyroce nicd did not stop on SIGTERM; its log:\n{log.read_text()[-20000:]}") from None
+    text = log.read_text()
+    if "did not stop in" in text:
+        raise AssertionError(f"an engine of pyroce nicd did not stop; the NIC's log:\n{text[-20000:]}")
 
 
 def wait_serving(place: NicPlace, process: subprocess.Popen[str], timeout_s: float = 20) -> None:

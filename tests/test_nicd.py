@@ -234,6 +234,25 @@ def test_an_engine_that_ends_takes_the_nic_down(nic, tmp_path):
         first.call("query_port", 1, 1)
 
 
+def test_sigusr1_prints_each_threads_stack_into_the_log_and_the_nic_goes_on(nic, tmp_path):
+    """What a NIC that does not stop waits for: every thread of the service and of an engine,
+    each main thread in its serving loop; both serve on."""
+    place, env, process = nic
+    first, second = connect(place, start=False), connect(place, start=False)  # the second starts engine 1
+    for conn in (first, second):
+        conn.call("open_context", "pyroce0")
+    engine = status(env)["engines"][1]["pid"]
+    log = tmp_path / "stats" / "nicd.log"
+    for pid in (process.pid, engine):
+        os.kill(pid, signal.SIGUSR1)
+    spin_until(lambda: log.read_text().count("Current thread") == 2, "two stack dumps in the log")
+    text = log.read_text()
+    assert text.count("Thread 0x") >= 2  # the other threads of each (the engine thread's, the closer's)
+    assert text.count(" in serve\n") >= 3  # the service's loop (two frames) and the engine's
+    for conn in (first, second):
+        assert conn.call("query_port", conn.call("open_context", "pyroce0")[0], 1)
+
+
 def stats_documents(env: dict[str, str]) -> list[dict]:
     done = subprocess.run([sys.executable, "-m", "pyroce", "stats", "--json"], env=env, capture_output=True,
                           text=True, check=True)  # fmt: skip

@@ -427,6 +427,47 @@ def test_an_object_collected_in_an_engine_pass_is_closed_without_a_deadlock() ->
     assert run.stdout.split() == ["0", "True", "False"]  # the WRITE completed; the QP is gone
 
 
+# An MR nobody closed, found by a collection just before the program ends: the closer thread
+# closes it and has ended before the interpreter's finalization, which would freeze it where it
+# stands (a device's lock held with it).
+COLLECTED_AT_EXIT = """
+import atexit, gc, threading, weakref
+
+def at_finalization():  # registered before pyroce's own exit handlers: runs after them
+    closer = [thread for thread in threading.enumerate() if thread.name == "pyroce-verbs-closer"]
+    print(bool(closer), collected() is None)
+
+atexit.register(at_finalization)
+from pyroce.verbs.device import Context
+from pyroce.verbs.mr import MR
+from pyroce.verbs.pd import PD
+
+ctx = Context(name="pyroce0")
+pd = PD(ctx)
+
+class Cycle:
+    pass
+
+def orphan():
+    cycle = Cycle()
+    cycle.itself = cycle
+    cycle.mr = MR(pd, 4096, 1)
+    return weakref.ref(cycle.mr)
+
+gc.disable()
+collected = orphan()
+gc.collect()
+"""
+
+
+def test_the_closer_thread_ends_before_the_interpreter_does() -> None:
+    env = {**os.environ, "PYROCE_NIC": "own"}
+    run = subprocess.run([sys.executable, "-c", COLLECTED_AT_EXIT], check=False, capture_output=True, text=True,
+                         timeout=60, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]  # no closer left; the MR closed and let go
+
+
 # --- memory regions -------------------------------------------------------------------------------------------------
 
 

@@ -3,12 +3,14 @@
 In the foreground it serves with its log on stderr until Ctrl-C, SIGTERM, ``--stop`` or idle;
 ``--background`` is how a program that finds no NIC starts one (it prints one line: ``ready
 PID``, ``busy`` when another NIC serves the place, or ``failed WHY``); ``--stop`` and
-``--status`` speak to a running one.
+``--status`` speak to a running one. SIGUSR1 prints every thread's stack of the service (and of
+an engine, sent to it) into the log: what a NIC that does not stop is waiting for.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -105,6 +107,7 @@ def _engine(place: NicPlace, steering: Steering, control: int | None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format=f"%(asctime)s pyroce nicd engine {steering.index}: %(message)s")  # fmt: skip
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the service's to act on: it stops its engines
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     control_socket = socket.socket(fileno=control)
     try:
         server = EngineServer(place, steering, control_socket)
@@ -127,9 +130,12 @@ def _open(place: NicPlace, idle_s: float, engines: int) -> NicServer:
 
 
 def _stop_on_signals(server: NicServer) -> None:
-    """SIGTERM (and SIGINT) end the service at its next turn, never in the middle of a command."""
+    """SIGTERM (and SIGINT) end the service at its next turn, never in the middle of a command;
+    SIGUSR1 prints its threads' stacks to the log (written by faulthandler's C handler, so a
+    service blocked in a wait answers too)."""
     signal.signal(signal.SIGTERM, lambda _signum, _frame: server.stop())
     signal.signal(signal.SIGINT, lambda _signum, _frame: server.stop())
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _background(place: NicPlace, idle_s: float, engines: int, out: TextIO) -> int:

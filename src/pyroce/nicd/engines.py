@@ -18,8 +18,10 @@ and a socket gone renumbers the last, so the others would get its datagrams.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import Callable
@@ -33,6 +35,7 @@ log = logging.getLogger("pyroce.nicd")
 
 STATUS_WAIT_S = 5.0  # an engine answers ``status`` at once: it serves one request at a time
 STOP_WAIT_S = 10.0
+STACKS_WAIT_S = 1.0  # for a stuck engine to print its stacks (SIGUSR1) before it is killed
 
 
 def default_engines() -> int:
@@ -134,7 +137,11 @@ class EngineProcess:
         try:
             self.process.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            log.error("engine %d (pid %d) did not stop in %.0f s: killed", self.index, self.pid, STOP_WAIT_S)
+            log.error("engine %d (pid %d) did not stop in %.0f s: its threads' stacks follow, then it is killed",
+                      self.index, self.pid, STOP_WAIT_S)  # fmt: skip
+            self.process.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(STACKS_WAIT_S)  # time to write them
             self.process.kill()
             self.process.wait()
         self.control.close()

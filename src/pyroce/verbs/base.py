@@ -9,6 +9,7 @@ under the device's lock, whose holder would wait for itself in the release."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import gc
@@ -90,7 +91,9 @@ def check_injected(device: NicDevice, verb: str, action: str) -> None:
 # --- objects the garbage collector finalizes ----------------------------------------------------
 
 _collecting = False  # a cyclic collection is running (in whatever thread set it off)
-_orphans: queue.SimpleQueue[PyverbsObject] = queue.SimpleQueue()  # a put is safe in ``__del__``
+_orphans: queue.SimpleQueue[PyverbsObject | None] = queue.SimpleQueue()  # a put is safe in ``__del__``
+_closer: threading.Thread | None = None
+CLOSER_EXIT_WAIT_S = 5.0  # at exit, for the closer to finish what collections left it
 
 
 def _note_collection(phase: str, info: dict[str, int]) -> None:
@@ -101,8 +104,7 @@ def _note_collection(phase: str, info: dict[str, int]) -> None:
 def _close_orphans() -> None:
     """The closer thread: close each object a collection found, waiting for the locks it
     takes as any command does (the collecting thread held them, or not)."""
-    while True:
-        orphan = _orphans.get()
+    while (orphan := _orphans.get()) is not None:
         with contextlib.suppress(Exception):
             orphan.close()
         del orphan
@@ -110,9 +112,22 @@ def _close_orphans() -> None:
 
 def _start_closer() -> None:
     """Started with the module, and again in a forked child (which has no threads but its own)."""
-    threading.Thread(target=_close_orphans, name="pyroce-verbs-closer", daemon=True).start()
+    global _closer
+    _closer = threading.Thread(target=_close_orphans, name="pyroce-verbs-closer", daemon=True)
+    _closer.start()
+
+
+def _stop_closer() -> None:
+    """At exit, before the interpreter's finalization: the closer finishes its queue and ends.
+    A daemon thread still running then is frozen where it stands, a lock it held with it, and
+    every later ``close()`` that takes that lock would wait forever. What a collection finds
+    after this stays in the queue, unclosed, as the process ends."""
+    if _closer is not None:
+        _orphans.put(None)
+        _closer.join(CLOSER_EXIT_WAIT_S)
 
 
 gc.callbacks.append(_note_collection)
 _start_closer()
 os.register_at_fork(after_in_child=_start_closer)
+atexit.register(_stop_closer)
