@@ -16,6 +16,7 @@ import pytest
 
 from pyroce.driver.build import sources_digest
 from pyroce.nicd.client import NicError, connect
+from pyroce.nicd.engines import STOP_WAIT_S
 from pyroce.nicd.place import NicPlace
 from pyroce.nicd.protocol import Handle, receive, send
 from tests.shared_nic import nic_environment, private_address, shared_nic
@@ -245,12 +246,35 @@ def test_sigusr1_prints_each_threads_stack_into_the_log_and_the_nic_goes_on(nic,
     log = tmp_path / "stats" / "nicd.log"
     for pid in (process.pid, engine):
         os.kill(pid, signal.SIGUSR1)
-    spin_until(lambda: log.read_text().count("Current thread") == 2, "two stack dumps in the log")
+    spin_until(lambda: log.read_text().count("in _run_module_as_main\n") == 2, "two stack dumps in the log")  # ended
     text = log.read_text()
     assert text.count("Thread 0x") >= 2  # the other threads of each (the engine thread's, the closer's)
     assert text.count(" in serve\n") >= 3  # the service's loop (two frames) and the engine's
     for conn in (first, second):
         assert conn.call("query_port", conn.call("open_context", "pyroce0")[0], 1)
+
+
+def test_a_nic_stops_while_an_engine_waits_for_its_connection_manager(nic, tmp_path):
+    """An engine passes a program's rdma_cm command on to the service and waits for the answer:
+    a service that stops first ends that wait (EIO to the program), not the engine's 10 s."""
+    place, env, process = nic
+    first, second = connect(place, start=False), connect(place, start=False)  # the second starts engine 1
+    for conn in (first, second):
+        conn.call("open_context", "pyroce0")
+    second.call("cm_open")  # engine 1's connection to the service's connection manager
+    engine = status(env)["engines"][1]["pid"]
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        send(second.sock, ("cm_open", ()))  # waits in engine 1 until it runs again
+        process.terminate()
+        log = tmp_path / "stats" / "nicd.log"
+        spin_until(lambda: "pyroce nicd: stopping:" in log.read_text(), "the service to stop")
+    finally:
+        os.kill(engine, signal.SIGCONT)  # it finds the program's command and the service's stop
+    assert process.wait(STOP_WAIT_S) == 0
+    assert "did not stop" not in log.read_text()
+    answer = receive(second.sock)
+    assert answer is None or answer.value[:2] == ("err", errno.EIO), answer
 
 
 def stats_documents(env: dict[str, str]) -> list[dict]:

@@ -125,15 +125,18 @@ class SessionLoop:
             pass
 
     def close(self) -> None:
-        for session in list(self.sessions.values()):
-            self.selector.unregister(session)
-            session.close()
-        self.sessions.clear()
+        self._close_sessions()
         self.selector.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
         if not self.context.closed:
             self.context.close()
+
+    def _close_sessions(self) -> None:
+        for session in list(self.sessions.values()):
+            self.selector.unregister(session)
+            session.close()
+        self.sessions.clear()
 
 
 class NicServer(SessionLoop):
@@ -268,13 +271,33 @@ class NicServer(SessionLoop):
                 "qps": sum(engine["qps"] for engine in engines), "engines": engines}  # type: ignore[misc]  # fmt: skip
 
     def close(self) -> None:
-        self.engines.stop()
+        """Every connection ends before the engines are asked to stop: an engine serving a
+        program's rdma_cm command waits for the service's answer (``cm_upstream``), which a
+        service waiting for that engine to stop would never give."""
+        log.info("stopping: %d connections end, then %d engines", len(self.sessions), len(self.engines.running))
+        self._refuse_connections()
         for sock in self.waiting.values():
             sock.close()
         self.waiting.clear()
+        self._close_sessions()
+        self.engines.stop()
         self.listener.close()
         self._address_lock.close()
         super().close()
+
+    def _refuse_connections(self) -> None:
+        """New connections refused at their ``connect`` (the name stays bound until the end, so
+        no second NIC starts on the place meanwhile), and those not accepted yet closed."""
+        self.listener.shutdown(socket.SHUT_RD)
+        self.listener.setblocking(False)
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except ConnectionError:
+                continue  # one whose program went meanwhile
+            except OSError:
+                return  # none left (EAGAIN)
+            sock.close()
 
 
 def _upstream_hello(request: Any) -> bool:
