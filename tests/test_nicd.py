@@ -277,6 +277,29 @@ def test_a_nic_stops_while_an_engine_waits_for_its_connection_manager(nic, tmp_p
     assert answer is None or answer.value[:2] == ("err", errno.EIO), answer
 
 
+def test_status_waits_for_the_engines_while_the_nic_serves_on(nic):
+    """``--status`` asks every engine; one that has not answered yet (busy, or waiting for the
+    service's connection manager) holds up that answer, never the service's other programs."""
+    place, env, _ = nic
+    first, second = connect(place, start=False), connect(place, start=False)  # the second starts engine 1
+    ctx = first.call("open_context", "pyroce0")[0]
+    make_qp(second)
+    engine = status(env)["engines"][1]["pid"]
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        asking = subprocess.Popen([sys.executable, "-m", "pyroce", "nicd", "--status", "--json"], env=env,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(0.5)  # (for the service to have it: if not yet, the ports come first regardless)
+        for _ in range(3):
+            assert first.call("query_port", ctx, 1)
+        assert asking.poll() is None  # still waiting for engine 1
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    answer = json.loads(asking.communicate(timeout=30)[0])
+    assert [entry["pid"] for entry in answer["engines"]] == [answer["pid"], engine]
+    assert answer["engines"][1]["qps"] == 1  # its own answer, once it ran again
+
+
 def stats_documents(env: dict[str, str]) -> list[dict]:
     done = subprocess.run([sys.executable, "-m", "pyroce", "stats", "--json"], env=env, capture_output=True,
                           text=True, check=True)  # fmt: skip

@@ -33,7 +33,7 @@ from pyroce.nicd.protocol import Message, PassFd, ProtocolError, receive, send
 
 log = logging.getLogger("pyroce.nicd")
 
-STATUS_WAIT_S = 5.0  # an engine answers ``status`` at once: it serves one request at a time
+STATUS_WAIT_S = 5.0  # for every engine's answer to ``status`` (one serves a request at a time: it may be in one)
 STOP_WAIT_S = 10.0
 STACKS_WAIT_S = 1.0  # for a stuck engine to print its stacks (SIGUSR1) before it is killed
 
@@ -66,6 +66,9 @@ class EngineProcess:
         self.ready = False
         self.waiting: list[tuple[socket.socket, int]] = []  # connections handed over before it was ready
         self.programs: set[int] = set()  # pids of the programs it serves (or will, once ready)
+        self.asked = self.answers = 0  # ``status`` asked of it, and answered
+        self.last_status: dict[str, Any] | None = None
+        self.ended = False
 
     def fileno(self) -> int:
         return self.control.fileno()
@@ -90,10 +93,12 @@ class EngineProcess:
     def take(self) -> Message | None:
         """The engine's next message; None once it has ended."""
         try:
-            return receive(self.control)
+            message = receive(self.control)
         except (OSError, ProtocolError) as exc:
             log.error("engine %d (pid %d): %s", self.index, self.pid, exc)
-            return None
+            message = None
+        self.ended = message is None
+        return message
 
     def note(self, message: Any) -> None:
         """What the engine said (``ready``, ``gone``): its state here follows."""
@@ -105,26 +110,28 @@ class EngineProcess:
                 self._pass(sock, pid)
         elif message[0] == "gone":
             self.programs.discard(message[1])
+        elif message[0] == "status":
+            self.answers += 1
+            self.last_status = dict(message[1])
 
-    def status(self) -> dict[str, Any]:
-        """The engine's own ``status`` (pid, programs, QPs), messages in between noted; what is
-        known here if it cannot answer."""
-        known = {"index": self.index, "pid": self.pid, "programs": sorted(self.programs), "qps": 0}
+    def ask_status(self) -> int:
+        """Ask the engine for its ``status``: the count of its answers (``answers``) at which
+        this one has come. Answers come in the service's loop (``note``), which never waits
+        for one: the engine may be waiting for the service (``cm_upstream``)."""
         try:
             send(self.control, ("status",))
         except OSError:
-            return known  # ended: the service hears of it next
-        self.control.settimeout(STATUS_WAIT_S)
-        try:
-            while True:
-                message = self.take()
-                if message is None:
-                    return known
-                if message.value[0] == "status":
-                    return dict(message.value[1])
-                self.note(message.value)
-        finally:
-            self.control.settimeout(None)
+            self.ended = True  # the service hears of it next
+            return self.answers
+        self.asked += 1
+        return self.asked
+
+    def status(self) -> dict[str, Any]:
+        """The engine's last answer to ``status`` (pid, programs, QPs); what is known here
+        before the first."""
+        if self.last_status is not None:
+            return self.last_status
+        return {"index": self.index, "pid": self.pid, "programs": sorted(self.programs), "qps": 0}
 
     def stop(self) -> None:
         for sock, _ in self.waiting:

@@ -12,17 +12,18 @@ nicd --stop``), on SIGTERM or SIGINT, or once no driver has been connected for `
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import selectors
 import socket
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyroce.host.registry import ENGINE_VARIABLE, LinkError
 from pyroce.link.steering import Steering
-from pyroce.nicd.engines import EngineProcess, Engines
+from pyroce.nicd.engines import STATUS_WAIT_S, EngineProcess, Engines
 from pyroce.nicd.place import NicPlace
 from pyroce.nicd.protocol import ProtocolError, receive, send
 from pyroce.nicd.session import Session, peer_credentials
@@ -48,6 +49,18 @@ def open_nic_context(place: NicPlace, steering: Steering | None) -> Context:
     else:
         os.environ[ENGINE_VARIABLE] = f"{steering.index}/{steering.engines}"
     return Context(name=place.device, progress="thread")
+
+
+class StatusAsked(NamedTuple):
+    """A ``pyroce nicd --status`` waiting for the engines' answers: each engine with the count
+    of its answers that includes this one's (``EngineProcess.ask_status``)."""
+
+    sock: socket.socket
+    waits: list[tuple[EngineProcess, int]]
+    deadline: float
+
+
+STATUS_TURN_S = 0.001  # the shortest turn while a ``status`` waits
 
 
 class SessionLoop:
@@ -76,6 +89,7 @@ class SessionLoop:
                         self._serve(key.fileobj)
                     else:
                         self._ready(key.fileobj)
+                self._after_turn()
         finally:
             self.close()
 
@@ -84,6 +98,9 @@ class SessionLoop:
 
     def _ready(self, fileobj: Any) -> None:
         """One of the service's own descriptors is readable."""
+
+    def _after_turn(self) -> None:
+        """The loop's turn has served what was ready (or its timeout passed)."""
 
     def _add(self, session: Session) -> None:
         self.sessions[session.fileno()] = session
@@ -174,6 +191,7 @@ class NicServer(SessionLoop):
         self.engines = Engines(place, engines, lambda engine: self.selector.register(engine, selectors.EVENT_READ))
         self.selector.register(self.listener, selectors.EVENT_READ)
         self.waiting: dict[int, socket.socket] = {}  # connections whose first message decides where they go
+        self.status_asked: list[StatusAsked] = []  # ``--status`` connections, answered once every engine has
         self.idle_since = time.monotonic()
 
     def serve(self) -> None:
@@ -182,12 +200,26 @@ class NicServer(SessionLoop):
         super().serve()
 
     def _timeout(self) -> float | None:
-        if self._program_count() or self.idle_s <= 0:
-            return None
-        timeout = self.idle_since + self.idle_s - time.monotonic()
-        if timeout <= 0:
-            log.info("no program for %.0f s: stopping", self.idle_s)
+        timeout = None
+        if not self._program_count() and self.idle_s > 0:
+            timeout = self.idle_since + self.idle_s - time.monotonic()
+            if timeout <= 0:
+                log.info("no program for %.0f s: stopping", self.idle_s)
+                return timeout
+        if self.status_asked:  # a turn when the first runs out of time (never 0: that ends the loop)
+            wait = max(self.status_asked[0].deadline - time.monotonic(), STATUS_TURN_S)
+            timeout = wait if timeout is None else min(timeout, wait)
         return timeout
+
+    def _after_turn(self) -> None:
+        """Answer each ``status`` whose engines have all answered, or ended, or whose time ran out."""
+        now = time.monotonic()
+        for asked in list(self.status_asked):
+            if now >= asked.deadline or all(engine.ended or engine.answers >= count for engine, count in asked.waits):
+                self.status_asked.remove(asked)
+                with contextlib.suppress(OSError):
+                    send(asked.sock, ("ok", self.status()))
+                asked.sock.close()
 
     def _program_count(self) -> int:
         return len(self._programs()) + len(self.engines.programs())
@@ -234,9 +266,10 @@ class NicServer(SessionLoop):
                 log.info("stop asked by pid %d", peer_credentials(sock)[0])
                 send(sock, ("ok", os.getpid()))
                 self.stop()
+                sock.close()
             else:
-                send(sock, ("ok", self.status()))
-            sock.close()
+                waits = [(engine, engine.ask_status()) for engine in self.engines.running]
+                self.status_asked.append(StatusAsked(sock, waits, time.monotonic() + STATUS_WAIT_S))
             return
         engine = None if _upstream_hello(request) else self.engines.choose(len(self._programs()))
         if engine is None:
@@ -276,9 +309,10 @@ class NicServer(SessionLoop):
         service waiting for that engine to stop would never give."""
         log.info("stopping: %d connections end, then %d engines", len(self.sessions), len(self.engines.running))
         self._refuse_connections()
-        for sock in self.waiting.values():
+        for sock in [*self.waiting.values(), *(asked.sock for asked in self.status_asked)]:
             sock.close()
         self.waiting.clear()
+        self.status_asked.clear()
         self._close_sessions()
         self.engines.stop()
         self.listener.close()
