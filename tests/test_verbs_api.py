@@ -18,6 +18,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -466,6 +467,36 @@ def test_the_closer_thread_ends_before_the_interpreter_does() -> None:
                          timeout=60, env=env)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["False", "True"]  # no closer left; the MR closed and let go
+
+
+def test_an_object_two_threads_close_at_once_is_released_once(pd):
+    """The closer thread may be closing an MR when the program closes its PD: the PD's close
+    waits for the MR's, which releases it once, and the PD's own release finds it gone."""
+    releasing, go = threading.Event(), threading.Event()
+    releases, errors = [], []
+
+    class SlowMR(MR):
+        def _release(self) -> None:
+            releases.append(threading.current_thread().name)
+            releasing.set()
+            go.wait(10)
+            super()._release()
+
+    mr = SlowMR(pd, 4096, LOCAL_WRITE)
+
+    def close_mr() -> None:
+        try:
+            mr.close()
+        except Exception as exc:  # noqa: BLE001 - the test's answer
+            errors.append(exc)
+
+    other = threading.Thread(target=close_mr, name="other")
+    other.start()
+    assert releasing.wait(10)
+    threading.Timer(0.2, go.set).start()  # the PD's close below waits for it meanwhile
+    pd.close()
+    other.join(10)
+    assert (releases, errors, mr.closed, pd.closed) == (["other"], [], True, True)
 
 
 # --- memory regions -------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ class PyverbsObject:
 
     def __init__(self) -> None:
         self.closed = False
+        self._closer_thread = 0  # the thread in ``close()``, 0 when none
         # made on the first child: most objects (a million MRs, say) have none, and a WeakSet
         # is several objects the garbage collector would walk on every full pass
         self._children: weakref.WeakSet[PyverbsObject] | None = None
@@ -46,13 +47,32 @@ class PyverbsObject:
         self._children.add(child)
 
     def close(self) -> None:
-        """Release the object and its children; safe to call again."""
-        if self.closed:
+        """Release the object and its children; safe to call again, and from two threads at
+        once (the closer thread and the program, say): the second waits for the first."""
+        if self.closed or not self._claim():
             return
-        for child in sorted(self._children or (), key=lambda c: c.CLOSE_ORDER):
-            child.close()
-        self._release()
-        self.closed = True
+        try:
+            for child in sorted(self._children or (), key=lambda c: c.CLOSE_ORDER):
+                child.close()
+            self._release()
+            self.closed = True
+        finally:
+            with _closing:
+                self._closer_thread = 0
+                _closing.notify_all()
+
+    def _claim(self) -> bool:
+        """Whether this thread is to close the object: not when another thread has closed it
+        meanwhile (waited for), nor when this one is closing it already (a release that
+        reaches its own object again)."""
+        me = threading.get_ident()
+        with _closing:
+            while self._closer_thread not in (0, me):
+                _closing.wait()
+            if self.closed or self._closer_thread == me:
+                return False
+            self._closer_thread = me
+            return True
 
     CLOSE_ORDER = 0  # children close in this order: QPs (0) before CQs and MRs (1) before PDs (2)
 
@@ -86,6 +106,9 @@ def check_injected(device: NicDevice, verb: str, action: str) -> None:
         code = plan(verb)
         if code:
             raise PyverbsRDMAError(f"Failed to {action}: injected by a fault plan", code)
+
+
+_closing = threading.Condition()  # an object's ``_closer_thread`` is set and cleared under it
 
 
 # --- objects the garbage collector finalizes ----------------------------------------------------
