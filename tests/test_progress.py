@@ -266,8 +266,8 @@ def test_doorbell_records_from_drivers_without_the_gil_are_all_taken() -> None:
         deadline = time.monotonic() + 30
         while len(rung) + len(receives) < 2 * count:
             assert time.monotonic() < deadline, f"{2 * count - len(rung) - len(receives)} records never taken"
-            select.select([handoff.fileno()], [], [], 1.0)
-            handoff.drain()
+            readable, _, _ = select.select([handoff.fileno()], [], [], 1.0)  # as the engine thread drains
+            handoff.drain(handoff.fileno() in readable)
             sends, recvs = taken(handoff)
             rung |= sends
             receives |= recvs
@@ -277,6 +277,26 @@ def test_doorbell_records_from_drivers_without_the_gil_are_all_taken() -> None:
         handoff.close()
     assert rung == set(range(0x100, 0x100 + count))
     assert receives == set(range(0x100 + count, 0x100 + 2 * count))
+
+
+def test_a_record_written_after_the_engines_look_waits_in_the_pipe() -> None:
+    """The engine thread drains what its ``select`` saw (``False``: nothing, no read); a C
+    driver's record written after that look stays in the pipe, readable, for the next drain."""
+    handoff = Handoff()
+    try:
+        handoff.drain(False)
+        os.write(handoff.doorbell_fd, struct.pack("=I", SEND_DOORBELL | 7))
+        handoff.drain(False)
+        assert taken(handoff) == (set(), set())
+        readable, _, _ = select.select([handoff.fileno()], [], [], 0)
+        assert readable == [handoff.fileno()]
+        handoff.drain(True)
+        assert taken(handoff) == ({7}, set())
+        os.write(handoff.doorbell_fd, struct.pack("=I", RECV_DOORBELL | 9))
+        handoff.drain()  # a command's drain, which looked at nothing: asks the pipe itself
+        assert taken(handoff) == (set(), {9})
+    finally:
+        handoff.close()
 
 
 def test_timers_stay_bounded_by_the_qps() -> None:

@@ -215,8 +215,7 @@ class Progress:
                     if self._idle is not None:
                         self._idle(clock())  # a busy application still has its counters published
                     continue
-            self._wait(sources)
-            self._handoff.drain()
+            self._handoff.drain(self._wait(sources))
             if self.inline and clock() - self._inline_at < INLINE_GRACE_S:
                 continue  # the application took over while this thread slept
             self._busy = True
@@ -229,27 +228,28 @@ class Progress:
             if self._idle is not None:
                 self._idle(clock())
 
-    def _wait(self, sources: list[int]) -> None:
-        """Until input, a wake-up or the next deadline (at once if work is waiting).
+    def _wait(self, sources: list[int]) -> bool | None:
+        """Until input, a wake-up or the next deadline (at once if work is waiting); whether
+        the hand-off's pipe was readable then, None when not looked at (``Handoff.drain``).
         ``_selecting`` is set before the hand-off is looked at: a doorbell that finds it
         clear was rung before that look and is seen by it."""
         engine = self.engine
         self._selecting = True
         try:
             if engine.has_work or self._handoff.pending:
-                return
-            self._sleep(sources)
+                return None
+            return self._sleep(sources)
         finally:
             self._selecting = False
 
-    def _sleep(self, sources: list[int]) -> None:
+    def _sleep(self, sources: list[int]) -> bool | None:
         """Thread mode polls ``SPIN_S`` first; then ``select`` until input or the deadline."""
         engine = self.engine
         if SPIN_S and not self.inline:
             until = self._clock() + SPIN_S
             while self._clock() < until:
                 if self._ready.poll(0):
-                    return
+                    return None
         deadline = engine.next_deadline()
         timeout = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, max(0.0, deadline - self._clock()))
         if engine.direct:  # nobody rings for a direct QP: look at its doorbell records again soon
@@ -257,4 +257,5 @@ class Progress:
             wait = DIRECT_POLL_S if found else min(2 * self._direct_wait, DIRECT_IDLE_S)
             self._direct_wait = wait
             timeout = min(timeout, wait)
-        select.select(sources, [], [], timeout)
+        readable, _, _ = select.select(sources, [], [], timeout)
+        return self._handoff.fileno() in readable
