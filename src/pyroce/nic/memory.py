@@ -203,8 +203,9 @@ class MrTable(MemoryTable[DirtyRange]):
         region.view, region.addr, region.length, region.mirrored = view, addr, len(view), mirrored
 
     def _forget(self, memory: MirroredMemory) -> None:
-        for holder in [holder for holder, entry in self.dirty.items() if entry.memory is memory]:
-            del self.dirty[holder]
+        for holder, entry in list(self.dirty.items()):  # (a snapshot: see ``_view_gone``)
+            if entry.memory is memory:
+                del self.dirty[holder]
         memory.close()
 
     def alloc_window(self, pdn: int, mw_type: int) -> MemoryWindow:
@@ -329,7 +330,7 @@ class MrTable(MemoryTable[DirtyRange]):
         destination in progress is left as it is: its bytes are undefined until the message
         ends, and a pull over them meanwhile (a race of the program's) overwrites what it placed."""
         end = start + length
-        found = [entry for entry in self.dirty.values()
+        found = [entry for entry in list(self.dirty.values())  # (a snapshot: see ``_view_gone``)
                  if entry.memory is memory and entry.known is not None and entry.start < end
                  and start < entry.start + entry.length]  # fmt: skip
         for entry in found:
@@ -338,7 +339,9 @@ class MrTable(MemoryTable[DirtyRange]):
 
     def _view_gone(self, holder: int, _watch: object) -> None:
         """The last view of a dirty range went: its bytes go back to the memory (a message's
-        destination not ``placed``, a message abandoned, has none to)."""
+        destination not ``placed``, a message abandoned, has none to). It runs in whatever
+        thread let the view go (a collection's, say), even while the engine walks ``dirty``:
+        the walks go over a snapshot (``list()`` of a dict is one step no thread interrupts)."""
         entry = self.dirty.pop(holder, None)
         if entry is not None:
             self._push(entry)
