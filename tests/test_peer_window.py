@@ -123,3 +123,35 @@ def test_qps_that_go_return_their_count_and_their_place(sides: tuple[Side, Side]
     done = run_until(requester, responder, left)
     assert len(done) == left and all(status == e.IBV_WC_SUCCESS for _, status in done)
     assert engine.in_flight[responder.address] == 0 and not waiting
+
+
+def test_qps_that_time_out_keep_what_they_sent_counted(sides: tuple[Side, Side]) -> None:
+    """The responder stalls past the ACK timeout: every QP that sent goes back and sends again,
+    but what it sent first is still in flight (a stalled receiver holds it in its socket), so
+    no waiting QP begins meanwhile; once the responder runs, all complete."""
+    requester, responder = sides
+    engine = requester.device.engine
+    post_writes(requester, responder)
+    requester.device.step(0.0)
+    waiting = set(engine.window_waiting[responder.address])
+    counted = engine.in_flight[responder.address]
+    sent = requester.device.stats()["sent_pkts"]
+    requester.device.step(0.1)  # past the ACK timeout (timeout 14: 67 ms), the responder silent
+    requester.device.step(0.1 + 1e-6)  # a pass more: what the window would let begin now
+    stats = requester.device.stats()
+    resent = stats["retransmitted_pkts"]
+    assert stats["local_ack_timeout_err"] == QPS - len(waiting)  # each QP that had sent
+    assert stats["sent_pkts"] == sent + resent  # resends only: no waiting QP began
+    assert not any(qp.rc.sent_pkts for qp in waiting)
+    assert engine.in_flight[responder.address] == counted
+    done: list[tuple[int, int]] = []
+    for step in range(1, 1000):
+        now = 0.1 + step * 1e-6
+        responder.device.step(now)
+        requester.device.step(now)
+        done += [(wc.wr_id, wc.status) for wc in requester.cq.poll(2 * QPS)[1]]
+        if len(done) == QPS:
+            break
+    assert sorted(done) == [(index, e.IBV_WC_SUCCESS) for index in range(QPS)]
+    assert all(responder.mr.read(SIZE, index * SIZE) == bytes([index]) * SIZE for index in range(QPS))
+    assert engine.in_flight[responder.address] == 0

@@ -20,7 +20,11 @@ keeps the PSNs it has in flight with each peer (requests sent and not acknowledg
 responses asked for and not yet here) under ``PEER_WINDOW``: a QP begins a message only while
 its peer's window is open, else it waits in ``window_waiting`` until an ACK opens the window
 again. A message once begun goes on, so what is in flight always ends in a packet that asks
-for an ACK (a READ's responses), whose arrival recounts its QP in ``_service``.
+for an ACK (a READ's responses), whose arrival recounts its QP in ``_service``. A QP that timed
+out and sends again from its oldest unacknowledged PSN keeps all it sent counted until the ACKs
+come: a receiver that stalled past the timeout still holds the first copies, and a window that
+let other QPs begin meanwhile would overflow its socket when it wakes, the resends lost with
+the rest.
 
 A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
 the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
@@ -427,8 +431,11 @@ class Engine:
             items, sent = rc.output(now, TX_BUDGET, window_open)
             if items:  # (the QP counts them: sent_pkts)
                 batch.send(peer, rc.config.dqpn, qp.tx_path, items)  # type: ignore[arg-type]
-            requester = rc.requester  # its PSNs in flight, counted here without a call
-            psns = (requester.psn - requester.comp_psn) & PSN_MASK if requester.queue else 0
+            # Its PSNs in flight, counted here without a call: all it ever sent that is not
+            # acknowledged (``high_psn``), resends or not. After an ACK timeout it goes back
+            # (``psn``), but what it sent first may still wait in the peer's socket.
+            requester = rc.requester
+            psns = (requester.high_psn - requester.comp_psn) & PSN_MASK if requester.queue else 0
             if psns != qp.in_flight or peer is not qp.window_peer:
                 if peer is qp.window_peer:
                     in_flight[peer] += psns - qp.in_flight
