@@ -15,7 +15,7 @@ import pytest
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.memory import MemoryWire
-from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
+from pyroce.link.udp import SOCKET_BUFFER, SOL_UDP, UDP_GRO, UdpLink
 from pyroce.nic.capture import Capture
 from pyroce.nic.port import Port
 from pyroce.nic.tx import TxBatch
@@ -322,3 +322,16 @@ def test_a_damaged_segment_in_a_run_stops_prediction_and_is_counted():
     finally:
         ep.close()
         peer.close()
+
+
+def test_a_udp_link_knows_what_its_socket_holds():
+    """What the engine sizes its window per peer by (``nic.engine.peer_window``): the receive
+    buffer the kernel granted, which ``net.core.rmem_max`` caps and the kernel doubles."""
+    (link,) = loopback_links(1)
+    try:
+        granted = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        with open("/proc/sys/net/core/rmem_max") as limit:
+            assert granted == 2 * min(SOCKET_BUFFER, int(limit.read()))
+        assert link.receive_buffer == granted
+    finally:
+        link.close()

@@ -11,7 +11,7 @@ import pytest
 
 from pyroce.host.assembly import build_device
 from pyroce.link.memory import MemoryWire
-from pyroce.nic.engine import PEER_WINDOW
+from pyroce.nic.engine import MIN_PEER_WINDOW, PEER_WINDOW, peer_window
 from pyroce.verbs import enums as e
 from pyroce.verbs.addr import AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ
@@ -30,9 +30,11 @@ ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
 class Side:
     """A NIC in host mode with an MR of a message per QP and ``QPS`` RC QPs on one CQ."""
 
-    def __init__(self, wire: MemoryWire, address: str) -> None:
+    def __init__(self, wire: MemoryWire, address: str, receive_buffer: int | None = None) -> None:
         self.address = address
-        self.device = build_device(f"sim-{address}", wire.link(address), progress="host")
+        link = wire.link(address)
+        link.receive_buffer = receive_buffer  # as a UDP link's socket would say
+        self.device = build_device(f"sim-{address}", link, progress="host")
         self.ctx = Context(device=self.device)
         self.pd = PD(self.ctx)
         self.mr = MR(self.pd, SIZE * QPS, ACCESS)
@@ -66,6 +68,57 @@ def sides() -> Iterator[tuple[Side, Side]]:
     yield requester, responder
     requester.close()
     responder.close()
+
+
+def test_the_window_is_half_of_what_the_socket_holds_in_4_kib_psns() -> None:
+    assert peer_window(None) == PEER_WINDOW  # a link in memory drops nothing
+    assert peer_window(8 << 20) == PEER_WINDOW  # net.core.rmem_max 4 MiB, doubled by the kernel
+    assert peer_window(425984) == 52  # the default 208 KiB, doubled
+    assert peer_window(4096) == MIN_PEER_WINDOW
+
+
+def test_a_link_with_a_small_socket_buffer_keeps_a_small_window() -> None:
+    """A host left at the default ``net.core.rmem_max`` (a UDP link's socket holds 416 KiB): no
+    more than about 208 KiB begins at once, and all completes."""
+    wire = MemoryWire()
+    requester, responder = Side(wire, "10.9.1.1", receive_buffer=425984), Side(wire, "10.9.1.2")
+    try:
+        requester.connect(responder)
+        responder.connect(requester)
+        post_writes(requester, responder)
+        requester.device.step(0.0)
+        sent = requester.device.stats()["sent_pkts"]
+        assert requester.device.engine.peer_window == 52
+        assert 52 <= sent < 52 + PSNS
+        done = run_until(requester, responder, QPS)
+        assert sorted(done) == [(index, e.IBV_WC_SUCCESS) for index in range(QPS)]
+    finally:
+        requester.close()
+        responder.close()
+
+
+def test_a_qp_whose_own_acks_open_the_window_begins_again() -> None:
+    """One QP, two 64 KiB WRITEs, a window of one message (a socket of 4 KiB): the first fills
+    it, the second waits; the first's ACK opens it, and with no other QP to wake the waiting
+    one, the QP itself must begin the second."""
+    wire = MemoryWire()
+    requester, responder = Side(wire, "10.9.1.1", receive_buffer=4096), Side(wire, "10.9.1.2")
+    try:
+        requester.connect(responder)
+        responder.connect(requester)
+        assert requester.device.engine.peer_window == MIN_PEER_WINDOW == PSNS
+        engine = requester.device.engine
+        for index in range(2):  # the second posted once the first has filled the window
+            wr = SendWR(wr_id=index, opcode=e.IBV_WR_RDMA_WRITE, send_flags=e.IBV_SEND_SIGNALED,
+                        sg=[SGE(requester.mr.buf + index * SIZE, SIZE, requester.mr.lkey)])  # fmt: skip
+            wr.set_wr_rdma(responder.mr.rkey, responder.mr.buf + index * SIZE)
+            requester.qps[0].post_send(wr)
+            requester.device.step(0.0)
+        assert engine.in_flight[responder.address] == PSNS and engine.window_waiting[responder.address]
+        assert sorted(run_until(requester, responder, 2)) == [(0, e.IBV_WC_SUCCESS), (1, e.IBV_WC_SUCCESS)]
+    finally:
+        requester.close()
+        responder.close()
 
 
 def post_writes(requester: Side, responder: Side) -> None:

@@ -19,6 +19,9 @@ class Link(RocePaths):
         super().__init__(address, port)
         self.gso = False  # sends may carry a segment size (UDP GSO)
         self.steering: Steering | None = None  # one engine of several on ``address``: which QPs are this one's
+        # Bytes the host's socket holds for the link before it drops what comes (None: no such
+        # limit, a link in memory); the engine keeps its window per peer within it
+        self.receive_buffer: int | None = None
 
     def fileno(self) -> int:
         """Readable while a datagram waits."""

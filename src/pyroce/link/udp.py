@@ -94,6 +94,9 @@ class UdpLink(Link):
             raise
         sock.setblocking(False)
         self.sock = sock
+        # what the kernel granted: SOCKET_BUFFER at most ``net.core.rmem_max``, doubled for its
+        # bookkeeping (416 KiB on a host left at the default 208 KiB)
+        self.receive_buffer = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         self.gso = batching and _enable(sock, UDP_SEGMENT, 0)  # probe: sends may carry a segment size
         self.gro = batching and _enable(sock, UDP_GRO, 1)
         self._poll = select.epoll()

@@ -13,18 +13,18 @@ something to send or report, left when a pass sends less than its budget) and th
 
 A window per peer address keeps many QPs from overrunning a receiver. RoCE counts on a lossless
 fabric (PFC) or a congestion control (DCQCN) for that; over UDP, the receiving socket drops what
-its buffer cannot hold (``net.core.rmem_max``: 4 MiB on many hosts), and an RC QP that lost the
+its buffer cannot hold (``net.core.rmem_max``: 208 KiB unless raised), and an RC QP that lost the
 last packet of a message waits out its ACK timeout (67 ms at ``timeout`` 14). One QP's messages
 are paced by its ACKs, but 256 QPs with a 64 KiB WRITE each are 16 MiB at once. So the engine
 keeps the PSNs it has in flight with each peer (requests sent and not acknowledged, READ
-responses asked for and not yet here) under ``PEER_WINDOW``: a QP begins a message only while
-its peer's window is open, else it waits in ``window_waiting`` until an ACK opens the window
-again. A message once begun goes on, so what is in flight always ends in a packet that asks
-for an ACK (a READ's responses), whose arrival recounts its QP in ``_service``. A QP that timed
-out and sends again from its oldest unacknowledged PSN keeps all it sent counted until the ACKs
-come: a receiver that stalled past the timeout still holds the first copies, and a window that
-let other QPs begin meanwhile would overflow its socket when it wakes, the resends lost with
-the rest.
+responses asked for and not yet here) under ``peer_window``: half of what the link's socket
+holds, at most ``PEER_WINDOW``. A QP begins a message only while its peer's window is open,
+else it waits in ``window_waiting`` until an ACK opens the window again. A message once begun
+goes on, so what is in flight always ends in a packet that asks for an ACK (a READ's
+responses), whose arrival recounts its QP in ``_service``. A QP that timed out and sends again
+from its oldest unacknowledged PSN keeps all it sent counted until the ACKs come: a receiver
+that stalled past the timeout still holds the first copies, and a window that let other QPs
+begin meanwhile would overflow its socket when it wakes, the resends lost with the rest.
 
 A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
 the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
@@ -77,6 +77,8 @@ MAX_DATAGRAM: Final = 65536
 RX_BATCH: Final = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
 TX_BUDGET: Final = 64  # packets one QP may send per pass
 PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
+MIN_PEER_WINDOW: Final = 16  # ... however small the socket's buffer: a 64 KiB message at a 4 KiB MTU
+WINDOW_PSN_BYTES: Final = 4096  # what a PSN in flight may hold (a 4 KiB MTU's packet) when the window is sized
 MAX_PASSES: Final = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS: Final = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
 # The doorbell register's records, as the drivers write them (``host.handoff`` carries them): the
@@ -87,6 +89,17 @@ QPN_MASK: Final = 0xFFFFFF
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
 CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
 PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED
+
+
+def peer_window(receive_buffer: int | None) -> int:
+    """The window per peer for a link whose socket holds ``receive_buffer`` bytes: half of
+    it in 4 KiB PSNs (the kernel counts each datagram's overhead in the buffer too, releases
+    what was read in batches of a quarter of it while more waits, and the resends after a
+    timeout come on top), at most ``PEER_WINDOW``. A peer on this host has the same buffer;
+    another host's is not known, and is assumed alike."""
+    if receive_buffer is None:
+        return PEER_WINDOW
+    return max(MIN_PEER_WINDOW, min(PEER_WINDOW, receive_buffer // 2 // WINDOW_PSN_BYTES))
 
 
 class Engine:
@@ -103,6 +116,7 @@ class Engine:
         self.cqs: dict[int, HwCq] = {}
         self.verify_icrc = verify_icrc
         self.port = Port(link, faults, self.counters, clock)
+        self.peer_window = peer_window(link.receive_buffer)  # PSNs in flight with one peer at most
         self.demux = Demux(self._fail_qpn, self.counters)
         self.multicast = Multicast(self.demux.groups, self.port, self.counters)
         self.timers: Timers[HwQp] = Timers()
@@ -421,13 +435,14 @@ class Engine:
         False if it had nothing to send."""
         rc = qp.rc
         batch, port = self._tx_batch, self.port
+        reopened: str | None = None  # the peer whose window this QP's own count opened
         if isinstance(rc, UdQp):
             datagrams, sent = rc.output(now, TX_BUDGET, port.route)
             for address, packet in datagrams:  # each to the address and QP its WR named
                 batch.send(address, packet.bth.dqpn, port.link.tx_path(address), [packet])
         elif (peer := qp.peer) is not None:
             in_flight = self.in_flight
-            window_open = in_flight.get(peer, 0) < PEER_WINDOW
+            window_open = in_flight.get(peer, 0) < self.peer_window
             items, sent = rc.output(now, TX_BUDGET, window_open)
             if items:  # (the QP counts them: sent_pkts)
                 batch.send(peer, rc.config.dqpn, qp.tx_path, items)  # type: ignore[arg-type]
@@ -445,6 +460,8 @@ class Engine:
             if not window_open:
                 if requester.has_output:
                     self.window_waiting.setdefault(peer, {})[qp] = None
+                    if in_flight.get(peer, 0) < self.peer_window:
+                        reopened = peer  # its own ACKs opened it: no other QP may be left to wake it
             elif self.window_waiting.get(peer):
                 self._wake(peer)
         else:
@@ -468,6 +485,8 @@ class Engine:
             self.active.discard(qp)
         else:
             self.active.add(qp)  # more to send: a pass's set of them was swapped out (``step``)
+        if reopened is not None:
+            self._wake(reopened)  # after the above, which would take this QP out again
         return bool(sent)
 
     def _recount(self, qp: HwQp, peer: str | None, psns: int) -> None:
@@ -489,7 +508,7 @@ class Engine:
         """If the window with ``peer`` is open, the QP that has waited longest for it may begin
         its message (once serviced, it wakes the next while the window stays open)."""
         waiting = self.window_waiting.get(peer)
-        if waiting and self.in_flight.get(peer, 0) < PEER_WINDOW:
+        if waiting and self.in_flight.get(peer, 0) < self.peer_window:
             woken = next(iter(waiting))
             del waiting[woken]
             self.active.add(woken)
