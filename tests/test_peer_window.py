@@ -11,7 +11,7 @@ import pytest
 
 from pyroce.host.assembly import build_device
 from pyroce.link.memory import MemoryWire
-from pyroce.nic.engine import MIN_PEER_WINDOW, PEER_WINDOW, peer_window
+from pyroce.nic.engine import BACKLOG_GRACE_S, MIN_PEER_WINDOW, PEER_WINDOW, RX_BATCH, peer_window
 from pyroce.verbs import enums as e
 from pyroce.verbs.addr import AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ
@@ -131,12 +131,12 @@ def post_writes(requester: Side, responder: Side) -> None:
         qp.post_send(wr)
 
 
-def run_until(requester: Side, responder: Side, completions: int) -> list[tuple[int, int]]:
-    """Step both NICs until ``completions`` WCs: their (wr_id, status)."""
+def run_until(requester: Side, responder: Side, completions: int, start: float = 0.0) -> list[tuple[int, int]]:
+    """Step both NICs from ``start`` on until ``completions`` WCs: their (wr_id, status)."""
     done: list[tuple[int, int]] = []
     for step in range(1, 1000):
-        requester.device.step(step * 1e-6)
-        responder.device.step(step * 1e-6)
+        requester.device.step(start + step * 1e-6)
+        responder.device.step(start + step * 1e-6)
         done += [(wc.wr_id, wc.status) for wc in requester.cq.poll(2 * QPS)[1]]
         if len(done) >= completions:
             return done
@@ -208,3 +208,50 @@ def test_qps_that_time_out_keep_what_they_sent_counted(sides: tuple[Side, Side])
     assert sorted(done) == [(index, e.IBV_WC_SUCCESS) for index in range(QPS)]
     assert all(responder.mr.read(SIZE, index * SIZE) == bytes([index]) * SIZE for index in range(QPS))
     assert engine.in_flight[responder.address] == 0
+
+
+def test_timers_wait_for_the_acks_a_stalled_requester_has_not_read(sides: tuple[Side, Side]) -> None:
+    """Every QP has a 4 KiB WRITE acknowledged, but the requester ran no pass until past the
+    ACK timeout (a stall: a collection, the host's scheduling): its first pass reads an
+    ``RX_BATCH`` of the ACKs, and the timers of the QPs whose ACKs still wait fire only once
+    those are read; no QP resends or times out. A timer fires at the latest
+    ``BACKLOG_GRACE_S`` after it fell due while packets keep waiting."""
+    requester, responder = sides
+    for index, qp in enumerate(requester.qps):
+        wr = SendWR(wr_id=index, opcode=e.IBV_WR_RDMA_WRITE, send_flags=e.IBV_SEND_SIGNALED,
+                    sg=[SGE(requester.mr.buf + index * SIZE, 4096, requester.mr.lkey)])  # fmt: skip
+        wr.set_wr_rdma(responder.mr.rkey, responder.mr.buf + index * SIZE)
+        qp.post_send(wr)
+    requester.device.step(0.0)
+    while responder.device.stats().get("sent_pkts", 0) < QPS:  # a pass reads RX_BATCH requests
+        responder.device.step(0.0)
+    assert QPS > RX_BATCH  # an ACK for each QP, waiting unread: more than a pass reads
+    requester.device.step(0.1)  # past the ACK timeout (timeout 14: 67 ms)
+    assert requester.device.engine.rx_full
+    done = run_until(requester, responder, QPS, start=0.1)
+    assert sorted(done) == [(index, e.IBV_WC_SUCCESS) for index in range(QPS)]
+    stats = requester.device.stats()
+    assert stats.get("local_ack_timeout_err", 0) == 0 and stats.get("retransmitted_pkts", 0) == 0
+
+
+def test_a_timer_waits_for_a_backlog_no_longer_than_the_grace(sides: tuple[Side, Side]) -> None:
+    """Another host floods the requester with junk faster than a pass reads it, and the
+    responder is silent: the QP's ACK timeout still fires, ``BACKLOG_GRACE_S`` after it fell
+    due at the latest, and the QP sends again."""
+    requester, responder = sides
+    flood = requester.device.engine.port.link  # junk delivered to the requester's own queue
+    wr = SendWR(wr_id=0, opcode=e.IBV_WR_RDMA_WRITE, send_flags=e.IBV_SEND_SIGNALED,
+                sg=[SGE(requester.mr.buf, 4096, requester.mr.lkey)])  # fmt: skip
+    wr.set_wr_rdma(responder.mr.rkey, responder.mr.buf)
+    requester.qps[0].post_send(wr)
+    requester.device.step(0.0)
+    due = 0.0671  # timeout 14: 4.096 us x 2^14
+    now = due
+    while requester.device.stats().get("local_ack_timeout_err", 0) == 0:
+        assert now <= due + BACKLOG_GRACE_S + 0.002, "the timer waited past the grace"
+        for _ in range(2 * RX_BATCH):
+            flood.deliver(b"junk", "10.9.1.3")  # a datagram too short for a BTH: dropped
+        requester.device.step(now)
+        assert requester.device.engine.rx_full
+        now += 0.001
+    assert now > due + BACKLOG_GRACE_S - 0.002  # it did wait while the backlog lasted

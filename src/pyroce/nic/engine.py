@@ -4,7 +4,8 @@ An ``Engine`` is single-threaded and knows no threads or clocks: its host (``pyr
 progress for a process's device, or a simulator stepping it in simulated time) serializes the
 calls and passes ``now``, and gives it its link and its event queues. A pass fetches the WQEs of QPs whose doorbell rang (each field read from the
 ring once, ``nic.wqe``) and sends what they start, reads up to ``RX_BATCH`` packets into the
-transport (``transport.demux``), fires due transport timers, then lets every active QP send
+transport (``transport.demux``), fires due transport timers (once the socket is read, or
+``BACKLOG_GRACE_S`` after they fell due), then lets every active QP send
 (as GSO batches, ``nic.tx``) and writes its completions into its CQs as mlx5 CQEs.
 
 The work lists keep a pass proportional to what there is to do, not to the number of QPs:
@@ -76,6 +77,10 @@ from pyroce.wire.psn import PSN_MASK
 MAX_DATAGRAM: Final = 65536
 RX_BATCH: Final = 64  # packets taken per engine pass before servicing QPs (and sending the ACKs they asked for)
 TX_BUDGET: Final = 64  # packets one QP may send per pass
+# While packets wait unread (a pass's RX_BATCH ran out first), due timers wait for them this long
+# at most: after a stall of this process (a full collection, the host's scheduling) the ACKs a
+# timer waits for are often among them, and firing first resends what they acknowledge
+BACKLOG_GRACE_S: Final = 0.05
 PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
 MIN_PEER_WINDOW: Final = 16  # ... however small the socket's buffer: a 64 KiB message at a 4 KiB MTU
 WINDOW_PSN_BYTES: Final = 4096  # what a PSN in flight may hold (a 4 KiB MTU's packet) when the window is sized
@@ -283,7 +288,7 @@ class Engine:
             self.receives.clear()
         moved = self._receive(now, receive) or moved
         deadlines = self.timers.heap
-        if deadlines and deadlines[0][0] <= now:
+        if deadlines and deadlines[0][0] <= now and (not self.rx_full or deadlines[0][0] <= now - BACKLOG_GRACE_S):
             self._fire_timers(now)
         active = self.active
         if active:
