@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from pyroce.cli import main
+from pyroce.cli.doctor import check_socket_buffer
+from pyroce.link.udp import SOCKET_BUFFER
+from pyroce.nic.engine import PEER_WINDOW, peer_window
 from tests.cli import pyroce
 
 SETTINGS = ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_GSO", "PYROCE_FAULTS", "PYROCE_VERIFY_ICRC", "PYROCE_STATS_DIR")
@@ -24,6 +27,15 @@ def doctor(env: dict[str, str]) -> tuple[int, dict[str, dict[str, object]]]:
     document = json.loads(result.stdout)
     assert document["ok"] == (result.returncode == 0) and result.stderr == ""
     return result.returncode, {check["name"]: check for check in document["checks"]}
+
+
+def granted_buffer() -> int:
+    """What the kernel grants a link's socket here: pyroce's ask capped by net.core.rmem_max, doubled."""
+    with open("/proc/sys/net/core/rmem_max") as limit:
+        return 2 * min(SOCKET_BUFFER, int(limit.read()))
+
+
+SMALL_BUFFER = peer_window(granted_buffer()) < PEER_WINDOW  # this host warns of its socket buffer
 
 
 def loopback_address() -> str:
@@ -85,7 +97,8 @@ def test_text_report_and_nothing_left_bound(monkeypatch: pytest.MonkeyPatch) -> 
     out = io.StringIO()
     assert main(["doctor"], out=out) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["ok", "address", address] and lines[-1] == "all is well"
+    assert lines[0].split() == ["ok", "address", address]
+    assert lines[-1] == ("all is well, 1 warning" if SMALL_BUFFER else "all is well")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
         again.bind((address, 4791))  # the doctor's probe is closed
 
@@ -105,7 +118,24 @@ def test_what_pyroce_run_needs_is_a_warning_naming_each_package(tmp_path: Path,
     out = io.StringIO()
     assert main(["doctor"], out=out) == 0
     lines = out.getvalue().splitlines()
-    assert [line.split()[:2] for line in lines if line.startswith("WARN")] == [["WARN", "c_driver"]]
-    assert lines[-1] == "all is well, 1 warning"
+    warned = [["WARN", "socket_buffer"]] if SMALL_BUFFER else []
+    assert [line.split()[:2] for line in lines if line.startswith("WARN")] == [*warned, ["WARN", "c_driver"]]
+    warnings = f"{1 + len(warned)} warning" + ("s" if warned else "")
+    assert lines[-1] == f"all is well, {warnings}"
     monkeypatch.setenv("PYROCE_PROGRESS", "bogus")
-    assert main(["doctor"], out=out) == 1 and out.getvalue().endswith("\n1 problem, 1 warning\n")
+    assert main(["doctor"], out=out) == 1 and out.getvalue().endswith(f"\n1 problem, {warnings}\n")
+
+
+def test_the_socket_buffer_says_how_much_is_kept_in_flight() -> None:
+    """The link's socket buffer sizes the window per peer (``nic.engine.peer_window``): the
+    most with a 4 MiB ``net.core.rmem_max``; at the default 208 KiB a warning naming the fix."""
+    status, checks = doctor({"PYROCE_ADDR": loopback_address()})
+    check = checks["socket_buffer"]
+    assert status == 0 and check["warning"] == SMALL_BUFFER and check["ok"] == (not SMALL_BUFFER)
+    granted = granted_buffer()
+    assert check["value"] == f"{granted // 1024} KiB: {peer_window(granted)} packets in flight per peer at most"
+    full, small = check_socket_buffer(8 << 20), check_socket_buffer(425984)
+    assert full.ok and not full.warning and not full.fix
+    assert full.value == f"8192 KiB: {PEER_WINDOW} packets in flight per peer at most"
+    assert not small.ok and small.warning and small.value == "416 KiB: 52 packets in flight per peer at most"
+    assert "sysctl -w net.core.rmem_max=4194304" in small.fix

@@ -2,8 +2,9 @@
 
 It answers "why does pyroce not work here" before a program fails: the address (and so the
 GID) a device would take and whether it is one of this host's, the active MTU its interface
-gives, whether UDP 4791 can be bound there, whether the kernel has UDP GSO and GRO, and
-whether every ``PYROCE_*`` variable is valid. It probes with sockets it closes at once, so it
+gives, whether UDP 4791 can be bound there, whether the kernel has UDP GSO and GRO, what its
+socket may hold (and so how much it keeps in flight with a peer), and whether every
+``PYROCE_*`` variable is valid. It probes with sockets it closes at once, so it
 leaves nothing bound, and it opens no device.
 """
 
@@ -21,7 +22,8 @@ from pyroce.cli.nicd import describe_status
 from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
 from pyroce.link.errors import LinkError
-from pyroce.link.udp import UdpLink, interface_mtu
+from pyroce.link.udp import SOCKET_BUFFER, UdpLink, interface_mtu
+from pyroce.nic.engine import PEER_WINDOW, peer_window
 from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.place import nic_place
 from pyroce.verbs.addr import gid_of_address
@@ -93,7 +95,7 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     else:
         checks.append(Check("port", True, f"UDP {address}:4791 can be bound", "RoCEv2 is UDP port 4791"))
     try:
-        gso, gro = link.gso, link.gro
+        gso, gro, receive_buffer = link.gso, link.gro, link.receive_buffer
     finally:
         link.close()
     checks.append(
@@ -110,7 +112,22 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
     checks.append(Check("gso_gro", gso and gro, f"the kernel has {have}; {'used' if used else 'not used'}",
                         _from_env("PYROCE_GSO", "1"), "" if gso and gro else "Linux 5.0 or later has both "
                         "(pyroce works without them, with one system call per packet)"))  # fmt: skip
+    if receive_buffer is not None:
+        checks.append(check_socket_buffer(receive_buffer))
     return checks
+
+
+def check_socket_buffer(receive_buffer: int) -> Check:
+    """What the link's socket holds, and so how much a NIC keeps in flight with one peer
+    (``nic.engine.peer_window``): less than the most on a host that caps the buffer low, a
+    warning (pyroce works, many QPs to one peer with less in flight)."""
+    window = peer_window(receive_buffer)
+    full = window == PEER_WINDOW
+    return Check("socket_buffer", full, f"{receive_buffer // 1024} KiB: {window} packets in flight per peer at most",
+                 f"pyroce asks {SOCKET_BUFFER >> 20} MiB for its socket, net.core.rmem_max caps it, the kernel "
+                 "doubles that; half of it is kept for packets in flight",
+                 "" if full else f"as root, sysctl -w net.core.rmem_max={SOCKET_BUFFER // 2} for {PEER_WINDOW} "
+                 "(fewer means slower many-QP traffic, not lost packets)", warning=not full)  # fmt: skip
 
 
 def check_build() -> list[Check]:
