@@ -15,8 +15,8 @@ import pytest
 
 from pyroce.cli import main
 from pyroce.cli.doctor import check_socket_buffer
+from pyroce.link.base import PEER_WINDOW, peer_window
 from pyroce.link.udp import SOCKET_BUFFER
-from pyroce.nic.engine import PEER_WINDOW, peer_window
 from tests.cli import pyroce
 
 SETTINGS = ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_GSO", "PYROCE_FAULTS", "PYROCE_VERIFY_ICRC", "PYROCE_STATS_DIR")
@@ -127,7 +127,7 @@ def test_what_pyroce_run_needs_is_a_warning_naming_each_package(tmp_path: Path,
 
 
 def test_the_socket_buffer_says_how_much_is_kept_in_flight() -> None:
-    """The link's socket buffer sizes the window per peer (``nic.engine.peer_window``): the
+    """The link's socket buffer sizes the window per peer (``link.base.peer_window``): the
     most with a 4 MiB ``net.core.rmem_max``; at the default 208 KiB a warning naming the fix."""
     status, checks = doctor({"PYROCE_ADDR": loopback_address()})
     check = checks["socket_buffer"]

@@ -325,7 +325,7 @@ def test_a_damaged_segment_in_a_run_stops_prediction_and_is_counted():
 
 
 def test_a_udp_link_knows_what_its_socket_holds():
-    """What the engine sizes its window per peer by (``nic.engine.peer_window``): the receive
+    """What the engine sizes its window per peer by (``link.base.peer_window``): the receive
     buffer the kernel granted, which ``net.core.rmem_max`` caps and the kernel doubles."""
     (link,) = loopback_links(1)
     try:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from pyroce.host.assembly import build_device
+from pyroce.link.base import MIN_PEER_WINDOW, PEER_WINDOW, peer_window
 from pyroce.link.memory import MemoryWire
-from pyroce.nic.engine import BACKLOG_GRACE_S, MIN_PEER_WINDOW, PEER_WINDOW, RX_BATCH, peer_window
+from pyroce.nic.engine import BACKLOG_GRACE_S, RX_BATCH
 from pyroce.verbs import enums as e
 from pyroce.verbs.addr import AHAttr, GlobalRoute
 from pyroce.verbs.cq import CQ

@@ -21,9 +21,9 @@ import pyroce
 from pyroce.cli.nicd import describe_status
 from pyroce.driver.build import DEFAULT_INCLUDE, BuildError, compiler, mlx5dv_header, verbs_header
 from pyroce.host.registry import DeviceSettings, configured_address, device_settings, loopback_addresses, stats_dir
+from pyroce.link.base import PEER_WINDOW, peer_window
 from pyroce.link.errors import LinkError
 from pyroce.link.udp import SOCKET_BUFFER, UdpLink, interface_mtu
-from pyroce.nic.engine import PEER_WINDOW, peer_window
 from pyroce.nicd.client import NicError, ask
 from pyroce.nicd.place import nic_place
 from pyroce.verbs.addr import gid_of_address
@@ -119,7 +119,7 @@ def check_address(settings: DeviceSettings | None) -> list[Check]:
 
 def check_socket_buffer(receive_buffer: int) -> Check:
     """What the link's socket holds, and so how much a NIC keeps in flight with one peer
-    (``nic.engine.peer_window``): less than the most on a host that caps the buffer low, a
+    (``link.base.peer_window``): less than the most on a host that caps the buffer low, a
     warning (pyroce works, many QPs to one peer with less in flight)."""
     window = peer_window(receive_buffer)
     full = window == PEER_WINDOW

@@ -6,9 +6,26 @@ boxes every argument (~300 instructions a call, 9 calls a 2-byte SEND's round)."
 
 from __future__ import annotations
 
+from typing import Final
+
 from pyroce.link.paths import RocePaths
 from pyroce.link.steering import Steering
 from pyroce.wire.framing import ROCE_UDP_PORT
+
+PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
+MIN_PEER_WINDOW: Final = 16  # ... however small the socket's buffer: a 64 KiB message at a 4 KiB MTU
+WINDOW_PSN_BYTES: Final = 4096  # what a PSN in flight may hold (a 4 KiB MTU's packet) when the window is sized
+
+
+def peer_window(receive_buffer: int | None) -> int:
+    """The window per peer for a link whose socket holds ``receive_buffer`` bytes: half of
+    it in 4 KiB PSNs (the kernel counts each datagram's overhead in the buffer too, releases
+    what was read in batches of a quarter of it while more waits, and the resends after a
+    timeout come on top), at most ``PEER_WINDOW``. A peer on this host has the same buffer;
+    another host's is not known, and is assumed alike."""
+    if receive_buffer is None:
+        return PEER_WINDOW
+    return max(MIN_PEER_WINDOW, min(PEER_WINDOW, receive_buffer // 2 // WINDOW_PSN_BYTES))
 
 
 class Link(RocePaths):

@@ -19,13 +19,14 @@ last packet of a message waits out its ACK timeout (67 ms at ``timeout`` 14). On
 are paced by its ACKs, but 256 QPs with a 64 KiB WRITE each are 16 MiB at once. So the engine
 keeps the PSNs it has in flight with each peer (requests sent and not acknowledged, READ
 responses asked for and not yet here) under ``peer_window``: half of what the link's socket
-holds, at most ``PEER_WINDOW``. A QP begins a message only while its peer's window is open,
-else it waits in ``window_waiting`` until an ACK opens the window again. A message once begun
-goes on, so what is in flight always ends in a packet that asks for an ACK (a READ's
-responses), whose arrival recounts its QP in ``_service``. A QP that timed out and sends again
-from its oldest unacknowledged PSN keeps all it sent counted until the ACKs come: a receiver
-that stalled past the timeout still holds the first copies, and a window that let other QPs
-begin meanwhile would overflow its socket when it wakes, the resends lost with the rest.
+holds, at most 1 024 PSNs (``link.base.peer_window``). A QP begins a message only while its
+peer's window is open, else it waits in ``window_waiting`` until an ACK opens the window again.
+A message once begun goes on, so what is in flight always ends in a packet that asks for an ACK
+(a READ's responses), whose arrival recounts its QP in ``_service``. A QP that timed out and
+sends again from its oldest unacknowledged PSN keeps all it sent counted until the ACKs come: a
+receiver that stalled past the timeout still holds the first copies, and a window that let
+other QPs begin meanwhile would overflow its socket when it wakes, the resends lost with the
+rest.
 
 A direct QP (``direct``: its program posts WQEs by hand, through mlx5dv, and rings no doorbell
 the NIC hears) has its doorbell records read at the start of every pass, and its host wakes the
@@ -52,7 +53,7 @@ from pyroce.cm.manager import RdmaCm
 from pyroce.ib.counters import Counters, folded
 from pyroce.ib.enums import EventType
 from pyroce.ib.reasons import Reason
-from pyroce.link.base import Link
+from pyroce.link.base import Link, peer_window
 from pyroce.link.faults import FaultInjector
 from pyroce.nic.convert import work_from_wqe, write_completion
 from pyroce.nic.events import AsyncEvent, EventQueue, EventQueues
@@ -81,9 +82,6 @@ TX_BUDGET: Final = 64  # packets one QP may send per pass
 # at most: after a stall of this process (a full collection, the host's scheduling) the ACKs a
 # timer waits for are often among them, and firing first resends what they acknowledge
 BACKLOG_GRACE_S: Final = 0.05
-PEER_WINDOW: Final = 1024  # PSNs in flight with one peer before no QP begins a message to it (~4 MiB at 4 KiB)
-MIN_PEER_WINDOW: Final = 16  # ... however small the socket's buffer: a 64 KiB message at a 4 KiB MTU
-WINDOW_PSN_BYTES: Final = 4096  # what a PSN in flight may hold (a 4 KiB MTU's packet) when the window is sized
 MAX_PASSES: Final = 64  # passes one ``run`` makes while work keeps coming (so a caller's poll returns)
 MAX_EVENTS: Final = 1024  # async events each queue keeps for the driver to read (the host's queues hold this many)
 # The doorbell register's records, as the drivers write them (``host.handoff`` carries them): the
@@ -94,17 +92,6 @@ QPN_MASK: Final = 0xFFFFFF
 # the events the NIC raises itself (a QP's transport raises COMM_EST and SQ_DRAINED: ``RcQp.events``)
 CQ_ERR, QP_FATAL, DEVICE_FATAL = EventType.CQ_ERR, EventType.QP_FATAL, EventType.DEVICE_FATAL
 PORT_ACTIVE, PORT_ERR, SRQ_LIMIT_REACHED = EventType.PORT_ACTIVE, EventType.PORT_ERR, EventType.SRQ_LIMIT_REACHED
-
-
-def peer_window(receive_buffer: int | None) -> int:
-    """The window per peer for a link whose socket holds ``receive_buffer`` bytes: half of
-    it in 4 KiB PSNs (the kernel counts each datagram's overhead in the buffer too, releases
-    what was read in batches of a quarter of it while more waits, and the resends after a
-    timeout come on top), at most ``PEER_WINDOW``. A peer on this host has the same buffer;
-    another host's is not known, and is assumed alike."""
-    if receive_buffer is None:
-        return PEER_WINDOW
-    return max(MIN_PEER_WINDOW, min(PEER_WINDOW, receive_buffer // 2 // WINDOW_PSN_BYTES))
 
 
 class Engine:
