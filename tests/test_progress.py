@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import select
+import socket
 import statistics
 import struct
 import subprocess
@@ -26,6 +27,7 @@ import pyroce.host.handoff as handoff_module
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.host.assembly import build_device
 from pyroce.host.handoff import Handoff
+from pyroce.host.progress import INLINE_GRACE_S
 from pyroce.ib.reasons import Reason
 from pyroce.link.udp import UdpLink
 from pyroce.nic.engine import QP_FATAL, QPN_MASK, RECV_DOORBELL, SEND_DOORBELL
@@ -385,6 +387,45 @@ def test_close_twice_and_a_failed_construction_leave_nothing_open(link: UdpLink)
     with pytest.raises(ValueError, match="bogus"):
         build_device("pyroce-test", other, progress="bogus")
     assert other.sock.fileno() == -1  # the device owned the link and closed it on the way out
+
+
+def test_the_engine_thread_stands_back_through_a_long_inline_run(link: UdpLink) -> None:
+    """Inline: while the application runs the engine (a stream's run of passes may last longer
+    than ``INLINE_GRACE_S``), the engine thread does not queue for the engine, even when the
+    grace since the application's last run is over and a packet waits at the link; it used to,
+    and took the engine over when the run ended. The application's run is held inside its pass
+    by the device's clock (which the pass reads), past ten graces."""
+    caller_clock = threading.local()
+    inside, release = threading.Event(), threading.Event()
+
+    def clock() -> float:
+        if getattr(caller_clock, "stall", False):
+            caller_clock.stall = False
+            inside.set()
+            release.wait(10)
+        return time.monotonic()
+
+    device = build_device("pyroce-test", link, progress="inline", clock=clock)
+    progress = device._progress
+    try:
+
+        def long_run() -> None:
+            progress.run_inline()  # the application polled: the grace starts
+            caller_clock.stall = True
+            progress.run_inline()  # and runs the engine again, for longer than the grace
+
+        caller = threading.Thread(target=long_run)
+        caller.start()
+        assert inside.wait(10)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+            peer.sendto(bytes(32), (link.address, 4791))  # what wakes an engine thread in select
+        time.sleep(10 * INLINE_GRACE_S)
+        assert not progress._busy  # not waiting for the lock the application's run holds
+        release.set()
+        caller.join(10)
+    finally:
+        release.set()
+        device.close()
 
 
 def test_host_mode_runs_only_when_stepped_in_the_hosts_time(monkeypatch: pytest.MonkeyPatch) -> None:

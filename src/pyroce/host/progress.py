@@ -12,7 +12,7 @@ Modes (``PYROCE_PROGRESS``):
 
 - ``inline`` (default): a Python caller that rings a doorbell or polls an empty CQ also runs
   the engine itself, which is faster in Python than handing over to another thread. While it
-  does (it polled in the last ``INLINE_GRACE_S``), the engine thread stands back, so it does
+  does (it is running the engine, or polled in the last ``INLINE_GRACE_S``), the engine thread stands back, so it does
   not take the GIL from the polling thread, and looks again when that time is up: a doorbell
   rung meanwhile waits at most ``INLINE_GRACE_S`` if the caller stops polling.
 - ``thread``: only the engine thread runs the engine; every doorbell wakes it. An empty poll
@@ -78,6 +78,7 @@ class Progress:
         self._name = name
         self._idle: IdleWork | None = None
         self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
+        self._inline_running = False  # a caller is running the engine now (inline)
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
         self._selecting = False  # the engine thread is in (or entering) its wait
@@ -129,11 +130,13 @@ class Progress:
         ``release``, not ``with``: compiled, a ``with`` looks up and calls the lock's
         ``__enter__`` and ``__exit__`` generically, ~1 100 instructions, twice the two calls.)"""
         self._acquire()
+        self._inline_running = True
         try:
             self._pass(receive)
             if receive:
                 self._inline_at = self._clock()
         finally:
+            self._inline_running = False
             self._release()
 
     def poll_empty(self) -> None:
@@ -207,16 +210,20 @@ class Progress:
         while not self._stopping:
             if self.inline:
                 quiet = clock() - self._inline_at
-                if quiet < INLINE_GRACE_S:
+                if quiet < INLINE_GRACE_S or self._inline_running:
                     # The application is polling and runs the engine itself. Waking for its
                     # packets or doorbells would only make this thread take the GIL from it (and
                     # make it wait for the lock): sleep until the application may have gone quiet.
-                    time.sleep(INLINE_GRACE_S - quiet)
+                    # A run of its own longer than the grace (a stream's passes while work keeps
+                    # coming) is not quiet: had this thread queued for the lock then, it took
+                    # the engine over and the program's polls waited for its passes (64 KiB
+                    # SEND rows at half speed, architecture.md "Progress model").
+                    time.sleep(INLINE_GRACE_S - quiet if quiet < INLINE_GRACE_S else INLINE_GRACE_S)
                     if self._idle is not None:
                         self._idle(clock())  # a busy application still has its counters published
                     continue
             self._handoff.drain(self._wait(sources))
-            if self.inline and clock() - self._inline_at < INLINE_GRACE_S:
+            if self.inline and (clock() - self._inline_at < INLINE_GRACE_S or self._inline_running):
                 continue  # the application took over while this thread slept
             self._busy = True
             with self._lock:
