@@ -61,6 +61,8 @@ DEPTH = 128  # work requests in flight per QP for bandwidth and rate: perftest's
 POST_LIST = 32  # WRs a post of the rate/list row chains, its last alone signaled
 EXTRA_QP_DEPTH = 16  # send queue depth of the QPs of the many-QP runs
 TOTAL_IN_FLIGHT = 256  # across all QPs: what the CQ (4 x 256 entries) can always hold
+WR_SLOTS = 2 * TOTAL_IN_FLIGHT  # WRs a bandwidth row posts again in turn, each at an offset of its own
+SEND_PROBE = 64  # SENDs of a SEND row's first timing run, which sets how many the row sends
 WR = ibv_wr_opcode
 
 
@@ -234,16 +236,18 @@ class Client:
         """Keep DEPTH requests of ``size`` bytes in flight (over ``qps``) for ``seconds``, posted
         ``post_list`` at a time as one chained list whose last alone is signaled (perftest's
         ``--post_list`` with ``--cq-mod`` the same); returns the messages completed and the time
-        taken. A WR posted alone is built for its message, each at the next offset; a list is
-        built once per QP and posted again and again, as perftest posts its ``--post_list``
-        (``_verify`` knows where its last message went)."""
+        taken. As perftest posts its own, the WRs are built once and posted again: a WR alone
+        for each of ``wr_slots`` offsets, the next offset for each message, on whichever QP is
+        ready; a list once per QP (``_verify`` knows where the last message went)."""
         ep = self.ep
         qps = qps or [ep.qp]
         depth = DEPTH if len(qps) == 1 else max(1, min(EXTRA_QP_DEPTH, TOTAL_IN_FLIGHT // len(qps)))
         by_qpn = {qp.qp_num: qp for qp in qps}
         # one entry per free slot for a list, round robin
         ready = deque(qp for _ in range(max(1, depth // post_list)) for qp in qps)
+        singles: list[SendWR] = []
         lists: dict[int, SendWR] = {}
+        slots = wr_slots(size)
         posted = done = 0
         start = time.perf_counter()
         deadline = start + seconds
@@ -252,10 +256,12 @@ class Client:
                 while ready and posted - done < TOTAL_IN_FLIGHT:
                     qp = ready.popleft()
                     if post_list == 1:
-                        qp.post_send(self._work_requests(qp, op, size, posted, 1))
+                        if len(singles) < slots:
+                            singles.append(self._work_requests(op, size, posted, 1))
+                        qp.post_send(singles[posted % slots])
                     else:
                         if qp.qp_num not in lists:
-                            lists[qp.qp_num] = self._work_requests(qp, op, size, 0, post_list)
+                            lists[qp.qp_num] = self._work_requests(op, size, 0, post_list)
                         qp.post_send(lists[qp.qp_num])
                     posted += post_list
             elif done == posted:
@@ -264,19 +270,19 @@ class Client:
             for wc in wcs:
                 if wc.status:
                     raise RuntimeError(f"work completion failed: {wc.reason or wc.status}")
-                ready.append(by_qpn[wc.wr_id])
+                ready.append(by_qpn[wc.qp_num])
                 done += post_list
         return done, time.perf_counter() - start
 
-    def _work_requests(self, qp: QP, op: int, size: int, first: int, count: int) -> SendWR:
+    def _work_requests(self, op: int, size: int, first: int, count: int) -> SendWR:
         """A chain of ``count`` WRs of ``size`` bytes for the messages from ``first`` on (each at
         its own offset in both regions), its last alone signaled."""
         ep = self.ep
-        slots = max(1, REGION // max(size, 1))
+        slots = wr_slots(size)
         wr = None
         for index in reversed(range(count)):  # the list built from its signaled end
             offset = ((first + index) % slots) * size
-            wr = SendWR(wr_id=qp.qp_num, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)],
+            wr = SendWR(wr_id=first + index, opcode=op, sg=[SGE(ep.mr.buf + offset, size, ep.mr.lkey)],
                         send_flags=ibv_send_flags.IBV_SEND_SIGNALED if index == count - 1 else 0, next_wr=wr)  # fmt: skip
             if op != WR.IBV_WR_SEND:
                 wr.set_wr_rdma(self.peer.rkey, self.peer.addr + offset)
@@ -286,20 +292,10 @@ class Client:
     def bandwidth(self, name: str, size: int, seconds: float, qps: list[QP] | None = None,
                   post_list: int = 1) -> dict[str, Any]:  # fmt: skip
         op = {"write": WR.IBV_WR_RDMA_WRITE, "read": WR.IBV_WR_RDMA_READ, "send": WR.IBV_WR_SEND}[name]
+        count = self._sends_lasting(size, seconds) if name == "send" else 0
         cpu0, server_cpu0 = _cpu(), self.ask("cpu")
         if name == "send":
-            count = max(50, int(seconds * 20e6 / max(size, 64)))
-            self.conn.send(("receive", count, size))
-            assert self.conn.recv() == "ready"
-            start = time.perf_counter()
-            last_offset = self._send_count(count, size)
-            good, last = self.conn.recv()
-            elapsed = time.perf_counter() - start
-            self.check(
-                good == count and last == digest(self.ep.mr.read(size, last_offset)),
-                f"SEND {size} B: {good}/{count} arrived intact",
-            )
-            messages = count
+            messages, elapsed = count, self._send_row(count, size)
         else:
             messages, elapsed = self.stream(op, size, seconds, qps, post_list)
             self._verify(name, size, post_list if post_list > 1 else messages)
@@ -315,13 +311,39 @@ class Client:
             "cpu_s_per_GB": cpu / max(moved, 1) * 1e9,
         }
 
+    def _sends_lasting(self, size: int, seconds: float) -> int:
+        """How many SENDs of ``size`` bytes take about ``seconds``, so a SEND row runs as long as
+        the WRITE and READ rows beside it (the receiver must know the count before the first):
+        rows of SEND_PROBE, then four times as many, until one lasts a tenth of ``seconds``."""
+        count = SEND_PROBE
+        while True:
+            elapsed = self._send_row(count, size)
+            if elapsed >= seconds / 10:
+                return max(count, int(count * seconds / elapsed))
+            count *= 4
+
+    def _send_row(self, count: int, size: int) -> float:
+        """``count`` SENDs of ``size`` bytes, each checked to have arrived whole; the time taken
+        until the receiver has the last."""
+        self.conn.send(("receive", count, size))
+        assert self.conn.recv() == "ready"
+        start = time.perf_counter()
+        last_offset = self._send_count(count, size)
+        good, last = self.conn.recv()
+        elapsed = time.perf_counter() - start
+        self.check(
+            good == count and last == digest(self.ep.mr.read(size, last_offset)),
+            f"SEND {size} B: {good}/{count} arrived intact",
+        )
+        return elapsed
+
     def _send_count(self, count: int, size: int) -> int:
-        """Send ``count`` messages of ``size`` bytes, DEPTH in flight, each at the next of up to
-        DEPTH offsets (WRs built once per offset and posted again, as perftest posts its own);
+        """Send ``count`` messages of ``size`` bytes, DEPTH in flight, each at the next of
+        ``wr_slots`` offsets (WRs built once per offset and posted again, as ``stream``'s);
         returns the offset of the last."""
         ep = self.ep
-        slots = max(1, min(DEPTH, REGION // max(size, 1)))
-        wrs = [SendWR(wr_id=slot, sg=[SGE(ep.mr.buf + slot * size, size, ep.mr.lkey)]) for slot in range(slots)]
+        slots = wr_slots(size)
+        wrs = [self._work_requests(WR.IBV_WR_SEND, size, slot, 1) for slot in range(slots)]
         posted = done = 0
         while done < count:
             while posted < count and posted - done < DEPTH:
@@ -338,7 +360,7 @@ class Client:
         source's."""
         if not messages or not size:
             return
-        offset = ((messages - 1) % max(1, REGION // size)) * size
+        offset = ((messages - 1) % wr_slots(size)) * size
         mine = digest(self.ep.mr.read(size, offset))
         theirs = self.ask("region_digest", offset, size)
         self.check(mine == theirs, f"{name.upper()} {size} B: the bytes at offset {offset} differ")
@@ -412,6 +434,12 @@ class Client:
             RcEndpoint(ep.ctx, ep.pd, ep.cq, qp, ep.mr, ep.psn).connect(self.peer._replace(qpn=qpn), path_mtu=self.mtu,
                                                                         rd_atomic=outstanding_reads(ep))  # fmt: skip
         return [ep.qp, *qps]
+
+
+def wr_slots(size: int) -> int:
+    """The offsets a bandwidth row's messages of ``size`` bytes go to in turn, each with a WR of
+    its own: as many as the region holds, at most WR_SLOTS (2-byte rows reuse 512 WRs)."""
+    return max(1, min(WR_SLOTS, REGION // max(size, 1)))
 
 
 def outstanding_reads(ep: RcEndpoint) -> int:
