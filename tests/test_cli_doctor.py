@@ -16,8 +16,8 @@ import pytest
 from pyroce.cli import main
 from pyroce.cli.doctor import check_socket_buffer
 from pyroce.link.base import PEER_WINDOW, peer_window
-from pyroce.link.udp import SOCKET_BUFFER
 from tests.cli import pyroce
+from tests.socket_buffer import granted_buffer
 
 SETTINGS = ("PYROCE_ADDR", "PYROCE_PROGRESS", "PYROCE_GSO", "PYROCE_FAULTS", "PYROCE_VERIFY_ICRC", "PYROCE_STATS_DIR")
 
@@ -27,12 +27,6 @@ def doctor(env: dict[str, str]) -> tuple[int, dict[str, dict[str, object]]]:
     document = json.loads(result.stdout)
     assert document["ok"] == (result.returncode == 0) and result.stderr == ""
     return result.returncode, {check["name"]: check for check in document["checks"]}
-
-
-def granted_buffer() -> int:
-    """What the kernel grants a link's socket here: pyroce's ask capped by net.core.rmem_max, doubled."""
-    with open("/proc/sys/net/core/rmem_max") as limit:
-        return 2 * min(SOCKET_BUFFER, int(limit.read()))
 
 
 SMALL_BUFFER = peer_window(granted_buffer()) < PEER_WINDOW  # this host warns of its socket buffer

@@ -15,7 +15,7 @@ import pytest
 from pyroce.apps.rc_endpoint import PeerInfo, RcEndpoint
 from pyroce.link.faults import FaultConfig, FaultInjector
 from pyroce.link.memory import MemoryWire
-from pyroce.link.udp import SOCKET_BUFFER, SOL_UDP, UDP_GRO, UdpLink
+from pyroce.link.udp import SOL_UDP, UDP_GRO, UdpLink
 from pyroce.nic.capture import Capture
 from pyroce.nic.port import Port
 from pyroce.nic.tx import TxBatch
@@ -26,6 +26,7 @@ from pyroce.wire.framing import LINKTYPE_RAW, MAX_GSO_SEGMENTS, RocePath
 from pyroce.wire.headers import Reth
 from pyroce.wire.icrc import verify_icrc
 from pyroce.wire.packet import PacketRun
+from tests.socket_buffer import granted_buffer
 
 IP4 = IPv4Header(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
 IP6 = IPv6Header(bytes(15) + b"\x01", bytes(15) + b"\x02")
@@ -330,8 +331,7 @@ def test_a_udp_link_knows_what_its_socket_holds():
     (link,) = loopback_links(1)
     try:
         granted = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-        with open("/proc/sys/net/core/rmem_max") as limit:
-            assert granted == 2 * min(SOCKET_BUFFER, int(limit.read()))
+        assert granted == granted_buffer()
         assert link.receive_buffer == granted
     finally:
         link.close()
