@@ -33,6 +33,7 @@ from pyroce.nicd.process_memory import (
 )
 from pyroce.testing.plugin import use_embedded_nic
 from pyroce.transport.memory import MemFault
+from pyroce.transport.work import Sge
 from pyroce.verbs.mr import MR
 from pyroce.verbs.mw import MW, MWBind, MWBindInfo
 from pyroce.verbs.pyverbs_error import PyverbsRDMAError
@@ -411,6 +412,99 @@ def test_ordinary_regions_never_touch_the_dirty_table() -> None:
     region = table.register(1, memoryview(bytearray(64)), 0x1000, Access(15))
     view = table.lookup(region.key, 0x1000, 64, Access.REMOTE_WRITE, 1)
     assert type(view) is memoryview and view.obj is not None and not table.dirty  # type: ignore[union-attr]
+
+
+def sources(key: int, memory: FakeMemory, *offsets: int, length: int = 2) -> list[Sge]:
+    return [Sge(memory.address + offset, length, key) for offset in offsets]
+
+
+def test_a_fetchs_sources_lying_close_are_pulled_as_one_span() -> None:
+    """``prefetch``: the sources of the sends one fetch took (2-byte WRITEs a cache line apart,
+    as perftest posts them) are one pull; their lookups in the pass pull nothing more, and read
+    the program's bytes; after the pass (``fresh`` emptied) a lookup pulls again."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    memory.remote[100:102], memory.remote[164:166], memory.remote[228:230] = b"ab", b"cd", b"ef"
+    table.prefetch(sources(key, memory, 100, 164, 228))
+    assert memory.pulls == [(100, 130)]
+    read = [bytes(table.lookup(key, memory.address + at, 2, 0, 1)) for at in (100, 164, 228)]  # type: ignore[arg-type]
+    assert read == [b"ab", b"cd", b"ef"] and memory.pulls == [(100, 130)] and not table.dirty
+    table.fresh.clear()  # the engine's pass ended
+    memory.remote[100:102] = b"zz"
+    assert bytes(table.lookup(key, memory.address + 100, 2, 0, 1)) == b"zz"  # type: ignore[arg-type]
+    assert memory.pulls == [(100, 130), (100, 2)]
+
+
+def test_sources_far_apart_or_alone_are_pulled_each_by_its_lookup() -> None:
+    """A span wider than a page that its sources fill less than half of, or a source alone, is
+    not prefetched: each lookup pulls its own bytes, as without a prefetch."""
+    memory = FakeMemory(1 << 20)
+    table, key = table_with(memory)
+    table.prefetch(sources(key, memory, 0, 500000, length=64))
+    table.prefetch(sources(key, memory, 4096))
+    assert memory.pulls == [] and not table.fresh
+    table.lookup(key, memory.address + 500000, 64, 0, 1)
+    assert memory.pulls == [(500000, 64)]
+    table.prefetch(sources(key, memory, 0, 8192, 16384, length=8192))  # dense: 24 KiB of 24
+    assert memory.pulls[1:] == [(0, 24576)]
+
+
+def test_no_prefetch_over_bytes_the_nic_has_not_pushed_back() -> None:
+    """A message's destination placed in the mirror and not yet pushed lies between two sources:
+    a span pulled over it would put the program's old bytes over the NIC's, so none is."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    destination = table.lookup(key, memory.address + 150, 16, Access.REMOTE_WRITE, 1, placing=True)
+    destination[:16] = b"placed by the NIC"[:16]  # type: ignore[index]
+    table.prefetch(sources(key, memory, 100, 200))
+    assert memory.pulls == [] and not table.fresh
+    assert bytes(memory.mirror[150:166]) == b"placed by the NIC"[:16]
+    assert table.placed(destination, 16)  # type: ignore[arg-type]
+    assert memory.remote[150:166] == b"placed by the NIC"[:16]
+
+
+def test_a_prefetch_that_faults_leaves_each_lookup_to_fail() -> None:
+    """Memory gone: the span's pull fails quietly (nothing counted), and each lookup fails as
+    it would have (UNMAPPED, counted): the WQE that named it completes in error."""
+    memory = FakeMemory(8192)
+    table, key = table_with(memory)
+    memory.gone = True
+    table.prefetch(sources(key, memory, 0, 64))
+    assert not table.fresh and table.counters["dma_errors"] == 0
+    assert table.lookup(key, memory.address, 2, 0, 1) is MemFault.UNMAPPED
+    assert table.counters["dma_errors"] == 1
+
+
+def test_sends_posted_together_from_foreign_memory(shared_pair: tuple[Endpoint, Endpoint], child: Child,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """WRITEs from a client's memory posted as one list (one fetch: their sources one pull)
+    each carry their own bytes, as do those posted after the client wrote new ones."""
+    a, b = shared_pair
+    mr = foreign_mr(a, child)
+    pulls: list[int] = []
+    pull = ForeignMemory.pull
+
+    def counted(memory: ForeignMemory, offset: int, length: int) -> None:
+        pulls.append(length)
+        pull(memory, offset, length)
+
+    monkeypatch.setattr(ForeignMemory, "pull", counted)
+    for round_ in range(2):
+        data = [os.urandom(2) for _ in range(16)]
+        for index, value in enumerate(data):
+            mr.write(value, 2, index * 64)
+        wr = None
+        for index in reversed(range(16)):
+            wr = SendWR(wr_id=index, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(mr.buf + index * 64, 2, mr.lkey)], next_wr=wr,
+                        send_flags=e.ibv_send_flags.IBV_SEND_SIGNALED if index == 15 else 0)  # fmt: skip
+            wr.set_wr_rdma(b.mr.rkey, b.mr.buf + 4096 * round_ + index * 2)
+        a.qp.post_send(wr)
+        (done,) = a.poll()
+        assert done.status == S.IBV_WC_SUCCESS
+        assert b.mr.read(32, 4096 * round_) == b"".join(data)
+    assert pulls == [15 * 64 + 2] * 2  # each list's sources in one span
+    assert not a.ctx.device.engine.mrs.fresh
+    mr.close()
 
 
 # --- registration ---------------------------------------------------------------------------------

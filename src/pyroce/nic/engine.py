@@ -71,7 +71,7 @@ from pyroce.transport.demux import Demux
 from pyroce.transport.rc import QpState
 from pyroce.transport.responder import Responder
 from pyroce.transport.ud import UdQp
-from pyroce.transport.work import new_recv_work
+from pyroce.transport.work import READS_AND_ATOMICS, Sge, new_recv_work
 from pyroce.wire.bth import QP1
 from pyroce.wire.psn import PSN_MASK
 
@@ -104,6 +104,7 @@ class Engine:
         # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
         # the end of a pass; an empty dict, one test, when no MR is another process's.
         self._dirty = self.mrs.dirty
+        self._fresh = self.mrs.fresh  # spans of it pulled for this pass's sends
         self.qps: dict[int, HwQp] = {}
         self.cqs: dict[int, HwCq] = {}
         self.verify_icrc = verify_icrc
@@ -296,6 +297,8 @@ class Engine:
             tx_batch.flush()  # one GSO send for what the QPs had for the same peer
         if self._dirty:
             self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
+        if self._fresh:
+            self._fresh.clear()  # what the next pass reads of another process's memory is pulled again
         return moved
 
     def _fire_timers(self, now: float) -> None:
@@ -335,6 +338,8 @@ class Engine:
         rc = qp.rc
         qp.local_held = False
         recv_producer, producer = qp.doorbell.producers()
+        # Send sources in another process's memory, pulled together (``MrTable.prefetch``)
+        sources: list[Sge] | None = [] if self.mrs.mirrors else None
         while qp.sq_consumer & 0xFFFF != producer:
             counter = qp.sq_consumer & 0xFFFF
             try:
@@ -351,7 +356,10 @@ class Engine:
                     self._local(qp, wqe)
                     continue
                 qp.sq_consumer = after
-                rc.post_send(work_from_wqe(wqe))
+                work = work_from_wqe(wqe)
+                rc.post_send(work)
+                if sources is not None and work.op not in READS_AND_ATOMICS:  # (their SGEs are destinations)
+                    sources.extend(work.sges)
             except WqeError as exc:
                 self.counters["bad_wqes"] += 1
                 rc.error_detail = f"WQE {counter}: {exc}"
@@ -362,6 +370,8 @@ class Engine:
                 # taken as read up to its producer, so the error is reported once.
                 qp.sq_consumer += (producer - qp.sq_consumer) & 0xFFFF
                 break
+        if sources is not None and len(sources) > 1:
+            self.mrs.prefetch(sources)
         if qp.rq_consumer & 0xFFFF != recv_producer:
             self.fetch_receives(qp, recv_producer)
         self.active.add(qp)
