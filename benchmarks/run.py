@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick] [--json FILE]
 
 First the ceilings (``udp_ceiling.py``: plain Python UDP latency and bandwidth, and the bare
-Python RoCEv2 pipeline), then pyroce over real RoCEv2/UDP on loopback between this process
+Python RoCEv2 pipeline, the best of three runs), then pyroce over real RoCEv2/UDP on loopback between this process
 and a server process: RC WRITE/READ/SEND bandwidth, 2-byte message rate, 2-byte latency
 (perftest-style: half the round trip for SEND/WRITE, the full one for READ/atomics; as many
 READs in flight as the device allows, as ``ib_read_bw`` keeps),
@@ -62,6 +62,9 @@ POST_LIST = 32  # WRs a post of the rate/list row chains, its last alone signale
 EXTRA_QP_DEPTH = 16  # send queue depth of the QPs of the many-QP runs
 TOTAL_IN_FLIGHT = 256  # across all QPs: what the CQ (4 x 256 entries) can always hold
 WR_SLOTS = 2 * TOTAL_IN_FLIGHT  # WRs a bandwidth row posts again in turn, each at an offset of its own
+# The bandwidth ceiling is the best of this many runs: one run of it on a 2-vCPU VM moved
+# 1 068-1 891 MB/s within minutes, and a ceiling that came out low made every ratio look better
+CEILING_RUNS = 3
 SEND_PROBE = 64  # SENDs of a SEND row's first timing run, which sets how many the row sends
 WR = ibv_wr_opcode
 
@@ -472,7 +475,7 @@ def run(quick: bool) -> dict[str, Any]:
         "lat_us": round(udp_ceiling.latency(2000 if quick else 20000), 2),
         "bw_plain_MBps": round(udp_ceiling.throughput(seconds, gso=False), 1),
         "bw_gso_MBps": round(udp_ceiling.throughput(seconds, gso=True), 1),
-        "roce_pipe_MBps": round(udp_ceiling.roce_pipe(seconds), 1),
+        "roce_pipe_MBps": round(max(udp_ceiling.roce_pipe(seconds) for _ in range(CEILING_RUNS)), 1),
         "crc": udp_ceiling.CRC_NAME,
     }
     client = Client(quick)
