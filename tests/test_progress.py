@@ -32,6 +32,7 @@ from pyroce.ib.reasons import Reason
 from pyroce.link.udp import UdpLink
 from pyroce.nic.engine import QP_FATAL, QPN_MASK, RECV_DOORBELL, SEND_DOORBELL
 from pyroce.nic.timers import SWEEP_SLACK, Timers
+from pyroce.verbs.device import Context
 from pyroce.verbs.enums import ibv_mtu, ibv_send_flags, ibv_wc_status, ibv_wr_opcode
 from pyroce.verbs.wr import SGE, RecvWR, SendWR
 from tests.rc_pair import connected_pair
@@ -426,6 +427,44 @@ def test_the_engine_thread_stands_back_through_a_long_inline_run(link: UdpLink) 
     finally:
         release.set()
         device.close()
+
+
+def test_a_program_that_blocks_for_a_completion_event_hands_the_engine_over() -> None:
+    """Inline: a program that polled its CQ, then blocks in ``get_cq_event``, has the engine
+    thread look at once (``Progress.waiting``), not after the grace of its last poll: it
+    waited out that grace, ~1 ms a half round trip of an event-driven ping-pong. The receiving
+    device's clock stands still, so its grace never ends on its own: without the hand-over, the
+    SEND that arrives while the program waits would never be taken."""
+    base = f"127.63.{os.getpid() % 250 + 1}"
+    sender_device = build_device("pyroce-test", UdpLink(f"{base}.1"), progress="inline")
+    receiver_device = build_device("pyroce-test", UdpLink(f"{base}.2"), progress="inline", clock=lambda: 1000.0)
+    sender = RcEndpoint.open(4096, context=Context(device=sender_device))
+    receiver = RcEndpoint.open(4096, events=True, context=Context(device=receiver_device))
+    try:
+        sender.connect(receiver.info())
+        receiver.connect(sender.info())
+        _recv(receiver)
+        receiver.cq.req_notify()
+        assert receiver.cq.poll()[0] == 0  # the program polled: its engine thread stands back
+        waited: list[bool] = []
+
+        def wait_for_event() -> None:
+            assert receiver.channel is not None
+            receiver.channel.get_cq_event(receiver.cq)
+            waited.append(True)
+
+        waiter = threading.Thread(target=wait_for_event, daemon=True)
+        waiter.start()
+        _send(sender, 1)
+        waiter.join(10)
+        assert waited == [True]
+        receiver.cq.ack_events(1)
+        assert [wc.status for wc in receiver.poll(1)] == [ibv_wc_status.IBV_WC_SUCCESS]
+    finally:
+        for ep in (sender, receiver):
+            ep.close()
+        for device in (sender_device, receiver_device):
+            device.close()
 
 
 def test_host_mode_runs_only_when_stepped_in_the_hosts_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,8 @@ Modes (``PYROCE_PROGRESS``):
   the engine itself, which is faster in Python than handing over to another thread. While it
   does (it is running the engine, or polled in the last ``INLINE_GRACE_S``), the engine thread stands back, so it does
   not take the GIL from the polling thread, and looks again when that time is up: a doorbell
-  rung meanwhile waits at most ``INLINE_GRACE_S`` if the caller stops polling.
+  rung meanwhile waits at most ``INLINE_GRACE_S`` if the caller stops polling, and a caller
+  that goes to wait for an event (``waiting``) has it look at once.
 - ``thread``: only the engine thread runs the engine; every doorbell wakes it. An empty poll
   yields the GIL to it while it has something to do (as a C program's poll holds no GIL).
 - ``host``: no thread; the host (a simulator, a test) calls ``NicDevice.step(now)``.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import select
 import threading
-import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
@@ -79,6 +79,7 @@ class Progress:
         self._idle: IdleWork | None = None
         self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
         self._inline_running = False  # a caller is running the engine now (inline)
+        self._look = threading.Event()  # set by ``waiting``: the engine thread's standing back ends
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
         self._selecting = False  # the engine thread is in (or entering) its wait
@@ -146,6 +147,16 @@ class Progress:
         elif self._engine_thread is not None:
             self._yield()
 
+    def waiting(self) -> None:
+        """A driver may block for an event (a completion channel's, an async event's): inline,
+        the program stops driving the engine now, so the engine thread, standing back within the
+        grace of its last poll, looks at once. (It stood back for the rest of the grace: an
+        event-driven ping-pong's half round trip was ~1.1 ms instead of ~170 µs. An event already
+        waiting costs the engine thread a look: the program's next poll sends it back.)"""
+        if self.inline and self._inline_at:
+            self._inline_at = 0.0
+            self._look.set()
+
     def poll_found(self) -> None:
         """A driver found completions waiting: it is still polling, so its next empty poll
         runs the engine, and the engine thread stays back (inline)."""
@@ -171,6 +182,7 @@ class Progress:
         freezes where it stands, so a lock it held then would hang every later ``__del__``
         that takes it (an MR deregistered, a QP destroyed)."""
         self._stopping = True
+        self._look.set()
         thread, self._engine_thread = self._engine_thread, None
         if thread is not None:
             self._handoff.wake()
@@ -218,7 +230,8 @@ class Progress:
                     # coming) is not quiet: had this thread queued for the lock then, it took
                     # the engine over and the program's polls waited for its passes (64 KiB
                     # SEND rows at half speed, architecture.md "Progress model").
-                    time.sleep(INLINE_GRACE_S - quiet if quiet < INLINE_GRACE_S else INLINE_GRACE_S)
+                    if self._look.wait(INLINE_GRACE_S - quiet if quiet < INLINE_GRACE_S else INLINE_GRACE_S):
+                        self._look.clear()  # the program went to wait for an event: look now
                     if self._idle is not None:
                         self._idle(clock())  # a busy application still has its counters published
                     continue

@@ -93,6 +93,10 @@ class Runner(Protocol):
         """A driver's poll found completions."""
         ...
 
+    def waiting(self) -> None:
+        """A driver is about to block for an event: whoever runs the engine must now."""
+        ...
+
     def run_inline(self) -> None:
         """Run the engine in the calling thread now."""
         ...
@@ -161,6 +165,7 @@ class NicDevice:
         self.note_receives: Callable[[int], None] = doorbells.post_receives
         self.poll_empty: Callable[[], None] = runner.poll_empty  # a CQ found empty (inline: an engine pass)
         self.poll_found: Callable[[], None] = runner.poll_found  # a CQ found with completions waiting
+        self.waiting: Callable[[], None] = runner.waiting  # a driver blocks for an event (inline: hand over)
         self.step: Callable[[float], None] = runner.step  # host mode: one engine pass at the host's time
         self._new_channel = new_channel  # a completion channel's queue
         self._closed = False

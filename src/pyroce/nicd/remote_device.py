@@ -258,6 +258,9 @@ class RemoteDevice:
     def poll_found(self) -> None:
         self._empty_polls = 0
 
+    def waiting(self) -> None:
+        """A driver blocks for an event: nothing to hand over, the NIC's engine threads run on their own."""
+
     def ring_doorbell(self, qpn: int) -> None:
         self._ring(SEND_DOORBELL | qpn)
 

@@ -56,6 +56,7 @@ class CompChannel(PyverbsObject):
         self._check_open()
         if expected_cq.channel is not self:
             raise PyverbsRDMAError("Failed to get CQ event: the CQ has no events on this channel", errno.EINVAL)
+        self.context.device.waiting()  # the engine must run while this thread may wait
         try:
             cqn = self.events.get()
         except BlockingIOError:

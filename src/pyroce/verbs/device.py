@@ -302,6 +302,7 @@ class Context(PyverbsObject):
         """``ibv_get_async_event``: the next asynchronous event, waiting for one (EAGAIN if
         ``async_fd`` was made non-blocking and none waits)."""
         self._check_open()
+        self.device.waiting()  # the engine must run while this thread may wait
         try:
             event = self.async_queue.get()
         except BlockingIOError:
