@@ -318,7 +318,7 @@ class MrTable(MemoryTable[DirtyRange]):
         region in one ``pull`` of the span they lie in, when they lie close: within a page, or
         filling at least half of a span of at most ``PREFETCH_SPAN``. Their lookups in this
         pass then pull nothing (``fresh``): one system call for a fetch's messages where each
-        paid its own (2-byte WRITEs between two C programs on one engine: ~4 to a fetch, each
+        paid its own (2-byte WRITEs between two C programs on one engine: ~50 to a fetch, each
         pull ~3 µs). Keys, PDs and bounds stay the lookups' to check; a span that faults, or
         that holds a range the NIC has written and not pushed back, is not pulled (the lookups
         pull theirs, and fail where they should)."""
