@@ -222,7 +222,7 @@ class Progress:
         while not self._stopping:
             if self.inline:
                 quiet = clock() - self._inline_at
-                if quiet < INLINE_GRACE_S or self._inline_running:
+                if self._program_drives(quiet):
                     # The application is polling and runs the engine itself. Waking for its
                     # packets or doorbells would only make this thread take the GIL from it (and
                     # make it wait for the lock): sleep until the application may have gone quiet.
@@ -236,7 +236,7 @@ class Progress:
                         self._idle(clock())  # a busy application still has its counters published
                     continue
             self._handoff.drain(self._wait(sources))
-            if self.inline and (clock() - self._inline_at < INLINE_GRACE_S or self._inline_running):
+            if self.inline and self._program_drives(clock() - self._inline_at):
                 continue  # the application took over while this thread slept
             self._busy = True
             with self._lock:
@@ -247,6 +247,11 @@ class Progress:
                 self._passed.notify_all()
             if self._idle is not None:
                 self._idle(clock())
+
+    def _program_drives(self, quiet: float) -> bool:
+        """Inline: whether the program runs the engine itself, now or ``quiet`` seconds ago at
+        most a grace ago, so the engine thread stands back."""
+        return quiet < INLINE_GRACE_S or self._inline_running
 
     def _wait(self, sources: list[int]) -> bool | None:
         """Until input, a wake-up or the next deadline (at once if work is waiting); whether

@@ -322,8 +322,7 @@ class MrTable(MemoryTable[DirtyRange]):
         pull ~3 µs). Keys, PDs and bounds stay the lookups' to check; a span that faults, or
         that holds a range the NIC has written and not pushed back, is not pulled (the lookups
         pull theirs, and fail where they should)."""
-        spans: dict[int, list[int]] = {}  # by the memory's id: [first, end, bytes of sources, sources]
-        memories: dict[int, MirroredMemory] = {}
+        spans: dict[int, tuple[MirroredMemory, list[int]]] = {}  # by its id: [first, end, bytes of sources, sources]
         for sge in sources:
             region = self._by_index.get(sge.lkey >> 8)
             if not isinstance(region, MemoryRegion) or region.key != sge.lkey or region.mirrored is None:
@@ -333,19 +332,18 @@ class MrTable(MemoryTable[DirtyRange]):
             if start < 0 or end <= start or end > region.length:
                 continue
             memory = region.mirrored
-            span = spans.get(id(memory))
-            if span is None:
-                spans[id(memory)] = [start, end, end - start, 1]
-                memories[id(memory)] = memory
+            found = spans.get(id(memory))
+            if found is None:
+                spans[id(memory)] = (memory, [start, end, end - start, 1])
             else:
+                span = found[1]
                 span[0], span[1] = min(span[0], start), max(span[1], end)
                 span[2] += end - start
                 span[3] += 1
-        for ident, (first, end, covered, count) in spans.items():
+        for ident, (memory, (first, end, covered, count)) in spans.items():
             width = end - first
             if count < 2 or (width > PREFETCH_PAGE and (width > PREFETCH_SPAN or 2 * covered < width)):
                 continue  # one source pulls as much either way; far apart, the span is mostly not theirs
-            memory = memories[ident]
             if self.dirty and any(entry.memory is memory and entry.start < end and first < entry.start + entry.length
                                   for entry in list(self.dirty.values())):  # fmt: skip
                 continue  # the NIC's bytes there are not the program's yet
