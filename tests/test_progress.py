@@ -429,6 +429,55 @@ def test_the_engine_thread_stands_back_through_a_long_inline_run(link: UdpLink) 
         device.close()
 
 
+class _Looks:
+    """Idle work that counts the engine thread's looks while it stands back."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, now: float) -> None:
+        self.count += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_polling_program_keeps_its_engine_thread_asleep(link: UdpLink) -> None:
+    """Inline: while the application keeps polling, its engine thread sleeps until the polls stop
+    (the quiet timer they push back); it used to wake every grace to see whether they had, and
+    each wake took the GIL from the polling thread (the SEND row's slow rounds, every 2 ms).
+    When the polls stop, it takes over: a datagram then gets an engine-thread pass."""
+    device = build_device("pyroce-test", link, progress="inline")
+    progress = device._progress
+    looks = _Looks()
+    progress._idle = looks
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+            while not progress._selecting:
+                time.sleep(INLINE_GRACE_S)
+            progress.run_inline()  # the application polls ...
+            peer.sendto(bytes(32), (link.address, 4791))  # ... and the engine thread, in select, wakes
+            time.sleep(INLINE_GRACE_S / 4)  # (before a poll takes the datagram) to find it polling
+            polling_until = time.monotonic() + 5 * INLINE_GRACE_S
+            while time.monotonic() < polling_until:
+                progress.run_inline()
+            looks.count = 0
+            polling_until = time.monotonic() + 20 * INLINE_GRACE_S
+            while time.monotonic() < polling_until:
+                progress.run_inline()
+            assert looks.count <= 1, f"the engine thread looked {looks.count} times in 20 graces of polling"
+            passes = progress._passes
+            time.sleep(5 * INLINE_GRACE_S)  # the polls have stopped: the engine thread takes over
+            peer.sendto(bytes(32), (link.address, 4791))
+            took_over_by = time.monotonic() + 5
+            while progress._passes == passes and time.monotonic() < took_over_by:
+                time.sleep(INLINE_GRACE_S)
+            assert progress._passes > passes, "the engine thread never took a datagram after the polls stopped"
+    finally:
+        progress._idle = None
+        device.close()
+
+
 def test_a_program_that_blocks_for_a_completion_event_hands_the_engine_over() -> None:
     """Inline: a program that polled its CQ, then blocks in ``get_cq_event``, has the engine
     thread look at once (``Progress.waiting``), not after the grace of its last poll: it

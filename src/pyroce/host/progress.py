@@ -12,10 +12,11 @@ Modes (``PYROCE_PROGRESS``):
 
 - ``inline`` (default): a Python caller that rings a doorbell or polls an empty CQ also runs
   the engine itself, which is faster in Python than handing over to another thread. While it
-  does (it is running the engine, or polled in the last ``INLINE_GRACE_S``), the engine thread stands back, so it does
-  not take the GIL from the polling thread, and looks again when that time is up: a doorbell
-  rung meanwhile waits at most ``INLINE_GRACE_S`` if the caller stops polling, and a caller
-  that goes to wait for an event (``waiting``) has it look at once.
+  does (it is running the engine, or polled in the last ``INLINE_GRACE_S``), the engine thread
+  stands back, so it does not take the GIL from the polling thread: it sleeps on a timer the
+  polls keep pushing back (``QuietTimer``) and looks when it fires: a doorbell rung meanwhile
+  waits at most ``INLINE_GRACE_S`` if the caller stops polling, and a caller that goes to wait
+  for an event (``waiting``) has it look at once.
 - ``thread``: only the engine thread runs the engine; every doorbell wakes it. An empty poll
   yields the GIL to it while it has something to do (as a C program's poll holds no GIL).
 - ``host``: no thread; the host (a simulator, a test) calls ``NicDevice.step(now)``.
@@ -32,11 +33,14 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from pyroce.host.handoff import Handoff
+from pyroce.host.quiet_timer import QuietTimer
 from pyroce.nic.engine import Engine
 from pyroce.nic.port import Clock
 
 MODES: Final = ("inline", "thread", "host")
 INLINE_GRACE_S: Final = 0.002  # the engine thread stands back while the application drove progress this recently
+REARM_S: Final = INLINE_GRACE_S / 2  # a poll pushes the quiet timer back when it was armed this long ago
+BUSY_LOOK_S: Final = 0.25  # standing back, the engine thread still does its idle work this often (capture requests)
 IDLE_WAIT_S: Final = 0.5  # longest engine sleep with no deadline
 YIELD_WAIT_S: Final = 0.001  # thread mode: the longest an empty poll waits for the engine thread's pass
 SPIN_S: Final = 0.0001  # thread mode: how long the engine thread polls before it sleeps (measured: see architecture.md)
@@ -79,7 +83,8 @@ class Progress:
         self._idle: IdleWork | None = None
         self._inline_at = 0.0  # when a caller last ran the engine or found completions (inline)
         self._inline_running = False  # a caller is running the engine now (inline)
-        self._look = threading.Event()  # set by ``waiting``: the engine thread's standing back ends
+        self._quiet: QuietTimer | None = None  # inline: fires when the program stops polling (``start``)
+        self._armed_at = 0.0  # when a caller last pushed the quiet timer back
         self._stopping = False
         self._busy = False  # the engine thread is between its wait and the end of its passes
         self._selecting = False  # the engine thread is in (or entering) its wait
@@ -94,6 +99,8 @@ class Progress:
         """Start the engine thread (none in host mode); it runs ``idle`` after each wait, also
         while an inline application keeps it standing back, and ``stop`` closes it."""
         self._idle = idle
+        if self.inline:
+            self._quiet = QuietTimer()
         if self.mode != "host":
             for fd in (self.engine.port.link.fileno(), self._handoff.fileno()):
                 self._ready.register(fd, select.EPOLLIN)
@@ -135,7 +142,7 @@ class Progress:
         try:
             self._pass(receive)
             if receive:
-                self._inline_at = self._clock()
+                self._drove()
         finally:
             self._inline_running = False
             self._release()
@@ -155,13 +162,13 @@ class Progress:
         waiting costs the engine thread a look: the program's next poll sends it back.)"""
         if self.inline and self._inline_at:
             self._inline_at = 0.0
-            self._look.set()
+            self._look_now()
 
     def poll_found(self) -> None:
         """A driver found completions waiting: it is still polling, so its next empty poll
         runs the engine, and the engine thread stays back (inline)."""
         if self.inline:
-            self._inline_at = self._clock()
+            self._drove()
 
     def step(self, now: float) -> None:
         """Host mode: one engine pass at the host's time ``now`` (the lock taken as ``run_inline`` takes it)."""
@@ -182,7 +189,7 @@ class Progress:
         freezes where it stands, so a lock it held then would hang every later ``__del__``
         that takes it (an MR deregistered, a QP destroyed)."""
         self._stopping = True
-        self._look.set()
+        self._look_now()
         thread, self._engine_thread = self._engine_thread, None
         if thread is not None:
             self._handoff.wake()
@@ -191,8 +198,25 @@ class Progress:
     def stop(self) -> None:
         self.halt()
         self._ready.close()
+        if self._quiet is not None:
+            self._quiet.close()
         if self._idle is not None:
             self._idle.close()
+
+    def _drove(self) -> None:
+        """Inline: the program polled now; the engine thread's quiet timer is pushed back a
+        grace when it was armed half a grace ago (a system call a millisecond, not a poll)."""
+        now = self._clock()
+        self._inline_at = now
+        if now - self._armed_at >= REARM_S and self._quiet is not None:
+            self._armed_at = now
+            self._quiet.arm(INLINE_GRACE_S)
+
+    def _look_now(self) -> None:
+        """The engine thread, standing back, looks at once."""
+        if self._quiet is not None:
+            self._armed_at = 0.0
+            self._quiet.fire()
 
     # --- the engine thread -----------------------------------------------------------------
 
@@ -219,19 +243,21 @@ class Progress:
     def _run(self) -> None:
         sources = [self.engine.port.link.fileno(), self._handoff.fileno()]
         clock = self._clock
+        quiet_timer = self._quiet
         while not self._stopping:
-            if self.inline:
+            if quiet_timer is not None:
                 quiet = clock() - self._inline_at
                 if self._program_drives(quiet):
                     # The application is polling and runs the engine itself. Waking for its
                     # packets or doorbells would only make this thread take the GIL from it (and
-                    # make it wait for the lock): sleep until the application may have gone quiet.
-                    # A run of its own longer than the grace (a stream's passes while work keeps
-                    # coming) is not quiet: had this thread queued for the lock then, it took
-                    # the engine over and the program's polls waited for its passes (64 KiB
-                    # SEND rows at half speed, architecture.md "Progress model").
-                    if self._look.wait(INLINE_GRACE_S - quiet if quiet < INLINE_GRACE_S else INLINE_GRACE_S):
-                        self._look.clear()  # the program went to wait for an event: look now
+                    # make it wait for the lock): sleep until the application may have gone quiet,
+                    # which its polls keep pushing back. A run of its own longer than the grace (a
+                    # stream's passes while work keeps coming) is not quiet: had this thread queued
+                    # for the lock then, it took the engine over and the program's polls waited
+                    # for its passes (64 KiB SEND rows at half speed, architecture.md "Progress model").
+                    self._armed_at = 0.0  # a poll from here on re-arms what this wait is for
+                    quiet_timer.arm(INLINE_GRACE_S - quiet if quiet < INLINE_GRACE_S else INLINE_GRACE_S)
+                    quiet_timer.wait(BUSY_LOOK_S)
                     if self._idle is not None:
                         self._idle(clock())  # a busy application still has its counters published
                     continue
