@@ -107,6 +107,19 @@ def foreign_mr(ep: Endpoint, child: Child, offset: int = 0, length: int = SIZE, 
     return MR(ep.pd, length, access, address=ForeignMemory(child.pid, child.address + offset, length))
 
 
+def counted_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[tuple[int, int]]:
+    """Each (offset, length) ``ForeignMemory.<method>`` is called with from now on (still made)."""
+    calls: list[tuple[int, int]] = []
+    original = getattr(ForeignMemory, method)
+
+    def counted(memory: ForeignMemory, offset: int, length: int) -> None:
+        calls.append((offset, length))
+        original(memory, offset, length)
+
+    monkeypatch.setattr(ForeignMemory, method, counted)
+    return calls
+
+
 def dirty(ep: Endpoint) -> dict:
     return ep.ctx.device.engine.mrs.dirty  # type: ignore[no-any-return]
 
@@ -188,6 +201,37 @@ def test_a_partial_transfer_is_resumed_and_its_fault_raised(pages: int) -> None:
         # the hole back (MAP_FIXED), so the mmap object unmaps what it mapped
         libc.mmap(hole, mmap.PAGESIZE, 3, 0x32, -1, 0)
         del holder
+        area.close()
+
+
+def test_ranges_go_back_in_one_call_and_one_that_faults_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ForeignMemory.push_ranges``: ranges far apart in one ``process_vm_writev``; the call
+    stops at a page made read-only, which ``push`` writes alone through the file (as a DMA into
+    a pinned page), and at an unmapped one, which fails alone; it goes on after each."""
+    page = mmap.PAGESIZE
+    area = mmap.mmap(-1, 4 * page, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # as a program's heap
+    base = ctypes.addressof(ctypes.c_char.from_buffer(area))  # (the export ends with the temporary)
+    libc = ctypes.CDLL(None)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    memory = ForeignMemory(os.getpid(), base, 4 * page)
+    alone = counted_calls(monkeypatch, "push")
+    try:
+        assert libc.mprotect(base + page, page, 1) == 0  # PROT_READ
+        assert libc.munmap(base + 2 * page, page) == 0
+        ranges = [(at * page + 10, 2) for at in range(4)]
+        for offset, _ in ranges:
+            memory.mirror[offset : offset + 2] = b"ok"
+        assert memory.push_ranges(ranges) == [2]
+        assert alone == [(page + 10, 2), (2 * page + 10, 2)]
+        assert area[10:12] == area[page + 10 : page + 12] == area[3 * page + 10 : 3 * page + 12] == b"ok"
+    finally:
+        libc.mprotect(base + page, page, 3)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]  # fmt: skip
+        libc.mmap(base + 2 * page, page, 3, 0x32, -1, 0)  # the hole back (MAP_FIXED)
+        memory.close()
         area.close()
 
 
@@ -481,14 +525,7 @@ def test_sends_posted_together_from_foreign_memory(shared_pair: tuple[Endpoint, 
     each carry their own bytes, as do those posted after the client wrote new ones."""
     a, b = shared_pair
     mr = foreign_mr(a, child)
-    pulls: list[int] = []
-    pull = ForeignMemory.pull
-
-    def counted(memory: ForeignMemory, offset: int, length: int) -> None:
-        pulls.append(length)
-        pull(memory, offset, length)
-
-    monkeypatch.setattr(ForeignMemory, "pull", counted)
+    pulls = counted_calls(monkeypatch, "pull")
     for round_ in range(2):
         data = [os.urandom(2) for _ in range(16)]
         for index, value in enumerate(data):
@@ -502,9 +539,79 @@ def test_sends_posted_together_from_foreign_memory(shared_pair: tuple[Endpoint, 
         (done,) = a.poll()
         assert done.status == S.IBV_WC_SUCCESS
         assert b.mr.read(32, 4096 * round_) == b"".join(data)
-    assert pulls == [15 * 64 + 2] * 2  # each list's sources in one span
+    assert [length for _, length in pulls] == [15 * 64 + 2] * 2  # each list's sources in one span
     assert not a.ctx.device.engine.mrs.fresh
     mr.close()
+
+
+def write_list(targets: list[tuple[int, int]], source: Endpoint, length: int = 2) -> SendWR:
+    """One chained list of signaled RDMA WRITEs of ``length`` bytes from ``source``'s MR, the
+    ``index``-th from ``index * length`` to each (rkey, address) of ``targets``."""
+    wr = None
+    for index in reversed(range(len(targets))):
+        rkey, address = targets[index]
+        wr = SendWR(wr_id=index, opcode=WR.IBV_WR_RDMA_WRITE, sg=[SGE(source.mr.buf + index * length, length,
+                    source.mr.lkey)], next_wr=wr)  # fmt: skip
+        wr.set_wr_rdma(rkey, address)
+    assert wr is not None
+    return wr
+
+
+def test_writes_placed_together_are_pushed_together(shared_pair: tuple[Endpoint, Endpoint], child: Child,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """RDMA WRITEs into a client's memory that one pass takes go back in one push where their
+    ranges touch or overlap (16 to one address, as ``ib_write_bw`` writes; 16 one after the
+    other, as a ring fills), each in place before its ACK: every one completes with its bytes
+    there. They cost a push each, ~a third of the shared NIC's engine under ``ib_write_bw -s 2``."""
+    a, b = shared_pair
+    mr = foreign_mr(b, child)
+    pushes = counted_calls(monkeypatch, "push")
+    for step in (0, 2):  # one address, then each WRITE just after the one before
+        data = os.urandom(32)
+        a.mr.write(data, 32)
+        pushes.clear()
+        a.qp.post_send(write_list([(mr.rkey, mr.buf + 4096 + index * step) for index in range(16)], a))
+        assert [wc.status for wc in a.poll(16)] == [S.IBV_WC_SUCCESS] * 16
+        if step:
+            assert child.read(4096, 32) == data
+        else:
+            assert child.read(4096, 2) == data[30:]  # the last WRITE's bytes
+        assert pushes == [(4096, 2 + 15 * step)]
+    assert not dirty(b) and not b.ctx.device.engine.mrs.unpushed
+    mr.close()
+
+
+@pytest.mark.parametrize("last", ["write", "send"])
+def test_a_write_whose_push_fails_later_is_the_one_refused(child: Child, last: str) -> None:
+    """WRITEs placed in one pass whose push comes after the responder went on: the one whose
+    memory went is refused (REM_ACCESS_ERR) and no ACK of the WRITEs after it leaves (they
+    flush); those before it complete, their bytes in place. A SEND after it is not taken (its
+    receive flushes): the responder pushes what it placed before it takes anything but a WRITE."""
+    a, b = pair = connected_pair()
+    gone = Child(65536)
+    try:
+        kept = foreign_mr(b, child, 0, 65536)
+        lost = foreign_mr(b, gone, 0, 65536)
+        gone.unmap()
+        a.mr.write(b"abcdefgh", 8)
+        b.qp.post_recv(RecvWR(wr_id=7, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+        wr = write_list([(kept.rkey, kept.buf), (kept.rkey, kept.buf + 2), (lost.rkey, lost.buf),
+                         (kept.rkey, kept.buf + 4)], a)  # fmt: skip
+        if last == "send":
+            wr.next_wr.next_wr.next_wr = SendWR(wr_id=3, sg=[SGE(a.mr.buf, 2, a.mr.lkey)])
+        a.qp.post_send(wr)
+        statuses = [wc.status for wc in sorted(a.poll(4), key=lambda wc: wc.wr_id)]
+        assert statuses == [S.IBV_WC_SUCCESS, S.IBV_WC_SUCCESS, S.IBV_WC_REM_ACCESS_ERR, S.IBV_WC_WR_FLUSH_ERR]
+        assert child.read(0, 4) == b"abcd"
+        (received,) = b.poll()
+        assert received.wr_id == 7 and received.status == S.IBV_WC_WR_FLUSH_ERR
+        assert not b.ctx.device.engine.mrs.unpushed
+        kept.close()
+        lost.close()
+    finally:
+        gone.close()
+        for ep in pair:
+            ep.close()
 
 
 # --- registration ---------------------------------------------------------------------------------

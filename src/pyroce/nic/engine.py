@@ -104,6 +104,9 @@ class Engine:
         # Dirty ranges of other processes' memory (nic.memory): pushed before any CQE and at
         # the end of a pass; an empty dict, one test, when no MR is another process's.
         self._dirty = self.mrs.dirty
+        # RDMA WRITEs' destinations placed and not yet written back: after the packets a pass
+        # takes, before its output (the ACKs) and its end; an empty list when none is.
+        self._unpushed = self.mrs.unpushed
         self._fresh = self.mrs.fresh  # spans of it pulled for this pass's sends
         self.qps: dict[int, HwQp] = {}
         self.cqs: dict[int, HwCq] = {}
@@ -275,6 +278,8 @@ class Engine:
                 self.active.add(qp)  # a WQE posted to a QP in error completes (flushed) at once
             self.receives.clear()
         moved = self._receive(now, receive) or moved
+        if self._unpushed:
+            self.mrs.push_placed()  # what the WRITEs placed, in as few pushes as it can, before their ACKs
         deadlines = self.timers.heap
         if deadlines and deadlines[0][0] <= now and (not self.rx_full or deadlines[0][0] <= now - BACKLOG_GRACE_S):
             self._fire_timers(now)
@@ -295,7 +300,7 @@ class Engine:
             moved = self._service_cm(cm, now) or moved
         if tx_batch.segments:
             tx_batch.flush()  # one GSO send for what the QPs had for the same peer
-        if self._dirty:
+        if self._dirty or self._unpushed:
             self.mrs.flush()  # what an RDMA WRITE placed reaches another process's memory
         if self._fresh:
             self._fresh.clear()  # what the next pass reads of another process's memory is pulled again
@@ -539,7 +544,7 @@ class Engine:
     def _complete(self, qp: HwQp) -> None:
         """Write the QP's completions into its CQs (a full CQ loses the CQE: counted), after the
         data of another process's memory is there (``MrTable.flush``)."""
-        if self._dirty:
+        if self._dirty or self._unpushed:
             self.mrs.flush()
         for completion in qp.rc.completions:
             cq = qp.recv_cq if completion.is_recv else qp.send_cq

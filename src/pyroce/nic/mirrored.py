@@ -50,6 +50,18 @@ class MirroredMemory(abc.ABC):
     def push(self, offset: int, length: int) -> None:
         """Copy ``length`` bytes at ``offset`` of the mirror back into the memory."""
 
+    def push_ranges(self, ranges: list[tuple[int, int]]) -> list[int]:
+        """``push`` each (offset, length) of ``ranges``; the indices of those that could not
+        be (``OSError``). One call for many, so that memory which can write several ranges
+        at once (``ForeignMemory``: one system call) does."""
+        failed = []
+        for index, (offset, length) in enumerate(ranges):
+            try:
+                self.push(offset, length)
+            except OSError:
+                failed.append(index)
+        return failed
+
     @abc.abstractmethod
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of the memory itself (not the mirror)."""

@@ -9,6 +9,7 @@ outside a registered region can be touched whatever a peer sends.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 
@@ -57,6 +58,17 @@ class MemoryTable(Generic[Held]):
         program unmapped, or a program gone, which ``lookup`` does not probe for a
         ``placing`` view): the message fails as one whose destination ``lookup`` refused."""
         raise NotImplementedError
+
+    def placed_later(self, view: memoryview, length: int, refuse: Callable[[int], None], token: int) -> bool:
+        """``placed``, for a message nothing completes where it lands (an RDMA WRITE without
+        immediate, answered by an ACK alone): the bytes may go back with the others placed
+        since, by ``push_placed``, which must come before the ACK leaves or anything else the
+        responder takes; if they cannot, ``refuse(token)`` is called then (the message fails as
+        ``placed``'s False fails it). False if it failed now."""
+        return self.placed(view, length)
+
+    def push_placed(self) -> None:
+        """Write back what ``placed_later`` left, refusing the messages whose bytes could not."""
 
     def invalidate(self, key: int, qpn: int) -> MemFault | None:
         """Invalidate the memory window ``key`` bound by ``qpn`` (IBA 10.6.7.2.5), or say why not."""

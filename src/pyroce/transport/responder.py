@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
-from pyroce.ib.enums import Access, WcFlag, WcOpcode, WcStatus
+from pyroce.ib.enums import Access, QpState, WcFlag, WcOpcode, WcStatus
 from pyroce.ib.reasons import Reason
 from pyroce.transport.completion import Completion, new_completion
 from pyroce.transport.memory import MemFault
@@ -162,6 +162,7 @@ class Responder:
         self.forced_rnr = 0  # messages still to refuse with an RNR NAK (a test's fault plan)
         self._acks: AckTemplate | None = None  # this QP's ACKs, for its current destination QP
         self._responses: BthTemplate | None = None  # its READ responses' FIRST, LAST and ONLY, likewise
+        self._refusal: Callable[[int], None] = self._refuse_later  # bound once: ``placed_later`` keeps one a WRITE
         self.reset()
 
     def reset(self) -> None:
@@ -181,6 +182,7 @@ class Responder:
         self.atomic_results: OrderedDict[int, int] = OrderedDict()
         self.out: deque[Packet | bytes | ReadJob] = deque()  # bytes: an ACK (``AckTemplate``)
         self.answered_before_nak = 0  # of ``out``, what precedes the NAK of a fatal error (still sent)
+        self.deferred = False  # an RDMA WRITE's bytes wait to go back to the memory (``_settle``)
         self.own_queue.clear()
 
     def start(self, psn: int) -> None:
@@ -197,6 +199,8 @@ class Responder:
         BTH is here): at the expected PSN a length error, NAK invalid request, as rxe answers a
         WRITE whose pad disagrees with its length (UC drops its message); a duplicate is not
         answered again."""
+        if self.deferred and not self._settle():
+            return
         state = self._check_psn(pkt)
         if malformed and state in (RespState.EXECUTE, RespState.DUPLICATE):
             state = RespState.ERR_LENGTH if state is RespState.EXECUTE else RespState.DROP
@@ -215,6 +219,8 @@ class Responder:
         expects, or a SEND ONLY (no immediate) that a receive WQE waits for and holds
         (``RcQp.receive_predicted``); False leaves the packet to ``receive``."""
         if psn != self.epsn or self.nak_sent:
+            return False
+        if self.deferred and not flags & Flag.WRITE and not self._settle():
             return False
         if flags & Flag.START:  # a SEND ONLY: no message open, a WQE ready and no RNR forced
             if self.in_message or self.dropping or not self.recv_queue or self.forced_rnr:
@@ -456,7 +462,7 @@ class Responder:
         complete its receive WQE) on its last packet, ACK when asked."""
         self.offset += length
         if flags & Flag.END:
-            if self.qp.memory.dirty and not self._hand_back():  # mirrored memory: in place before
+            if self.qp.memory.dirty and not self._hand_back(flags, psn):  # mirrored memory: in place before
                 self._unreachable(flags, psn)  # the ACK or the completion, or the message fails
                 return
             self.epsn = psn_add(psn, 1)
@@ -471,10 +477,15 @@ class Responder:
         if ackreq:
             self._ack(psn)
 
-    def _hand_back(self) -> bool:
-        """The message's destination is placed as far as ``offset``: say so
-        (``MemoryTable.placed``); False if it could not reach the memory."""
+    def _hand_back(self, flags: int, psn: int) -> bool:
+        """The message ending at ``psn`` is placed as far as ``offset``: say so
+        (``MemoryTable.placed``); False if it could not reach the memory. An RDMA WRITE with
+        nothing to complete here may go back later, with the WRITEs after it
+        (``placed_later``, ``_settle``)."""
         if self.write_view is not None:
+            if self.acked and not flags & Flag.COMP:
+                self.deferred = True
+                return self.qp.memory.placed_later(self.write_view, self.offset, self._refusal, psn << 24 | self.msn)
             return self.qp.memory.placed(self.write_view, self.offset)
         if self.recv_data is not None:
             return self.recv_data.placed(self.qp.memory, self.offset)
@@ -489,6 +500,28 @@ class Responder:
         self.write_view = None
         self.in_message = Flag.NONE
         self._refuse(state, psn, f"refused the message ending at PSN 0x{psn:06x}: its memory went ({state.value})")
+
+    def _settle(self) -> bool:
+        """Write back what this responder's WRITEs left to go back later (``placed_later``)
+        before it takes a request that is not a WRITE: one that completes here, or is answered
+        with more than an ACK, must not come before a failure of an earlier message. False if
+        one failed (the QP is in ERROR now)."""
+        self.deferred = False
+        self.qp.memory.push_placed()
+        return self.qp.state is not QpState.ERR
+
+    def _refuse_later(self, token: int) -> None:
+        """The RDMA WRITE ending at PSN ``token >> 24`` (the MSN before it: the low 24 bits)
+        could not be written back after the responder had gone on (``placed_later``). Since
+        then it has taken only WRITEs, each answered by an ACK not yet sent (the write-back
+        comes before the ACKs leave and before any other request, ``_settle``): those ACKs are
+        withdrawn, the NAK acknowledging what came before the WRITE, and the message is refused
+        as ``_unreachable`` refuses one at its end."""
+        if self.qp.state is QpState.ERR:
+            return  # an earlier message's failure is the one answered
+        self.out = deque(item for item in self.out if type(item) is not bytes)
+        self.msn = token & 0xFFFFFF
+        self._unreachable(Flag.WRITE, token >> 24)
 
     def _complete_recv(self, pkt: Packet | None, flags: int) -> None:
         """The message's receive WQE completes (``pkt``: its last packet, for the immediate;
