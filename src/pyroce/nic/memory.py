@@ -16,7 +16,8 @@ writes only what it places: a receive WQE's buffer is larger than most messages,
 may use the bytes past them meanwhile (UCX keeps the next buffer's descriptor header in the
 last bytes of a posted one). A message's destination (a ``placing`` lookup: an RDMA WRITE's
 target, a receive buffer, a READ's local buffer) is neither pulled nor compared: the transport
-says how far it placed it (``placed``), and that goes back, once. It is not pulled at all, not
+says how far it placed it (``placed``, with the view it was given), and that goes back, once
+(an RDMA WRITE's with the others its engine pass placed: ``placed_later``). It is not pulled at all, not
 even probed: a memory gone shows when ``placed`` pushes, which then says so, and the transport
 fails the message as it fails one refused at its first packet (a 2-byte message between two
 programs of one shared NIC paid a third of its system calls for the probe). A push that fails
@@ -128,8 +129,9 @@ class DirtyRange:
         self.start = start
         self.length = length
         self.known = known
-        # the view's holder, whose end pushes the range
-        self.watch: weakref.ref[ctypes.Array[ctypes.c_char]] | None = None
+        # what the transport holds: the ctypes array its views are made from, whose end pushes
+        # the range; a destination's own view, whose end without ``placed`` drops it
+        self.watch: weakref.ref[ctypes.Array[ctypes.c_char]] | weakref.ref[memoryview] | None = None
 
     def changed(self, known: bytes) -> tuple[int, bytes] | None:
         """Where the mirror's range differs from ``known`` (its bytes as last pulled or pushed)
@@ -183,7 +185,8 @@ class MrTable(MemoryTable[DirtyRange]):
         self.counters: Counter[str] = Counters() if counters is None else counters
         # ``dirty``: ranges of mirrored regions looked up for an access that may write, while
         # their view lives, by the id of the ctypes array their views are made from
-        # (``view.obj``, alive as long as they are). Empty when nothing is mirrored.
+        # (``view.obj``, alive as long as they are), a destination's by the id of its view
+        # (which ``placed`` is given). Empty when nothing is mirrored.
         self.mirrors = 0  # mirrored regions registered: what a fetch prefetches for, if any
         # Destinations placed and not yet written back (``placed_later``), in the order they
         # were placed. Kept one list: the engine holds it to see whether a pass has any.
@@ -305,7 +308,7 @@ class MrTable(MemoryTable[DirtyRange]):
         if start < 0 or length < 0 or start + length > region.length:
             return MemFault.BOUNDS
         if region.mirrored is not None:
-            return self._mirrored(region.mirrored, start, length, access, placing)
+            return self._mirrored(region.mirrored, region.view, start, length, access, placing)
         return region.view[start : start + length]
 
     def _through_window(self, window: MemoryWindow, addr: int, length: int, access: int, pdn: int,
@@ -324,7 +327,7 @@ class MrTable(MemoryTable[DirtyRange]):
             return MemFault.BOUNDS
         offset = addr - region.addr
         if region.mirrored is not None:
-            return self._mirrored(region.mirrored, offset, length, access, placing)
+            return self._mirrored(region.mirrored, region.view, offset, length, access, placing)
         return region.view[offset : offset + length]
 
     # --- mirrored regions (another process's memory) ---------------------------------------
@@ -371,9 +374,10 @@ class MrTable(MemoryTable[DirtyRange]):
                 continue
             self.fresh[ident] = (first, end)
 
-    def _mirrored(self, memory: MirroredMemory, start: int, length: int, access: int,
+    def _mirrored(self, memory: MirroredMemory, mirror: memoryview, start: int, length: int, access: int,
                   placing: bool) -> memoryview | MemFault:  # fmt: skip
-        """A checked range of a mirrored region: pulled into the mirror, then its view; dirty
+        """A checked range of a mirrored region (``mirror``: the region's view of its mirror):
+        pulled into the mirror, then its view; dirty
         while the view lives if the access may write (what it changes is pushed back). A
         ``placing`` range that may be written is not pulled: what ``placed`` names is pushed."""
         writes = access & _WRITES
@@ -391,12 +395,21 @@ class MrTable(MemoryTable[DirtyRange]):
                     self.counters["dma_errors"] += 1
                     return MemFault.UNMAPPED
                 for entry in overlapping:  # the pull is no change of theirs: the program's bytes
-                    entry.known = bytes(memoryview(memory.mirror)[entry.start : entry.start + entry.length])
+                    entry.known = bytes(mirror[entry.start : entry.start + entry.length])
             if not writes:
-                return memoryview(memory.mirror)[start : start + length]
+                return mirror[start : start + length]
+        if placing:
+            # A destination is handed back with the view itself (``placed``): that view is
+            # the range's, and its end without ``placed`` drops the range (an abandoned
+            # message). No ctypes array to hold it, which cost a tenth of the shared NIC's engine
+            # under 2-byte WRITEs between C programs.
+            view = mirror[start : start + length]
+            entry = DirtyRange(memory, start, length, None)
+            entry.watch = weakref.ref(view, functools.partial(self._view_gone, id(view)))
+            self.dirty[id(view)] = entry
+            return view
         holder, at = _holder(memory.mirror, start, length)
-        known = None if placing else bytes(memoryview(memory.mirror)[start : start + length])
-        entry = DirtyRange(memory, start, length, known)
+        entry = DirtyRange(memory, start, length, bytes(mirror[start : start + length]))
         # A weak reference, not weakref.finalize (a Python class: a quarter of a pull's cost);
         # kept by the entry, so a range dropped unpushed (deregistered) calls nothing
         entry.watch = weakref.ref(holder, functools.partial(self._view_gone, id(holder)))
@@ -428,7 +441,7 @@ class MrTable(MemoryTable[DirtyRange]):
         """The transport placed the first ``length`` bytes of a message's destination (a
         ``placing`` view): a mirrored one's go back to the memory now, the rest untouched.
         False when they could not (counted): the memory is gone, and so is the message."""
-        return self._hand_back(self.dirty.pop(id(view.obj), None) if self.dirty else None, length)
+        return self._hand_back(self.dirty.pop(id(view), None) if self.dirty else None, length)
 
     def _hand_back(self, entry: DirtyRange | None, length: int) -> bool:
         """``placed`` of the range a view was handed out for (None: not mirrored memory)."""
@@ -447,7 +460,7 @@ class MrTable(MemoryTable[DirtyRange]):
         """``placed``, written back by the next ``push_placed`` with what else was placed by then
         (one ``push_ranges`` a memory: 2-byte WRITEs between two C programs paid a system call
         each, ~a third of the shared NIC's engine)."""
-        entry = self.dirty.pop(id(view.obj), None) if self.dirty else None
+        entry = self.dirty.pop(id(view), None) if self.dirty else None
         if entry is None or entry.known is not None:
             return self._hand_back(entry, length)
         start = entry.start
