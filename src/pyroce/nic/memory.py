@@ -377,9 +377,9 @@ class MrTable(MemoryTable[DirtyRange]):
     def _mirrored(self, memory: MirroredMemory, mirror: memoryview, start: int, length: int, access: int,
                   placing: bool) -> memoryview | MemFault:  # fmt: skip
         """A checked range of a mirrored region (``mirror``: the region's view of its mirror):
-        pulled into the mirror, then its view; dirty
-        while the view lives if the access may write (what it changes is pushed back). A
-        ``placing`` range that may be written is not pulled: what ``placed`` names is pushed."""
+        pulled into the mirror, then its view; dirty while the view lives if the access may
+        write (what it changes is pushed back). A ``placing`` range that may be written is not
+        pulled: what ``placed`` names is pushed."""
         writes = access & _WRITES
         placing = placing and bool(writes)  # a range the transport only reads is pulled whole
         if not placing:
@@ -441,9 +441,9 @@ class MrTable(MemoryTable[DirtyRange]):
         """The transport placed the first ``length`` bytes of a message's destination (a
         ``placing`` view): a mirrored one's go back to the memory now, the rest untouched.
         False when they could not (counted): the memory is gone, and so is the message."""
-        return self._hand_back(self.dirty.pop(id(view), None) if self.dirty else None, length)
+        return self._push_destination(self.dirty.pop(id(view), None) if self.dirty else None, length)
 
-    def _hand_back(self, entry: DirtyRange | None, length: int) -> bool:
+    def _push_destination(self, entry: DirtyRange | None, length: int) -> bool:
         """``placed`` of the range a view was handed out for (None: not mirrored memory)."""
         if entry is None:
             return True
@@ -462,7 +462,7 @@ class MrTable(MemoryTable[DirtyRange]):
         each, ~a third of the shared NIC's engine)."""
         entry = self.dirty.pop(id(view), None) if self.dirty else None
         if entry is None or entry.known is not None:
-            return self._hand_back(entry, length)
+            return self._push_destination(entry, length)
         start = entry.start
         self.unpushed.append((entry.memory, start, start + min(length, entry.length), refuse, token))
         return True
@@ -478,31 +478,31 @@ class MrTable(MemoryTable[DirtyRange]):
             return
         placed = list(unpushed)
         unpushed.clear()
-        memory = placed[0][0]
-        ranges: list[tuple[int, int]] = []  # (offset, length) of ``memory``
-        others: list[Unpushed] = []  # of other memories, for the next round
-        for entry in placed:
-            if entry[0] is not memory:
-                others.append(entry)
-                continue
-            start, end = entry[1], entry[2]
-            if ranges:
-                first, length = ranges[-1]
-                if start <= first + length and first <= end:  # it touches or overlaps the last
-                    low = min(first, start)
-                    ranges[-1] = (low, max(first + length, end) - low)
-                    continue
-            ranges.append((start, end - start))
-        failed = memory.push_ranges(ranges)
-        if failed:
-            self.counters["dma_errors"] += len(failed)
-            lost = [ranges[which] for which in failed]
-            for entry in placed:  # (rare: the program unmapped its memory, or is gone)
-                if entry[0] is memory and any(first <= entry[1] < first + length for first, length in lost):
-                    entry[3](entry[4])
-        if others:
-            unpushed += others
-            self.push_placed()
+        by_memory: dict[int, list[int]] = {}  # indexes into ``placed``, in order, by the memory's id
+        for index, entry in enumerate(placed):
+            by_memory.setdefault(id(entry[0]), []).append(index)
+        refused: list[int] = []
+        for indexes in by_memory.values():
+            memory = placed[indexes[0]][0]
+            ranges: list[tuple[int, int]] = []  # (offset, length)
+            for index in indexes:
+                _, start, end, _, _ = placed[index]
+                if ranges:
+                    first, length = ranges[-1]
+                    if start <= first + length and first <= end:  # it touches or overlaps the last
+                        low = min(first, start)
+                        ranges[-1] = (low, max(first + length, end) - low)
+                        continue
+                ranges.append((start, end - start))
+            failed = memory.push_ranges(ranges)
+            if failed:  # (rare: the program unmapped its memory, or is gone)
+                self.counters["dma_errors"] += len(failed)
+                lost = [ranges[which] for which in failed]
+                refused += (index for index in indexes
+                            if any(first <= placed[index][1] < first + length for first, length in lost))  # fmt: skip
+        for index in sorted(refused):
+            _, _, _, refuse, token = placed[index]
+            refuse(token)
 
     def _push(self, entry: DirtyRange) -> bool:
         """The range's changed bytes back to the memory; a push that fails is counted."""
